@@ -1,0 +1,439 @@
+"""The config file (YAML) -> frozen dataclasses.
+
+One file serves the planner and the daemon. Planner keys use the
+KubeletConfiguration names, so the same values can also be taken from the
+kubelet's own config file (`kubeletConfigFile:`); a key set in our file wins
+over the kubelet's, which wins over the built-in default.
+
+Every error is a `ConfigError` whose message names the key and the value, e.g.
+`config.yaml: memoryThrottlingFactor: 1.5 is outside (0, 1]`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from .quantity import QuantityError, parse_bytes, parse_quantity
+
+__all__ = [
+    "ConfigError", "Config", "KubeletSource", "MetricsConfig", "Reserve", "load_config",
+    "parse_config", "kubelet_config_subset", "POLICIES", "HIERARCHIES", "DEFAULT_CONFIG_PATH",
+]
+
+DEFAULT_CONFIG_PATH = "/etc/memqos-systemd/config.yaml"
+POLICIES = ("None", "TieredReservation", "HardReservation")
+HIERARCHIES = ("effective", "kubelet")
+ENFORCE = ("pods", "kube-reserved", "system-reserved")
+# Config files are small; a bigger one is a mistake (or an attack on the parser).
+MAX_CONFIG_BYTES = 1 << 20
+
+
+class ConfigError(ValueError):
+    """Bad configuration; the message is one line naming the key and the value."""
+
+
+@dataclass(frozen=True)
+class Reserve:
+    """A memory amount given either as bytes or as a fraction of node capacity."""
+
+    bytes: int = 0
+    fraction: Fraction | None = None
+
+    def resolve(self, capacity: int) -> int:
+        if self.fraction is None:
+            return self.bytes
+        return math.ceil(self.fraction * capacity)
+
+
+@dataclass(frozen=True)
+class KubeletSource:
+    url: str = "http://127.0.0.1:10255/pods"
+    token_file: str | None = None
+    ca_file: str | None = None
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+    insecure_skip_tls_verify: bool = False
+    poll_interval: float = 5.0
+    timeout: float = 5.0
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    # None: no metrics endpoint.
+    listen: str | None = "127.0.0.1:9759"
+
+
+@dataclass(frozen=True)
+class Config:
+    # --- planner (KubeletConfiguration names) ---
+    memory_reservation_policy: str = "None"
+    memory_throttling_factor: float | None = 0.9
+    hierarchy: str = "effective"
+    cgroup_root: str = "/"
+    kube_reserved: int = 0
+    system_reserved: int = 0
+    eviction_hard_memory: Reserve = Reserve(bytes=100 * 2**20)
+    enforce_node_allocatable: tuple[str, ...] = ("pods",)
+    kube_reserved_cgroup: str | None = None
+    system_reserved_cgroup: str | None = None
+    protection_headroom: Reserve = Reserve(fraction=Fraction(5, 100))
+    # --- daemon ---
+    pods_file: str | None = None
+    kubelet: KubeletSource = KubeletSource()
+    kubelet_config_file: str | None = None
+    metrics: MetricsConfig = MetricsConfig()
+    resync_interval: float = 60.0
+    # From the kubelet's config: its own MemoryQoS gate (two writers would fight).
+    kubelet_memory_qos_gate: bool = False
+    # Where each planner value came from, for `check`/logs: key -> "default"|"kubelet"|"config".
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+
+# ---------------------------------------------------------------- helpers
+
+def _fail(src: str, key: str, value: Any, why: str) -> ConfigError:
+    return ConfigError(f"{src}: {key}: {_show(value)} {why}")
+
+
+def _show(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    if isinstance(value, (dict, list)):
+        text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _enum(src, key, value, choices):
+    if value not in choices:
+        raise _fail(src, key, value, f"is not one of {', '.join(choices)}")
+    return value
+
+
+def _str(src, key, value):
+    if not isinstance(value, str) or not value:
+        raise _fail(src, key, value, "must be a non-empty string")
+    return value
+
+
+def _bool(src, key, value):
+    if not isinstance(value, bool):
+        raise _fail(src, key, value, "must be true or false")
+    return value
+
+
+def _bytes(src, key, value):
+    try:
+        return parse_bytes(value)
+    except QuantityError:
+        raise _fail(src, key, value, "is not a memory quantity (e.g. 512Mi, 1.5Gi, 1073741824)") from None
+
+
+def _bytes_or_percent(src, key, value) -> Reserve:
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            pct = Fraction(value.strip()[:-1])
+        except (ValueError, ZeroDivisionError):
+            raise _fail(src, key, value, "is not a percentage") from None
+        if not 0 <= pct < 100:
+            raise _fail(src, key, value, "must be a percentage in [0%, 100%)")
+        return Reserve(fraction=pct / 100)
+    return Reserve(bytes=_bytes(src, key, value))
+
+
+_DURATION = re.compile(r"(?:([0-9]+(?:\.[0-9]+)?)(h|ms|m|s))+")
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(h|ms|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def _duration(src, key, value, minimum=0.05, maximum=86400.0) -> float:
+    """Seconds from a number or a Go-style duration ('5s', '1m30s', '500ms')."""
+    if isinstance(value, bool):
+        raise _fail(src, key, value, "is not a duration (e.g. 5s, 500ms, 1m)")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str) and _DURATION.fullmatch(value.strip()):
+        seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(value))
+    else:
+        raise _fail(src, key, value, "is not a duration (e.g. 5s, 500ms, 1m)")
+    if not (minimum <= seconds <= maximum):
+        raise _fail(src, key, value, f"must be between {minimum}s and {maximum:g}s")
+    return seconds
+
+
+def _cgroup_path(src, key, value) -> str:
+    value = _str(src, key, value)
+    if not value.startswith("/"):
+        raise _fail(src, key, value, "must be an absolute cgroup path (e.g. /kube.slice)")
+    return value
+
+
+def _reserved_cgroup(src, key, value) -> str:
+    value = _cgroup_path(src, key, value)
+    last = value.rstrip("/").rsplit("/", 1)[-1]
+    if not re.fullmatch(r"[A-Za-z0-9:_.\\-]+\.slice", last) or last.startswith("-"):
+        raise _fail(src, key, value, "must name a systemd slice (its last element must end in .slice, e.g. /kube.slice)")
+    return value
+
+
+def _resource_list(src, key, value) -> int:
+    """kubeReserved/systemReserved: a ResourceList; we use `memory`, others are checked for shape."""
+    if not isinstance(value, dict):
+        raise _fail(src, key, value, "must be a map of resource name to quantity (e.g. {memory: 1Gi})")
+    memory = 0
+    for name, q in value.items():
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9./_-]+", name):
+            raise _fail(src, f"{key}.{name}", q, "has an invalid resource name")
+        if name == "memory":
+            memory = _bytes(src, f"{key}.memory", q)
+        else:
+            try:
+                parse_quantity(q)
+            except QuantityError:
+                raise _fail(src, f"{key}.{name}", q, "is not a quantity") from None
+    return memory
+
+
+def _eviction_hard(src, key, value) -> Reserve:
+    if not isinstance(value, dict):
+        raise _fail(src, key, value, "must be a map of signal to threshold (e.g. {memory.available: 100Mi})")
+    for name, threshold in value.items():
+        if not isinstance(name, str) or not isinstance(threshold, (str, int, float)) or isinstance(threshold, bool):
+            raise _fail(src, f"{key}.{name}", threshold, "must be a quantity or a percentage")
+    if "memory.available" not in value:
+        # The kubelet drops its defaults for every signal once evictionHard is set.
+        return Reserve()
+    return _bytes_or_percent(src, f"{key}.memory.available", value["memory.available"])
+
+
+def _enforce(src, key, value) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise _fail(src, key, value, f"must be a list of {', '.join(ENFORCE)}")
+    if value in (["none"], ["None"]):
+        return ()
+    out = []
+    for item in value:
+        if item not in ENFORCE:
+            raise _fail(src, key, item, f"is not one of {', '.join(ENFORCE)} (or 'none' alone)")
+        if item not in out:
+            out.append(item)
+    return tuple(out)
+
+
+def _factor(src, key, value) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _fail(src, key, value, "must be a number in (0, 1], or null for no MemoryHigh")
+    if not 0 < value <= 1:
+        raise _fail(src, key, value, "is outside (0, 1]")
+    return float(value)
+
+
+def _optional_path(src, key, value) -> str | None:
+    if value is None:
+        return None
+    value = _str(src, key, value)
+    if not value.startswith("/"):
+        raise _fail(src, key, value, "must be an absolute path")
+    return value
+
+
+def _listen(src, key, value) -> str | None:
+    if value is None or value is False:
+        return None
+    value = _str(src, key, value)
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise _fail(src, key, value, "must be HOST:PORT (e.g. 127.0.0.1:9759), or null to disable")
+    return value
+
+
+def _kubelet_source(src, key, value) -> KubeletSource:
+    if not isinstance(value, dict):
+        raise _fail(src, key, value, "must be a map (url, tokenFile, caFile, ...)")
+    fields = {
+        "url": ("url", lambda k, v: _url(src, k, v)),
+        "tokenFile": ("token_file", lambda k, v: _optional_path(src, k, v)),
+        "caFile": ("ca_file", lambda k, v: _optional_path(src, k, v)),
+        "clientCertFile": ("client_cert_file", lambda k, v: _optional_path(src, k, v)),
+        "clientKeyFile": ("client_key_file", lambda k, v: _optional_path(src, k, v)),
+        "insecureSkipTLSVerify": ("insecure_skip_tls_verify", lambda k, v: _bool(src, k, v)),
+        "pollInterval": ("poll_interval", lambda k, v: _duration(src, k, v, minimum=0.1)),
+        "timeout": ("timeout", lambda k, v: _duration(src, k, v, minimum=0.1, maximum=300)),
+    }
+    out = _map_fields(src, key, value, fields)
+    result = KubeletSource(**out)
+    if (result.client_cert_file is None) != (result.client_key_file is None):
+        raise _fail(src, f"{key}.clientCertFile", result.client_cert_file,
+                    "and kubelet.clientKeyFile must be set together")
+    return result
+
+
+def _url(src, key, value) -> str:
+    value = _str(src, key, value)
+    if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+        raise _fail(src, key, value, "must be an http:// or https:// URL (e.g. https://127.0.0.1:10250/pods)")
+    return value
+
+
+def _metrics(src, key, value) -> MetricsConfig:
+    if value is None:
+        return MetricsConfig(listen=None)
+    if not isinstance(value, dict):
+        raise _fail(src, key, value, "must be a map with 'listen', or null to disable")
+    return MetricsConfig(**_map_fields(src, key, value, {"listen": ("listen", lambda k, v: _listen(src, k, v))}))
+
+
+def _map_fields(src, prefix, value: dict, fields: dict) -> dict:
+    out = {}
+    for k, v in value.items():
+        if k not in fields:
+            raise _fail(src, f"{prefix}.{k}", v, f"is not a known key (known: {', '.join(fields)})")
+        attr, check = fields[k]
+        out[attr] = check(f"{prefix}.{k}", v)
+    return out
+
+
+# key -> (dataclass attribute, checker). Planner keys first; all are also
+# KubeletConfiguration fields except hierarchy and protectionHeadroom.
+_PLANNER = {
+    "memoryReservationPolicy": ("memory_reservation_policy", lambda s, k, v: _enum(s, k, v, POLICIES)),
+    "memoryThrottlingFactor": ("memory_throttling_factor", _factor),
+    "hierarchy": ("hierarchy", lambda s, k, v: _enum(s, k, v, HIERARCHIES)),
+    "cgroupRoot": ("cgroup_root", _cgroup_path),
+    "kubeReserved": ("kube_reserved", _resource_list),
+    "systemReserved": ("system_reserved", _resource_list),
+    "evictionHard": ("eviction_hard_memory", _eviction_hard),
+    "enforceNodeAllocatable": ("enforce_node_allocatable", _enforce),
+    "kubeReservedCgroup": ("kube_reserved_cgroup", _reserved_cgroup),
+    "systemReservedCgroup": ("system_reserved_cgroup", _reserved_cgroup),
+    "protectionHeadroom": ("protection_headroom", _bytes_or_percent),
+}
+_DAEMON = {
+    "podsFile": ("pods_file", _optional_path),
+    "kubelet": ("kubelet", _kubelet_source),
+    "kubeletConfigFile": ("kubelet_config_file", _optional_path),
+    "metrics": ("metrics", _metrics),
+    "resyncInterval": ("resync_interval", lambda s, k, v: _duration(s, k, v, minimum=1)),
+}
+_KUBELET_KEYS = tuple(k for k in _PLANNER if k not in ("hierarchy", "protectionHeadroom"))
+
+
+def read_yaml(path: str | Path, what: str = "config") -> Any:
+    """Read one YAML (or JSON) document with the safe loader; errors name the file."""
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read {what}: {e.strerror or e}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{p}: {what} is larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        return yaml.safe_load(data)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{p}: not valid YAML{where}: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: not valid YAML: nested too deeply") from None
+
+
+def kubelet_config_subset(doc: Any, src: str) -> tuple[dict, bool]:
+    """The planner keys (and the MemoryQoS gate) out of a KubeletConfiguration document."""
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{src}: not a KubeletConfiguration (expected a map, got {type(doc).__name__})")
+    kind = doc.get("kind")
+    if kind not in (None, "KubeletConfiguration"):
+        raise ConfigError(f"{src}: kind: {kind!r} is not KubeletConfiguration")
+    subset = {k: doc[k] for k in _KUBELET_KEYS if k in doc}
+    gates = doc.get("featureGates") or {}
+    gate = bool(isinstance(gates, dict) and gates.get("MemoryQoS") is True)
+    return subset, gate
+
+
+def parse_config(data: Any, src: str = "config", kubelet_doc: Any = None, kubelet_src: str = "") -> Config:
+    """Validate a parsed config document (None or {} means all defaults)."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{src}: the config must be a YAML map of keys, got {type(data).__name__}")
+    known = {**_PLANNER, **_DAEMON}
+    for k, v in data.items():
+        if k not in known:
+            hint = ""
+            close = [n for n in known if n.lower() == str(k).lower()]
+            if close:
+                hint = f" (did you mean {close[0]}?)"
+            raise _fail(src, k, v, f"is not a known key{hint}")
+
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {k: "default" for k in known}
+    gate = False
+    if kubelet_doc is not None:
+        subset, gate = kubelet_config_subset(kubelet_doc, kubelet_src)
+        for k, v in subset.items():
+            attr, check = _PLANNER[k]
+            values[attr] = check(kubelet_src, k, v)
+            origins[k] = "kubelet"
+    for k, v in data.items():
+        attr, check = known[k]
+        values[attr] = check(src, k, v)
+        origins[k] = "config"
+
+    cfg = Config(**values, kubelet_memory_qos_gate=gate, origins=origins)
+    _cross_check(cfg, src)
+    return cfg
+
+
+def _cross_check(cfg: Config, src: str) -> None:
+    # The kubelet's own rule: enforcing a reservation needs the cgroup to enforce it on.
+    if "kube-reserved" in cfg.enforce_node_allocatable and cfg.kube_reserved_cgroup is None:
+        raise _fail(src, "enforceNodeAllocatable", list(cfg.enforce_node_allocatable),
+                    "names kube-reserved but kubeReservedCgroup is not set")
+    if "system-reserved" in cfg.enforce_node_allocatable and cfg.system_reserved_cgroup is None:
+        raise _fail(src, "enforceNodeAllocatable", list(cfg.enforce_node_allocatable),
+                    "names system-reserved but systemReservedCgroup is not set")
+    if cfg.kube_reserved_cgroup and cfg.kube_reserved_cgroup == cfg.system_reserved_cgroup:
+        raise _fail(src, "systemReservedCgroup", cfg.system_reserved_cgroup, "is the same cgroup as kubeReservedCgroup")
+
+
+def load_config(path: str | Path | None, *, required: bool = False) -> Config:
+    """Load our config file, merged over the kubelet's config when `kubeletConfigFile` is set.
+
+    A missing file at the default path means built-in defaults unless `required`.
+    """
+    data = None
+    src = str(path) if path else "defaults"
+    if path is not None:
+        p = Path(path)
+        if p.exists() or required:
+            data = read_yaml(p)
+    kubelet_doc = None
+    kubelet_src = ""
+    if isinstance(data, dict) and data.get("kubeletConfigFile"):
+        kpath = _optional_path(src, "kubeletConfigFile", data["kubeletConfigFile"])
+        kubelet_src = str(kpath)
+        kubelet_doc = read_yaml(kpath, what="kubelet config")
+    return parse_config(data, src, kubelet_doc, kubelet_src)
+
+
+def describe_defaults() -> dict:
+    """Default values by config key, for docs and `--help`."""
+    d = Config()
+    out = {}
+    for k, (attr, _) in {**_PLANNER, **_DAEMON}.items():
+        out[k] = getattr(d, attr)
+    return out
+
+
+def replace(cfg: Config, **changes) -> Config:
+    return dataclasses.replace(cfg, **changes)

@@ -1,0 +1,230 @@
+"""The planner: (pods, node facts, config) -> the unit properties to hold. Pure.
+
+No I/O, no clock, no globals: everything here is a function of its arguments,
+so every number can be table-tested. Where the numbers come from:
+
+* `allocatable`   Node Allocatable: capacity - kubeReserved - systemReserved - evictionHard.
+* `memory_high`   KEP-2570 (v1.27+): floor((req + factor*(limit or allocatable - req))/page)*page,
+                  `infinity` when that is not above the request.
+* `_protection`   memoryReservationPolicy (KEP-2570 v1.36): which of MemoryMin / MemoryLow a
+                  pod and its containers get.
+* `_ancestors`    hierarchy: `effective` backs every protection with the same kind on every
+                  ancestor (the kernel honours nothing more); `kubelet` reproduces the KEP's numbers.
+* `_capacity_guard` total hard protection never exceeds capacity minus the headroom.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from .config import Config
+from .naming import Naming, NamingError, container_scope, reserved_slice
+from .pods import Pod
+from .quantity import format_bytes
+
+__all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "allocatable", "memory_high", "plan"]
+
+# systemd's `infinity` for MemoryHigh (uint64 max).
+INFINITY = 2**64 - 1
+LEVELS = ("node", "reserved", "qos", "pod", "container")
+
+
+class PlanError(ValueError):
+    """Inputs that no plan can be made from (the message names the values)."""
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    capacity: int  # bytes of memory the node has (MemTotal)
+    page_size: int = 4096
+
+
+@dataclass(frozen=True)
+class UnitPlan:
+    unit: str
+    level: str  # node | reserved | qos | pod | container
+    parent: str | None  # the unit above it that we also plan (None: top of what we manage)
+    memory_min: int = 0
+    memory_low: int = 0
+    memory_high: int = INFINITY
+    pod: str | None = None  # "namespace/name" for pod and container levels
+
+    def properties(self) -> dict[str, int]:
+        return {"MemoryMin": self.memory_min, "MemoryLow": self.memory_low, "MemoryHigh": self.memory_high}
+
+
+@dataclass(frozen=True)
+class Plan:
+    capacity: int
+    allocatable: int
+    units: tuple[UnitPlan, ...]  # parents always before their children
+    warnings: tuple[str, ...] = ()
+
+    def by_unit(self) -> dict[str, UnitPlan]:
+        return {u.unit: u for u in self.units}
+
+    def node_unit(self) -> UnitPlan:
+        """The kubepods slice (the last node-level unit: any cgroupRoot slices come first)."""
+        return [u for u in self.units if u.level == "node"][-1]
+
+
+def allocatable(config: Config, capacity: int) -> int:
+    """Node Allocatable for memory; PlanError when the reservations exceed the node."""
+    eviction = config.eviction_hard_memory.resolve(capacity)
+    value = capacity - config.kube_reserved - config.system_reserved - eviction
+    if value < 0:
+        raise PlanError(
+            f"allocatable memory is negative: capacity {capacity} - kubeReserved {config.kube_reserved}"
+            f" - systemReserved {config.system_reserved} - evictionHard {eviction} = {value}")
+    return value
+
+
+def memory_high(request: int, limit: int | None, alloc: int, factor: float | None, page_size: int) -> int:
+    """KEP-2570's memory.high for one cgroup, or INFINITY (no throttling)."""
+    if factor is None:
+        return INFINITY
+    ceiling = alloc if limit is None else limit
+    f = Fraction(repr(factor))  # 0.9 means 9/10 exactly, not the nearest binary float
+    value = (request + f * (ceiling - request)) // page_size * page_size
+    return int(value) if value > request else INFINITY
+
+
+def _protection(policy: str, qos: str) -> str | None:
+    """Which property protects a pod of this QoS class: 'min', 'low' or None."""
+    if policy == "TieredReservation":
+        return {"Guaranteed": "min", "Burstable": "low"}.get(qos)
+    if policy == "HardReservation":
+        return {"Guaranteed": "min", "Burstable": "min"}.get(qos)
+    return None
+
+
+def _amounts(kind: str | None, amount: int) -> tuple[int, int]:
+    if kind == "min":
+        return amount, 0
+    if kind == "low":
+        return 0, amount
+    return 0, 0
+
+
+def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
+    """The desired MemoryMin/MemoryLow/MemoryHigh of every unit we manage."""
+    if node.capacity <= 0:
+        raise PlanError(f"node memory capacity {node.capacity} must be positive")
+    if node.page_size <= 0 or node.page_size & (node.page_size - 1):
+        raise PlanError(f"page size {node.page_size} must be a positive power of two")
+    alloc = allocatable(config, node.capacity)
+    policy = config.memory_reservation_policy
+    factor = config.memory_throttling_factor
+    effective = config.hierarchy == "effective"
+    warnings: list[str] = []
+
+    reserved_cfg = []
+    if "kube-reserved" in config.enforce_node_allocatable and config.kube_reserved_cgroup:
+        reserved_cfg.append((config.kube_reserved_cgroup, config.kube_reserved))
+    if "system-reserved" in config.enforce_node_allocatable and config.system_reserved_cgroup:
+        reserved_cfg.append((config.system_reserved_cgroup, config.system_reserved))
+    try:
+        naming = Naming(config.cgroup_root, tuple(c for c, _ in reserved_cfg))
+    except NamingError as e:
+        raise PlanError(str(e)) from None
+
+    node_slice = naming.node_slice()
+    pod_units: list[UnitPlan] = []
+    container_units: list[UnitPlan] = []
+    # Per QoS parent: the sums of what its pod slices hold, and the raw request sums.
+    held = {"Guaranteed": [0, 0], "Burstable": [0, 0], "BestEffort": [0, 0]}
+    requested = {"Guaranteed": 0, "Burstable": 0, "BestEffort": 0}
+    seen_units: set[str] = set()
+
+    for pod in sorted(pods, key=lambda p: (p.namespace, p.name, p.uid)):
+        try:
+            pod_unit = naming.pod_slice(pod.qos, pod.uid)
+        except NamingError as e:
+            warnings.append(f"pod {pod.key}: {e}; not planned")
+            continue
+        kind = _protection(policy, pod.qos)
+        request = pod.request
+        children: list[UnitPlan] = []
+        for c in pod.containers:
+            if c.container_id is None:
+                continue
+            try:
+                scope = container_scope(c.container_id)
+            except NamingError as e:
+                warnings.append(f"pod {pod.key} container {c.name!r}: {e}; not planned")
+                continue
+            if scope in seen_units:
+                warnings.append(f"pod {pod.key} container {c.name!r}: {scope} is claimed twice; not planned")
+                continue
+            seen_units.add(scope)
+            cmin, clow = _amounts(kind, c.request)
+            high = INFINITY if pod.qos == "Guaranteed" else memory_high(c.request, c.limit, alloc, factor, node.page_size)
+            children.append(UnitPlan(scope, "container", pod_unit, cmin, clow, high, pod.key))
+        pmin, plow = _amounts(kind, request)
+        if effective:
+            # A pod slice must hold at least what its containers hold, or theirs is worth less.
+            need_min = sum(c.memory_min for c in children)
+            need_low = sum(c.memory_low for c in children)
+            if need_min > pmin or need_low > plow:
+                warnings.append(f"pod {pod.key}: containers request more than the pod ({request} bytes);"
+                                f" pod slice raised to cover them")
+                pmin, plow = max(pmin, need_min), max(plow, need_low)
+        phigh = INFINITY
+        if pod.qos != "Guaranteed" and pod.pod_limit is not None:
+            phigh = memory_high(request, pod.pod_limit + pod.overhead, alloc, factor, node.page_size)
+        pod_units.append(UnitPlan(pod_unit, "pod", naming.qos_slice(pod.qos), pmin, plow, phigh, pod.key))
+        container_units.extend(children)
+        held[pod.qos][0] += pmin
+        held[pod.qos][1] += plow
+        requested[pod.qos] += request
+
+    qos_units = [
+        UnitPlan(naming.qos_slice("Burstable"), "qos", node_slice, *held["Burstable"]),
+        UnitPlan(naming.qos_slice("BestEffort"), "qos", node_slice, *held["BestEffort"]),
+    ]
+    if effective or policy == "None":
+        node_min = sum(u.memory_min for u in qos_units) + held["Guaranteed"][0]
+        node_low = sum(u.memory_low for u in qos_units) + held["Guaranteed"][1]
+    else:
+        # The KEP's literal layout: every request as memory.min at the top, no memory.low.
+        node_min = requested["Guaranteed"] + requested["Burstable"]
+        node_low = 0
+
+    reserved_units = []
+    for cgroup, amount in reserved_cfg:
+        name = reserved_slice(cgroup)
+        rmin = amount if policy != "None" else 0
+        reserved_units.append(UnitPlan(name, "reserved", None, rmin, 0, INFINITY))
+        if effective and rmin and cgroup.strip("/").count("/"):
+            warnings.append(f"{name}: {cgroup} is nested; its MemoryMin only protects if every slice above it"
+                            f" holds as much (set those yourself)")
+
+    node_min = _capacity_guard(node, config, node_slice, node_min, reserved_units, warnings)
+    root_units = []
+    parent = None
+    if effective:
+        for name in naming.root_slices():
+            root_units.append(UnitPlan(name, "node", parent, node_min, node_low, INFINITY))
+            parent = name
+    node_unit = UnitPlan(node_slice, "node", parent, node_min, node_low, INFINITY)
+    units = (*root_units, node_unit, *reserved_units, *qos_units, *pod_units, *container_units)
+    return Plan(node.capacity, alloc, units, tuple(warnings))
+
+
+def _capacity_guard(node: NodeFacts, config: Config, node_slice: str, node_min: int,
+                    reserved_units: list[UnitPlan], warnings: list[str]) -> int:
+    """Cap the node slice's MemoryMin so top-level hard protection leaves the headroom free."""
+    limit = node.capacity - config.protection_headroom.resolve(node.capacity)
+    reserved = sum(u.memory_min for u in reserved_units)
+    if reserved > limit:
+        warnings.append(f"reserved slices hold {format_bytes(reserved)} of MemoryMin, more than capacity minus"
+                        f" headroom ({format_bytes(max(limit, 0))}); check kubeReserved/systemReserved")
+    if node_min + reserved <= limit:
+        return node_min
+    capped = max(0, limit - reserved)
+    warnings.append(f"{node_slice}: MemoryMin capped from {node_min} to {capped} bytes (by {node_min - capped},"
+                    f" {format_bytes(node_min - capped)}): hard protection would exceed capacity"
+                    f" {format_bytes(node.capacity)} minus protectionHeadroom")
+    return capped

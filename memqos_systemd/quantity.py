@@ -1,0 +1,99 @@
+"""Kubernetes resource quantities -> exact numbers.
+
+The grammar is the API machinery's (`resource.Quantity`):
+
+    <quantity> ::= <sign>? <number> <suffix>
+    <number>   ::= <digits> | <digits>.<digits> | <digits>. | .<digits>
+    <suffix>   ::= Ki | Mi | Gi | Ti | Pi | Ei | m | "" | k | M | G | T | P | E | (e|E)<sign>?<digits>
+
+Values are kept as `fractions.Fraction` so `1.5Gi` and `500m` are exact;
+`to_bytes` rounds fractional bytes up, as the API server does for memory.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+__all__ = ["QuantityError", "parse_quantity", "to_bytes", "parse_bytes", "format_bytes", "MAX_BYTES"]
+
+# Memory values end up as systemd `t` (uint64) properties; anything past int64 is
+# not a memory size any real node has, and Kubernetes itself caps quantities there.
+MAX_BYTES = 2**63 - 1
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"m": Fraction(1, 1000), "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+            "P": 10**15, "E": 10**18}
+_RE = re.compile(
+    r"(?P<sign>[+-]?)(?P<num>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?:(?P<exp>[eE][+-]?[0-9]+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?)"
+)
+# Bounds that keep a hostile quantity from costing real time (10**10**6 is a
+# valid-looking exponent); far beyond anything a node can hold.
+_MAX_DIGITS = 40
+_MAX_EXPONENT = 30
+
+
+class QuantityError(ValueError):
+    """A value that is not a Kubernetes quantity (the message says why)."""
+
+
+def parse_quantity(value: object) -> Fraction:
+    """Parse a quantity given as a string, or as an int/float read from YAML/JSON."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise QuantityError(f"{value!r} is not a quantity")
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise QuantityError(f"{value!r} is not a quantity")
+        return Fraction(repr(value))  # the decimal the YAML/JSON said, not the binary float
+    text = value.strip()
+    m = _RE.fullmatch(text)
+    if not m:
+        raise QuantityError(f"{value!r} is not a quantity (examples: 128974848, 129e6, 129M, 123Mi, 1.5Gi)")
+    num = m.group("num")
+    if len(num.replace(".", "")) > _MAX_DIGITS:
+        raise QuantityError(f"{value!r} has too many digits")
+    result = Fraction(num if not num.endswith(".") else num[:-1])
+    if m.group("exp"):
+        exp = int(m.group("exp")[1:])
+        if abs(exp) > _MAX_EXPONENT:
+            raise QuantityError(f"{value!r} has an exponent out of range")
+        result *= Fraction(10) ** exp
+    else:
+        suffix = m.group("suffix") or ""
+        result *= _BINARY.get(suffix) or _DECIMAL[suffix]
+    return -result if m.group("sign") == "-" else result
+
+
+def to_bytes(q: Fraction, what: str = "quantity") -> int:
+    """Whole bytes, fractional bytes rounded up; negative and absurd sizes refused."""
+    if q < 0:
+        raise QuantityError(f"{what} is negative")
+    n = math.ceil(q)
+    if n > MAX_BYTES:
+        raise QuantityError(f"{what} is larger than {MAX_BYTES} bytes")
+    return n
+
+
+def parse_bytes(value: object) -> int:
+    """A memory quantity as whole bytes (e.g. '1.5Gi' -> 1610612736)."""
+    try:
+        return to_bytes(parse_quantity(value), repr(value))
+    except QuantityError as e:
+        if str(e).startswith(repr(value)):
+            raise
+        raise QuantityError(f"{value!r}: {e}") from None
+
+
+def format_bytes(n: int) -> str:
+    """Short human form for tables: 512Mi, 1.5Gi, 4096 (exact bytes when small or odd)."""
+    for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if n >= size:
+            value = n / size
+            if value == int(value):
+                return f"{int(value)}{unit}"
+            return f"{value:.2f}{unit}".replace(".00", "")
+    return str(n)

@@ -1,0 +1,49 @@
+# Every target installs what it needs (Debian packages, the venv) itself.
+# The venv uses Debian's python3 and its packages (--system-site-packages),
+# the same versions the .deb depends on.
+PYTHON := /usr/bin/python3
+VENV := .venv
+PY := $(VENV)/bin/python
+EXAMPLE_ARGS := --pods examples/pods.json --config examples/config.yaml --node-memory 16Gi
+
+.PHONY: demo test test-unit test-integration test-e2e deb bench clean deps-runtime deps-test
+
+# The main job: show the plan for an example node.
+demo: $(VENV)/.installed
+	$(VENV)/bin/memqos-systemd plan $(EXAMPLE_ARGS) --output table
+
+# The whole test suite: unit, integration (private dbus-daemon), e2e (real systemd in qemu).
+test: $(VENV)/.installed deps-test
+	scripts/install-deps.sh deb e2e
+	$(MAKE) deb
+	$(PY) -m pytest tests -v -ra
+
+test-unit: $(VENV)/.installed deps-test
+	$(PY) -m pytest tests/unit -q
+
+test-integration: $(VENV)/.installed deps-test
+	$(PY) -m pytest tests/integration -q
+
+test-e2e: $(VENV)/.installed deps-test
+	scripts/install-deps.sh deb e2e
+	$(MAKE) deb
+	$(PY) -m pytest tests/e2e -v -ra
+
+deb:
+	scripts/install-deps.sh deb
+	scripts/build-deb.sh
+
+deps-runtime:
+	scripts/install-deps.sh runtime
+
+deps-test:
+	scripts/install-deps.sh test
+
+$(VENV)/.installed: pyproject.toml
+	scripts/install-deps.sh runtime
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation --disable-pip-version-check -e .
+	touch $@
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

@@ -1,0 +1,277 @@
+"""Command line: parse, call, print. Exit 0 ok, 1 runtime failure, 2 bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import __version__
+from .config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
+from .plan import INFINITY, NodeFacts, Plan, PlanError, UnitPlan, plan
+from .pods import PodsError, parse_pods
+from .quantity import QuantityError, format_bytes, parse_bytes
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+MAX_PODS_INPUT = 64 << 20
+
+DESCRIPTION = """\
+Give Kubernetes pods and node daemons real memory protection and throttling on
+cgroup v2 (Memory QoS, KEP-2570, and Node Allocatable) by setting MemoryMin,
+MemoryLow and MemoryHigh on kubepods.slice, the QoS and pod slices, container
+scopes and the reserved slices through systemd's D-Bus API.
+
+Start with a dry look, then apply:
+  memqos-systemd plan --pods pods.json --config /etc/memqos-systemd/config.yaml
+  memqos-systemd check
+  memqos-systemd apply --once --dry-run
+  memqos-systemd apply --once
+  systemctl enable --now memqos-systemd      # the service runs `memqos-systemd run`
+  memqos-systemd status
+Undo everything with `memqos-systemd reset` (MemoryMin/MemoryLow 0, MemoryHigh infinity).
+
+Exit status: 0 success, 1 runtime failure (systemd or the kubelet unreachable, ...),
+2 bad input (config, pods, arguments)."""
+
+
+class UsageError(Exception):
+    """Bad input from the command line or a file it names (exit 2)."""
+
+
+def _read_pods(arg: str) -> Any:
+    import yaml
+
+    try:
+        if arg == "-":
+            data = sys.stdin.buffer.read(MAX_PODS_INPUT + 1)
+            where = "standard input"
+        else:
+            with open(arg, "rb") as f:
+                data = f.read(MAX_PODS_INPUT + 1)
+            where = arg
+    except OSError as e:
+        raise UsageError(f"--pods {arg}: cannot read: {e.strerror or e}") from None
+    if len(data) > MAX_PODS_INPUT:
+        raise UsageError(f"--pods {where}: larger than {MAX_PODS_INPUT >> 20} MiB")
+    text = data.lstrip()
+    if not text:
+        raise UsageError(f"--pods {where}: empty")
+    try:
+        if text[:1] in (b"{", b"["):
+            return json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        pass  # YAML is a superset of JSON; let it report the error position
+    try:
+        return yaml.safe_load(data)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise UsageError(f"--pods {where}: not JSON or YAML{at}: {problem}") from None
+    except RecursionError:
+        raise UsageError(f"--pods {where}: nested too deeply") from None
+
+
+def _node_memory(arg: str | None) -> int:
+    if arg is None:
+        from .node import read_meminfo
+
+        try:
+            return read_meminfo()
+        except (OSError, ValueError) as e:
+            raise UsageError(f"cannot read node memory from /proc/meminfo ({e}); pass --node-memory") from None
+    try:
+        value = parse_bytes(arg)
+    except QuantityError:
+        raise UsageError(f"--node-memory: {arg!r} is not a memory quantity (e.g. 16Gi)") from None
+    if value <= 0:
+        raise UsageError(f"--node-memory: {arg!r} must be positive")
+    return value
+
+
+def _page_size(arg: str | None) -> int:
+    if arg is None:
+        return os.sysconf("SC_PAGE_SIZE")
+    try:
+        value = int(arg)
+    except ValueError:
+        raise UsageError(f"--page-size: {arg!r} is not a whole number of bytes") from None
+    if value <= 0 or value & (value - 1):
+        raise UsageError(f"--page-size: {arg} must be a positive power of two")
+    return value
+
+
+def _config(arg: str | None, *, default_path: bool) -> Config:
+    if arg is None:
+        return load_config(DEFAULT_CONFIG_PATH if default_path else None)
+    return load_config(arg, required=True)
+
+
+def plan_to_json(p: Plan) -> dict:
+    """The `plan --output json` document (a contract: see `issues show 2`)."""
+    units = []
+    for u in p.units:
+        entry: dict[str, Any] = {"unit": u.unit, "level": u.level}
+        if u.pod is not None:
+            entry["pod"] = u.pod
+        entry["MemoryMin"] = u.memory_min
+        entry["MemoryLow"] = u.memory_low
+        entry["MemoryHigh"] = "infinity" if u.memory_high == INFINITY else u.memory_high
+        units.append(entry)
+    return {"node": {"capacityBytes": p.capacity, "allocatableBytes": p.allocatable},
+            "units": units, "warnings": list(p.warnings)}
+
+
+def _short_unit(name: str) -> str:
+    # Container scopes carry 64 hex digits; 12 identify them for a person.
+    head, sep, rest = name.rpartition("-")
+    if sep and rest.endswith(".scope") and len(rest) == 64 + len(".scope"):
+        return f"{head}-{rest[:12]}….scope"
+    return name
+
+
+def _show_bytes(n: int) -> str:
+    return "infinity" if n == INFINITY else ("0" if n == 0 else format_bytes(n))
+
+
+def _tree_order(p: Plan) -> list[tuple[int, UnitPlan]]:
+    """Units depth-first (each parent followed by its children), with their depth."""
+    children: dict[str | None, list] = {}
+    names = {u.unit for u in p.units}
+    for u in p.units:
+        children.setdefault(u.parent if u.parent in names else None, []).append(u)
+    out: list = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for u in children.get(parent, []):
+            out.append((depth, u))
+            walk(u.unit, depth + 1)
+    walk(None, 0)
+    return out
+
+
+def plan_to_table(p: Plan, cfg: Config) -> str:
+    rows = [("  " * d + _short_unit(u.unit), u.level, u.pod or "", _show_bytes(u.memory_min),
+             _show_bytes(u.memory_low), _show_bytes(u.memory_high)) for d, u in _tree_order(p)]
+    header = ("UNIT", "LEVEL", "POD", "MemoryMin", "MemoryLow", "MemoryHigh")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    factor = "off" if cfg.memory_throttling_factor is None else f"{cfg.memory_throttling_factor:g}"
+    lines = [
+        f"node: capacity {format_bytes(p.capacity)}, allocatable {format_bytes(p.allocatable)};"
+        f" policy {cfg.memory_reservation_policy}, hierarchy {cfg.hierarchy}, throttling factor {factor}",
+        "",
+    ]
+    for r in [header, *rows]:
+        lines.append("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+    if p.warnings:
+        lines += ["", "warnings:"] + [f"  - {w}" for w in p.warnings]
+    return "\n".join(lines)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    cfg = _config(args.config, default_path=False)
+    doc = _read_pods(args.pods)
+    try:
+        pods, pod_warnings = parse_pods(doc)
+    except PodsError as e:
+        raise UsageError(f"--pods {args.pods}: {e}") from None
+    node = NodeFacts(capacity=_node_memory(args.node_memory), page_size=_page_size(args.page_size))
+    result = plan(pods, node, cfg)
+    result = Plan(result.capacity, result.allocatable, result.units, tuple(pod_warnings) + result.warnings)
+    output = args.output or ("table" if sys.stdout.isatty() else "json")
+    if output == "json":
+        json.dump(plan_to_json(result), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(plan_to_table(result, cfg))
+    return EXIT_OK
+
+
+def _daemon_command(name: str):
+    def run(args: argparse.Namespace) -> int:
+        from . import commands
+
+        return getattr(commands, name)(args, _config(args.config, default_path=True))
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memqos-systemd", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, help_: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_, description=description,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    config_help = f"the config file (default: {DEFAULT_CONFIG_PATH} when it exists, else built-in defaults)"
+
+    p = add("plan", "show the unit properties a node should hold; touches nothing",
+            "Print the MemoryMin/MemoryLow/MemoryHigh every unit should hold for the given pods.\n"
+            "Pure: reads the files named, never systemd or the kubelet.\n\n"
+            "example:\n  curl -s http://127.0.0.1:10255/pods | memqos-systemd plan --pods - --config config.yaml")
+    p.add_argument("--pods", required=True, metavar="PODS",
+                   help="a PodList, a Pod, or a list of Pods as JSON or YAML (as the kubelet's /pods serves); - for stdin")
+    p.add_argument("--config", metavar="CONFIG", help="the config file (default: built-in defaults)")
+    p.add_argument("--node-memory", metavar="QTY", help="node memory capacity, e.g. 16Gi (default: MemTotal of /proc/meminfo)")
+    p.add_argument("--page-size", metavar="BYTES", help="page size for MemoryHigh rounding (default: the OS page size)")
+    p.add_argument("--output", choices=("json", "table"), help="table for people (default on a terminal) or json")
+    p.set_defaults(func=cmd_plan)
+
+    p = add("apply", "reconcile once: send systemd what differs from the plan",
+            "Fetch pods from the configured source, plan, compare with what systemd holds, and send only\n"
+            "the differences through SetUnitProperties (ancestors first when protection grows).")
+    p.add_argument("--config", metavar="CONFIG", help=config_help)
+    p.add_argument("--once", action="store_true", help="one reconcile, then exit (the only mode; kept for clarity)")
+    p.add_argument("--dry-run", action="store_true", help="print the D-Bus calls it would make and change nothing")
+    p.set_defaults(func=_daemon_command("apply"))
+
+    p = add("run", "the service: keep units at their planned values, react to events",
+            "Run as a daemon (systemd Type=notify): reconcile on pod changes, new units, kubelet restarts,\n"
+            "memory hotplug, SIGHUP (reload config) and a periodic resync. SIGTERM exits and leaves\n"
+            "protections in place.")
+    p.add_argument("--config", metavar="CONFIG", help=config_help)
+    p.set_defaults(func=_daemon_command("run"))
+
+    p = add("status", "per unit: desired vs what systemd holds vs the kernel's memory.* files",
+            "Show, for every unit we manage, the planned values, the values systemd holds and the\n"
+            "kernel's memory.min/low/high; differences are marked DRIFT.")
+    p.add_argument("--config", metavar="CONFIG", help=config_help)
+    p.add_argument("--output", choices=("json", "table"), help="table (default on a terminal) or json")
+    p.set_defaults(func=_daemon_command("status"))
+
+    p = add("reset", "set every managed property back to 0 / infinity (rollback)",
+            "Set MemoryMin=0, MemoryLow=0, MemoryHigh=infinity on every unit we manage, through D-Bus,\n"
+            "children before parents. Stop the service first or it will re-apply its plan.")
+    p.add_argument("--config", metavar="CONFIG", help=config_help)
+    p.add_argument("--dry-run", action="store_true", help="print the D-Bus calls it would make and change nothing")
+    p.set_defaults(func=_daemon_command("reset"))
+
+    p = add("check", "preflight: cgroup v2, memory controller, kernel, systemd, D-Bus, config",
+            "Check that this node can run memqos-systemd and say what is wrong if not.\n"
+            "Exit 0 when nothing is an error (warnings allowed), 1 otherwise.")
+    p.add_argument("--config", metavar="CONFIG", help=config_help)
+    p.set_defaults(func=_daemon_command("check"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (UsageError, ConfigError, PlanError) as e:
+        print(f"memqos-systemd: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

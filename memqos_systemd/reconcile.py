@@ -1,0 +1,108 @@
+"""The diff: (desired plan, what systemd holds) -> the ordered changes to send. Pure.
+
+Ordering keeps every child at or below its parent at every moment:
+1. grow pass, parents before children: every property whose value goes up;
+2. shrink pass, children before parents: every property whose value goes down.
+Any prefix of that sequence is also safe, so an apply that stops at a failure
+never leaves a child above its parent; the next reconcile finishes the job.
+
+Pod slices and container scopes of ours that systemd has but the plan no
+longer names (the pod is gone from the kubelet) are brought back to the
+defaults, children first. Units systemd does not have are only created for
+the node, QoS and reserved levels (systemd makes the slice, and the kubelet
+finds it ready); a pod or container unit that is not there is never created.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from .naming import Naming
+from .plan import INFINITY, Plan, UnitPlan
+
+__all__ = ["Change", "DEFAULTS", "diff", "reset_plan", "MAY_CREATE"]
+
+DEFAULTS = {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": INFINITY}
+# Levels whose unit we may create by setting properties on it.
+MAY_CREATE = frozenset({"node", "qos", "reserved"})
+
+
+@dataclass(frozen=True)
+class Change:
+    unit: str
+    level: str
+    props: Mapping[str, int]  # only the properties that differ, with their new values
+    direction: str  # "grow" | "shrink"
+
+    @property
+    def must_exist(self) -> bool:
+        """Pod and container units are the kubelet's and the runtime's: never create them."""
+        return self.level not in MAY_CREATE
+
+
+def _grows(name: str, new: int, old: int) -> bool:
+    # For MemoryHigh a larger value is a looser limit; order it with the growth
+    # of protection so a throttle is lifted before protection is asked for.
+    return new > old
+
+
+def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[str, int] | None],
+         naming: Naming | None = None) -> list[Change]:
+    """Ordered changes that take systemd from `observed` to `desired`.
+
+    `observed` maps unit name -> the properties systemd holds, or None when the
+    unit is not loaded. Units in `observed` that are ours (per `naming`) at the
+    pod or container level but absent from `desired` are reset to the defaults.
+    """
+    units = desired.units if isinstance(desired, Plan) else desired
+    targets: list[tuple[str, str, Mapping[str, int]]] = []
+    planned = set()
+    for u in units:
+        planned.add(u.unit)
+        targets.append((u.unit, u.level, u.properties()))
+    if naming is not None:
+        orphans = []
+        for name in observed:
+            if name in planned or observed[name] is None:
+                continue
+            ref = naming.parse_unit(name)
+            if ref is not None and ref.level in ("pod", "container"):
+                orphans.append((0 if ref.level == "pod" else 1, name, ref.level))
+        # Orphans go last in parent-first order (so first when shrinking): pods, then containers.
+        targets.extend((name, level, DEFAULTS) for _, name, level in sorted(orphans))
+
+    grow: list[Change] = []
+    shrink: list[Change] = []
+    for name, level, want in targets:
+        have = observed.get(name)
+        if have is None:
+            if level not in MAY_CREATE or dict(want) == DEFAULTS:
+                continue  # nothing to create, or not ours to create
+            have = DEFAULTS
+        up = {k: v for k, v in want.items() if have.get(k, DEFAULTS[k]) != v and _grows(k, v, have.get(k, DEFAULTS[k]))}
+        down = {k: v for k, v in want.items() if have.get(k, DEFAULTS[k]) != v and k not in up}
+        if up:
+            grow.append(Change(name, level, up, "grow"))
+        if down:
+            shrink.append(Change(name, level, down, "shrink"))
+    return grow + shrink[::-1]
+
+
+def reset_plan(observed: Mapping[str, Mapping[str, int] | None], naming: Naming) -> list[Change]:
+    """Changes that bring every unit of ours back to the defaults, children first."""
+    order = {"node": 0, "reserved": 0, "qos": 1, "pod": 2, "container": 3}
+    ours = []
+    for name, have in observed.items():
+        ref = naming.parse_unit(name)
+        if ref is None or have is None:
+            continue
+        # Root slices above kubepods come before it; kubepods itself is "node" too.
+        rank = order[ref.level] - (1 if ref.level == "node" and name != naming.node_slice() else 0)
+        ours.append((rank, name, ref.level))
+    changes = []
+    for _, name, level in sorted(ours, reverse=True):
+        down = {k: v for k, v in DEFAULTS.items() if observed[name].get(k, v) != v}
+        if down:
+            changes.append(Change(name, level, down, "shrink"))
+    return changes

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Install the Debian packages a job needs, only those missing, so a fresh
+# Debian bookworm machine can run `make demo` / `make test` / `make deb`.
+#   scripts/install-deps.sh runtime|test|deb|e2e ...
+set -euo pipefail
+
+runtime=(python3 python3-venv python3-setuptools python3-dbus-next python3-pyudev python3-yaml python3-prometheus-client)
+test=(python3-pytest python3-hypothesis dbus)
+deb=(build-essential debhelper dh-python pybuild-plugin-pyproject python3-all lintian fakeroot)
+e2e=(qemu-system-x86 qemu-utils debootstrap e2fsprogs)
+
+want=()
+for group in "$@"; do
+  case "$group" in
+    runtime) want+=("${runtime[@]}") ;;
+    test) want+=("${runtime[@]}" "${test[@]}") ;;
+    deb) want+=("${runtime[@]}" "${test[@]}" "${deb[@]}") ;;
+    e2e) want+=("${e2e[@]}") ;;
+    *) echo "install-deps: unknown group '$group' (runtime, test, deb, e2e)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for pkg in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing Debian packages: ${missing[*]}; run as root or: sudo apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -89,11 +89,11 @@ def parse_bytes(value: object) -> int:
 
 
 def format_bytes(n: int) -> str:
-    """Short human form for tables: 512Mi, 1.5Gi, 4096 (exact bytes when small or odd)."""
+    """Short human form for tables: 512Mi, 1.5Gi, 972.8Mi, 4Ki, 100 (two decimals at most)."""
     for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
         if n >= size:
             value = n / size
             if value == int(value):
                 return f"{int(value)}{unit}"
-            return f"{value:.2f}{unit}".replace(".00", "")
+            return f"{value:.2f}".rstrip("0").rstrip(".") + unit
     return str(n)

@@ -1,0 +1,258 @@
+"""The kubelet's `/pods` endpoint over HTTP(S), with the standard library only.
+
+`KubeletSource(config.KubeletSource).fetch()` does one GET and returns a
+`Snapshot` or raises `SourceError`. Choices that matter:
+
+* http.client, not urllib: no proxy from the environment (the token would go to
+  the proxy) and no redirects (the token would follow them).
+* The bearer token file is re-read on every fetch, so rotation just works. It
+  is refused when world-readable or unreadable; its content never appears in
+  any message or log (messages are also scrubbed of it, in case a library
+  echoes a header). The client key file is refused when world-readable too.
+* TLS verifies the server by default, against `caFile` or the system store;
+  `insecureSkipTLSVerify: true` turns that off and logs one warning.
+* The whole exchange (connect, headers, body) must finish within `timeout`
+  seconds, and at most MAX_RESPONSE_BYTES of body are read.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import socket
+import ssl
+import stat
+import time
+from typing import Callable
+from urllib.parse import urlsplit
+
+from ..config import KubeletSource as KubeletConfig
+from . import MAX_RESPONSE_BYTES, Snapshot, SourceError, snapshot_from_doc
+
+__all__ = ["KubeletSource", "MAX_TOKEN_BYTES"]
+
+log = logging.getLogger(__name__)
+
+MAX_TOKEN_BYTES = 64 * 1024
+_CHUNK = 64 * 1024
+
+
+class KubeletSource:
+    """Pods from the kubelet. Blocking; one instance per config (make a new one on reload)."""
+
+    def __init__(self, config: KubeletConfig, *, clock: Callable[[], float] = time.monotonic,
+                 max_bytes: int = MAX_RESPONSE_BYTES):
+        self.config = config
+        self._clock = clock
+        self._max_bytes = max_bytes
+        parts = urlsplit(config.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"kubelet.url: {self._safe_url(parts)!r} must be an http:// or https:// URL")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        try:
+            self._port = parts.port or (443 if self._https else 80)
+        except ValueError:
+            raise ValueError(f"kubelet.url: {self._safe_url(parts)!r} has an invalid port") from None
+        self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self.name = f"kubelet {self._safe_url(parts)}"
+        self._ssl_key: tuple | None = None
+        self._ssl_context: ssl.SSLContext | None = None
+        if self._https and config.insecure_skip_tls_verify:
+            log.warning("%s: insecureSkipTLSVerify is set: the kubelet's certificate is NOT verified;"
+                        " anyone who can answer on that address can feed us pods", self.name)
+
+    @staticmethod
+    def _safe_url(parts) -> str:
+        # Never echo userinfo or a query string (either may hold a credential).
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        try:
+            port = f":{parts.port}" if parts.port else ""
+        except ValueError:
+            port = ":?"
+        return f"{parts.scheme}://{host}{port}{parts.path}"
+
+    # ------------------------------------------------------------------ fetch
+
+    def fetch(self) -> Snapshot:
+        token = self._read_token()
+        try:
+            body = self._get(token)
+        except SourceError as e:
+            if token and token in str(e):
+                raise SourceError(str(e).replace(token, "<token>"), e.kind) from None
+            raise
+        fetched_at = self._clock()
+        try:
+            doc = json.loads(body)
+        except ValueError as e:
+            raise SourceError(f"{self.name}: response is not JSON: {_first_line(e)}", "decode") from None
+        except RecursionError:
+            raise SourceError(f"{self.name}: response is not JSON: nested too deeply", "decode") from None
+        return snapshot_from_doc(doc, self.name, fetched_at)
+
+    def _get(self, token: str | None) -> bytes:
+        timeout = self.config.timeout
+        deadline = time.monotonic() + timeout
+        headers = {"Accept": "application/json", "User-Agent": "memqos-systemd"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        conn: http.client.HTTPConnection
+        if self._https:
+            conn = http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
+                                               context=self._context())
+        else:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        try:
+            conn.request("GET", self._path, headers=headers)
+            resp = conn.getresponse()
+            if resp.status != 200:
+                reason = _printable(resp.reason)[:80]
+                raise SourceError(f"{self.name}: HTTP {resp.status} {reason}".rstrip(), "http")
+            length = resp.getheader("Content-Length")
+            if length and length.strip().isdigit() and int(length) > self._max_bytes:
+                raise SourceError(f"{self.name}: response of {int(length)} bytes is larger than the"
+                                  f" {self._max_bytes} byte limit", "too_large")
+            return self._read_body(conn, resp, deadline)
+        except SourceError:
+            raise
+        except ssl.SSLCertVerificationError as e:
+            raise SourceError(f"{self.name}: TLS certificate not trusted: {e.verify_message or _first_line(e)}"
+                              f" (set kubelet.caFile to the kubelet's CA)", "tls") from None
+        except ssl.SSLError as e:
+            raise SourceError(f"{self.name}: TLS failed: {e.reason or _first_line(e)}", "tls") from None
+        except (TimeoutError, socket.timeout):
+            raise SourceError(f"{self.name}: no answer within {timeout:g}s", "timeout") from None
+        except ConnectionRefusedError:
+            raise SourceError(f"{self.name}: connection refused (is the kubelet running, is the port right?)",
+                              "connect") from None
+        except http.client.HTTPException as e:
+            raise SourceError(f"{self.name}: broken HTTP response: {type(e).__name__}"
+                              f" {_first_line(e)}".rstrip(), "http") from None
+        except OSError as e:
+            raise SourceError(f"{self.name}: {e.strerror or _first_line(e)}", "connect") from None
+        finally:
+            conn.close()
+
+    def _read_body(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse,
+                   deadline: float) -> bytes:
+        data = bytearray()
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            if conn.sock is not None:
+                conn.sock.settimeout(remaining)
+            chunk = resp.read(min(_CHUNK, self._max_bytes + 1 - len(data)))
+            if not chunk:
+                return bytes(data)
+            data += chunk
+            if len(data) > self._max_bytes:
+                raise SourceError(f"{self.name}: response is larger than the {self._max_bytes} byte limit",
+                                  "too_large")
+
+    # ------------------------------------------------------- credentials / TLS
+
+    def _read_token(self) -> str | None:
+        path = self.config.token_file
+        if path is None:
+            return None
+        raw = _read_secret(path, "tokenFile", self.name, MAX_TOKEN_BYTES)
+        try:
+            token = raw.decode("ascii").strip()
+        except UnicodeDecodeError:
+            raise SourceError(f"{self.name}: tokenFile {path}: not an ASCII token", "auth") from None
+        if not token:
+            raise SourceError(f"{self.name}: tokenFile {path} is empty", "auth")
+        if any(not (0x21 <= ord(ch) <= 0x7E) for ch in token):
+            # A newline or control character would make an invalid header, and
+            # http.client's error for that quotes the header value.
+            raise SourceError(f"{self.name}: tokenFile {path}: token contains whitespace or control"
+                              f" characters", "auth")
+        return token
+
+    def _context(self) -> ssl.SSLContext:
+        """The TLS context, rebuilt when a CA/cert/key file changes (client certs rotate)."""
+        cfg = self.config
+        files = (cfg.ca_file, cfg.client_cert_file, cfg.client_key_file)
+        key = (cfg.insecure_skip_tls_verify,) + tuple(_stat_key(f) for f in files)
+        if self._ssl_context is not None and key == self._ssl_key:
+            return self._ssl_context
+        try:
+            if cfg.insecure_skip_tls_verify:
+                ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            else:
+                ctx = ssl.create_default_context(cafile=cfg.ca_file)
+        except (OSError, ssl.SSLError) as e:
+            raise SourceError(f"{self.name}: caFile {cfg.ca_file}: cannot load:"
+                              f" {getattr(e, 'strerror', None) or _first_line(e)}", "tls") from None
+        if cfg.client_cert_file and cfg.client_key_file:
+            _check_not_world_readable(cfg.client_key_file, "clientKeyFile", self.name)
+            try:
+                ctx.load_cert_chain(cfg.client_cert_file, cfg.client_key_file)
+            except (OSError, ssl.SSLError) as e:
+                raise SourceError(f"{self.name}: clientCertFile {cfg.client_cert_file} / clientKeyFile"
+                                  f" {cfg.client_key_file}: cannot load:"
+                                  f" {getattr(e, 'strerror', None) or _first_line(e)}", "auth") from None
+        self._ssl_context, self._ssl_key = ctx, key
+        return ctx
+
+
+def _stat_key(path: str | None):
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "missing"
+    return (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_size, st.st_mode)
+
+
+def _check_not_world_readable(path: str, key: str, name: str) -> None:
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise SourceError(f"{name}: {key} {path}: cannot read: {e.strerror or e}", "auth") from None
+    if st.st_mode & stat.S_IROTH:
+        raise SourceError(f"{name}: {key} {path} is readable by everyone (mode {stat.S_IMODE(st.st_mode):04o});"
+                          f" refusing to use it: chmod o-r it", "auth")
+
+
+def _read_secret(path: str, key: str, name: str, limit: int) -> bytes:
+    """Read a credential file (following symlinks, as projected tokens are), refusing o+r."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise SourceError(f"{name}: {key} {path}: cannot read: {e.strerror or type(e).__name__}", "auth") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SourceError(f"{name}: {key} {path} is not a regular file", "auth")
+        if st.st_mode & stat.S_IROTH:
+            raise SourceError(f"{name}: {key} {path} is readable by everyone (mode"
+                              f" {stat.S_IMODE(st.st_mode):04o}); refusing to use it: chmod o-r it", "auth")
+        try:
+            data = os.read(fd, limit + 1)
+        except OSError as e:
+            raise SourceError(f"{name}: {key} {path}: cannot read: {e.strerror or type(e).__name__}",
+                              "auth") from None
+        if len(data) > limit:
+            raise SourceError(f"{name}: {key} {path} is larger than {limit} bytes", "auth")
+        return data
+    finally:
+        os.close(fd)
+
+
+def _printable(text: object) -> str:
+    return "".join(ch if ch.isprintable() else "?" for ch in str(text))
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return _printable(text.splitlines()[0] if text else type(e).__name__)[:200]

@@ -1,0 +1,281 @@
+"""Pod sources without a network: the snapshot rules, the podsFile source, make_source.
+
+The kubelet source against real HTTP(S) servers is in tests/integration/test_source_kubelet.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from memqos_systemd.config import Config, KubeletSource as KubeletConfig
+from memqos_systemd.sources import (
+    MAX_RESPONSE_BYTES, FileSource, KubeletSource, Snapshot, SourceError, make_source, snapshot_from_doc,
+)
+
+
+def pod(name: str, uid: str, memory: str | None = "128Mi", phase: str = "Running") -> dict:
+    res = {"requests": {"memory": memory}} if memory is not None else {}
+    return {
+        "metadata": {"name": name, "namespace": "default", "uid": uid},
+        "spec": {"containers": [{"name": "app", "resources": res}]},
+        "status": {"phase": phase},
+    }
+
+
+UID1 = "11111111-1111-4111-8111-111111111111"
+UID2 = "22222222-2222-4222-8222-222222222222"
+BAD = {"metadata": {"name": "broken", "uid": "33333333-3333-4333-8333-333333333333"},
+       "spec": {"containers": [{"name": "c", "resources": {"requests": {"memory": "lots"}}}]}}
+
+
+def pod_list(*items) -> dict:
+    return {"kind": "PodList", "apiVersion": "v1", "items": list(items)}
+
+
+class Clock:
+    def __init__(self, t: float = 100.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+# ---------------------------------------------------------------- snapshot rules
+
+def test_snapshot_good_list():
+    snap = snapshot_from_doc(pod_list(pod("a", UID1), pod("b", UID2)), "test", 5.0)
+    assert isinstance(snap, Snapshot)
+    assert [p.name for p in snap.pods] == ["a", "b"]
+    assert snap.warnings == () and snap.source == "test" and snap.fetched_at == 5.0
+    assert isinstance(snap.pods, tuple)
+
+
+def test_snapshot_partly_bad_keeps_good_pods_and_warns():
+    snap = snapshot_from_doc(pod_list(pod("a", UID1), BAD), "test", 0)
+    assert [p.name for p in snap.pods] == ["a"]
+    assert len(snap.warnings) == 1 and "broken" in snap.warnings[0]
+
+
+def test_snapshot_every_pod_bad_is_an_error():
+    with pytest.raises(SourceError) as e:
+        snapshot_from_doc(pod_list(BAD, {"metadata": {"name": "x"}}), "kubelet http://x/pods", 0)
+    assert e.value.kind == "pods"
+    msg = str(e.value)
+    assert msg.startswith("kubelet http://x/pods: every pod in the list was rejected")
+    assert "(and 1 more)" in msg and "\n" not in msg
+
+
+def test_snapshot_bad_items_beside_finished_pods_is_an_error():
+    # Nothing usable and something rejected: garbage, not an empty node.
+    with pytest.raises(SourceError):
+        snapshot_from_doc(pod_list(pod("done", UID1, phase="Succeeded"), BAD), "test", 0)
+
+
+@pytest.mark.parametrize("doc", [pod_list(), {"kind": "PodList", "items": None}, [],
+                                 pod_list(pod("done", UID1, phase="Succeeded"))])
+def test_snapshot_really_empty_node_is_fine(doc):
+    snap = snapshot_from_doc(doc, "test", 0)
+    assert snap.pods == () and snap.warnings == ()
+
+
+@pytest.mark.parametrize("doc", [None, 42, "pods", {"kind": "Node"}, {"kind": "PodList", "items": {}}])
+def test_snapshot_not_a_pod_list(doc):
+    with pytest.raises(SourceError) as e:
+        snapshot_from_doc(doc, "test", 0)
+    assert e.value.kind == "pods" and str(e.value).startswith("test: not a pod list")
+
+
+def test_source_error_is_one_line():
+    e = SourceError("a\nb   c\r\nd", "http")
+    assert str(e) == "a b c d" and e.kind == "http"
+
+
+# ---------------------------------------------------------------- file source
+
+def write(path, text: str | bytes, mtime_ns: int | None = None) -> None:
+    data = text.encode() if isinstance(text, str) else text
+    path.write_bytes(data)
+    if mtime_ns is not None:
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+def test_file_json(tmp_path):
+    f = tmp_path / "pods.json"
+    write(f, json.dumps(pod_list(pod("a", UID1))))
+    src = FileSource(f, clock=Clock(7.0))
+    snap = src.fetch()
+    assert [p.name for p in snap.pods] == ["a"] and snap.fetched_at == 7.0
+    assert snap.source == f"file {f}"
+
+
+def test_file_yaml(tmp_path):
+    f = tmp_path / "pods.yaml"
+    write(f, f"""
+kind: PodList
+items:
+- metadata: {{name: a, namespace: ns, uid: {UID1}}}
+  spec:
+    containers:
+    - name: app
+      resources: {{requests: {{memory: 1Gi}}, limits: {{memory: 1Gi, cpu: "1"}}}}
+""")
+    snap = FileSource(f).fetch()
+    assert snap.pods[0].key == "ns/a" and snap.pods[0].request == 2**30
+
+
+def test_file_change_detection(tmp_path):
+    f = tmp_path / "pods.json"
+    write(f, json.dumps(pod_list(pod("a", UID1))), mtime_ns=1_000_000_000)
+    clock = Clock(1.0)
+    src = FileSource(f, clock=clock)
+    assert src.changed()  # never fetched
+    first = src.fetch()
+    assert not src.changed()
+    clock.t = 2.0
+    again = src.fetch()  # unchanged: cached, not re-read, but current as of now
+    assert again.pods is first.pods and again.fetched_at == 2.0
+
+    # Same size, new mtime: changed.
+    write(f, json.dumps(pod_list(pod("b", UID1))), mtime_ns=2_000_000_000)
+    assert src.changed()
+    assert [p.name for p in src.fetch().pods] == ["b"]
+    assert not src.changed()
+
+    # Same mtime, different size: changed.
+    write(f, json.dumps(pod_list(pod("b", UID1), pod("c", UID2))), mtime_ns=2_000_000_000)
+    assert src.changed()
+    assert len(src.fetch().pods) == 2
+
+    # Replaced by rename (new inode), same mtime and size: changed.
+    g = tmp_path / "new.json"
+    write(g, f.read_bytes().replace(b'"c"', b'"d"'), mtime_ns=2_000_000_000)
+    os.replace(g, f)
+    assert src.changed()
+    assert [p.name for p in src.fetch().pods] == ["b", "d"]
+
+
+def test_file_unchanged_is_not_reread(tmp_path, monkeypatch):
+    f = tmp_path / "pods.json"
+    write(f, json.dumps(pod_list(pod("a", UID1))))
+    src = FileSource(f)
+    src.fetch()
+    monkeypatch.setattr(src, "_read", lambda: pytest.fail("re-read an unchanged file"))
+    src.fetch()
+
+
+@pytest.mark.parametrize("content", [
+    "",
+    "   \n",
+    '{"kind": "PodList", "items": [{"metadata": {"name": "a"',  # cut off mid-write
+    "kind: PodList\nitems:\n- metadata: {name: a\n",
+    b"\xff\xfe garbage",
+])
+def test_file_half_written_raises_then_recovers(tmp_path, content):
+    f = tmp_path / "pods.json"
+    write(f, json.dumps(pod_list(pod("a", UID1))), mtime_ns=1_000_000_000)
+    src = FileSource(f)
+    good = src.fetch()
+    write(f, content, mtime_ns=2_000_000_000)
+    assert src.changed()
+    with pytest.raises(SourceError) as e:
+        src.fetch()
+    assert str(e.value).startswith(f"file {f}: ") and e.value.kind == "decode"
+    # The poller is not woken again for the same broken file...
+    assert not src.changed()
+    # ...and fetching again still refuses it rather than handing back anything.
+    with pytest.raises(SourceError):
+        src.fetch()
+    # The writer finishes: picked up.
+    write(f, json.dumps(pod_list(pod("a", UID1), pod("b", UID2))), mtime_ns=3_000_000_000)
+    assert src.changed()
+    assert len(src.fetch().pods) == 2 and len(good.pods) == 1
+
+
+def test_file_missing(tmp_path):
+    src = FileSource(tmp_path / "nope.yaml")
+    assert src.changed()
+    with pytest.raises(SourceError) as e:
+        src.fetch()
+    assert e.value.kind == "io" and "nope.yaml: cannot read: No such file or directory" in str(e.value)
+    assert not src.changed()  # still missing: nothing new to report
+    write(tmp_path / "nope.yaml", json.dumps(pod_list(pod("a", UID1))))
+    assert src.changed()
+    assert len(src.fetch().pods) == 1
+
+
+def test_file_too_large(tmp_path):
+    f = tmp_path / "pods.json"
+    write(f, json.dumps(pod_list(pod("a", UID1))))
+    with pytest.raises(SourceError) as e:
+        FileSource(f, max_bytes=50).fetch()
+    assert e.value.kind == "too_large"
+
+
+def test_file_size_cap_default_is_10_mib(tmp_path):
+    f = tmp_path / "pods.json"
+    f.write_bytes(b" " * (MAX_RESPONSE_BYTES + 1))
+    with pytest.raises(SourceError) as e:
+        FileSource(f).fetch()
+    assert e.value.kind == "too_large"
+
+
+def test_file_directory(tmp_path):
+    with pytest.raises(SourceError) as e:
+        FileSource(tmp_path).fetch()
+    assert "not a regular file" in str(e.value) or "cannot read" in str(e.value)
+
+
+@pytest.mark.parametrize("text,expect", [
+    ("a: &x [1]\nb: *x\n", "aliases"),
+    ("!!python/object/apply:os.system ['true']\n", "not valid JSON or YAML"),
+    ("[" * 100000, "nested too deeply"),
+])
+def test_file_hostile_yaml(tmp_path, text, expect):
+    f = tmp_path / "pods.yaml"
+    write(f, text)
+    with pytest.raises(SourceError) as e:
+        FileSource(f).fetch()
+    assert expect in str(e.value) or e.value.kind in ("decode", "pods")
+
+
+def test_file_every_pod_bad(tmp_path):
+    f = tmp_path / "pods.json"
+    write(f, json.dumps(pod_list(BAD)))
+    with pytest.raises(SourceError) as e:
+        FileSource(f).fetch()
+    assert e.value.kind == "pods"
+
+
+def test_file_partly_bad(tmp_path):
+    f = tmp_path / "pods.json"
+    write(f, json.dumps(pod_list(BAD, pod("a", UID1))))
+    snap = FileSource(f).fetch()
+    assert [p.name for p in snap.pods] == ["a"] and len(snap.warnings) == 1
+
+
+# ---------------------------------------------------------------- make_source
+
+def test_make_source_prefers_pods_file(tmp_path):
+    src = make_source(Config(pods_file=str(tmp_path / "p.json")))
+    assert isinstance(src, FileSource) and src.path == str(tmp_path / "p.json")
+
+
+def test_make_source_kubelet_by_default():
+    src = make_source(Config())
+    assert isinstance(src, KubeletSource)
+    assert src.name == "kubelet http://127.0.0.1:10255/pods"
+
+
+def test_make_source_passes_clock(tmp_path):
+    f = tmp_path / "p.json"
+    write(f, json.dumps(pod_list()))
+    assert make_source(Config(pods_file=str(f)), clock=Clock(42.0)).fetch().fetched_at == 42.0
+
+
+def test_kubelet_name_hides_userinfo_and_query():
+    src = KubeletSource(KubeletConfig(url="https://user:secret@127.0.0.1:10250/pods?token=abc"))
+    assert "secret" not in src.name and "abc" not in src.name
+    assert src.name == "kubelet https://127.0.0.1:10250/pods"

@@ -1,0 +1,350 @@
+"""Node facts: memory capacity, page size, preflight checks, memory hotplug, cgroup reads.
+
+Everything that reads /proc or /sys takes its paths as arguments, so tests run
+against fake trees. Cgroup files are only ever read here, never written (the
+daemon changes cgroups through systemd only).
+
+* `read_meminfo()`       MemTotal in bytes (the capacity the planner uses).
+* `check_node()`         preflight findings for `memqos-systemd check` and start-up.
+* `MemoryWatcher`        memory hotplug events from udev (subsystem `memory`);
+                         the event is only a trigger, capacity is re-read from
+                         /proc/meminfo every time.
+* `read_memory_events()` / `cgroup_dir_of()` for metrics and `status`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+__all__ = [
+    "NodeError", "Finding", "MemoryChange", "MemoryWatcher", "read_meminfo", "page_size", "check_node",
+    "parse_mountinfo", "kernel_version", "systemd_version", "read_memory_events", "cgroup_dir_of",
+    "MIN_KERNEL", "MIN_SYSTEMD", "MEMORY_ACTIONS",
+]
+
+log = logging.getLogger(__name__)
+
+MIN_KERNEL = (5, 9)   # memory.high throttling can livelock before 5.9
+MIN_SYSTEMD = 240     # MemoryMin= arrived in 240 (MemoryLow= in 237)
+MEMORY_ACTIONS = ("add", "remove", "online", "offline")
+_MAX_PROC_BYTES = 1 << 20
+
+
+class NodeError(OSError):
+    """A node fact could not be read or parsed (the message names the file)."""
+
+
+def _read_text(path: str | os.PathLike, limit: int = _MAX_PROC_BYTES) -> str:
+    with open(path, "rb") as f:
+        return f.read(limit).decode("utf-8", "replace")
+
+
+# ------------------------------------------------------------------ capacity
+
+def read_meminfo(path: str | os.PathLike = "/proc/meminfo") -> int:
+    """MemTotal in bytes. Raises NodeError when the file is unreadable or has no MemTotal."""
+    try:
+        text = _read_text(path)
+    except OSError as e:
+        raise NodeError(f"{path}: cannot read: {e.strerror or e}") from None
+    for line in text.splitlines():
+        if line.startswith("MemTotal:"):
+            m = re.fullmatch(r"MemTotal:\s+([0-9]+)(?:\s+(kB))?\s*", line)
+            if not m:
+                raise NodeError(f"{path}: cannot parse {line.strip()!r}")
+            value = int(m.group(1)) * (1024 if m.group(2) else 1)
+            if value <= 0:
+                raise NodeError(f"{path}: MemTotal is {value}")
+            return value
+    raise NodeError(f"{path}: no MemTotal line")
+
+
+def page_size() -> int:
+    return os.sysconf("SC_PAGE_SIZE")
+
+
+# ------------------------------------------------------------------ preflight
+
+@dataclass(frozen=True)
+class Finding:
+    level: str  # "ok" | "warn" | "error"
+    what: str   # short name of the check, e.g. "cgroup v2"
+    detail: str  # one line for people
+
+    def __str__(self) -> str:
+        return f"{self.level}: {self.what}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Mount:
+    mount_point: str
+    fstype: str
+    options: frozenset[str]  # per-mount and super-block options together
+
+
+def _unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def parse_mountinfo(text: str) -> list[Mount]:
+    """/proc/self/mountinfo lines -> mounts, in order (later mounts shadow earlier ones)."""
+    mounts = []
+    for line in text.splitlines():
+        fields = line.split()
+        try:
+            sep = fields.index("-", 6)
+        except ValueError:
+            continue
+        if len(fields) < sep + 3 or len(fields) < 6:
+            continue
+        opts = set(fields[5].split(",")) | set(fields[sep + 3].split(",") if len(fields) > sep + 3 else ())
+        mounts.append(Mount(_unescape(fields[4]), fields[sep + 1], frozenset(opts)))
+    return mounts
+
+
+def kernel_version(release: str) -> tuple[int, int] | None:
+    """'6.1.0-50-amd64' -> (6, 1); None when it does not start with N.N."""
+    m = re.match(r"\s*([0-9]+)\.([0-9]+)", release or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def systemd_version(version: object) -> int | None:
+    """systemd's Manager.Version ('252.33-1~deb12u1', 'systemd 252 (252.33-1~deb12u1)', 252) -> 252."""
+    if isinstance(version, int) and not isinstance(version, bool):
+        return version
+    m = re.search(r"(?<![0-9.])([0-9]{2,4})(?:[.~\-+ ]|$)", str(version or ""))
+    return int(m.group(1)) if m else None
+
+
+def check_node(*, kernel_release: str | None = None, systemd: object = None,
+               cgroup_root: str | os.PathLike = "/sys/fs/cgroup",
+               mountinfo: str | os.PathLike = "/proc/self/mountinfo") -> list[Finding]:
+    """Preflight findings, in order. `systemd` is systemd's version (int or its Version string);
+    None skips that check (the caller asks systemd over D-Bus and checks D-Bus access itself).
+    `kernel_release` defaults to platform.release()."""
+    if kernel_release is None:
+        import platform
+        kernel_release = platform.release()
+    findings: list[Finding] = []
+    root = Path(cgroup_root)
+    root_s = os.path.normpath(str(cgroup_root))
+
+    # --- cgroup v2, unified ---
+    mounts: list[Mount] = []
+    try:
+        mounts = parse_mountinfo(_read_text(mountinfo, 16 << 20))
+    except OSError as e:
+        findings.append(Finding("warn", "mounts", f"{mountinfo}: cannot read: {e.strerror or e}"))
+    at_root = [m for m in mounts if m.mount_point == root_s]
+    root_mount = at_root[-1] if at_root else None
+    v1 = [m for m in mounts if m.fstype == "cgroup" and (m.mount_point + "/").startswith(root_s + "/")]
+    cgroup2 = [m for m in mounts if m.fstype == "cgroup2"]
+    has_controllers = (root / "cgroup.controllers").is_file()
+    unified = has_controllers and (root_mount is None or root_mount.fstype == "cgroup2")
+    if unified and not v1:
+        findings.append(Finding("ok", "cgroup v2", f"{root_s} is the unified cgroup2 hierarchy"))
+    elif cgroup2 or has_controllers:
+        where = ", ".join(m.mount_point for m in cgroup2) or root_s
+        findings.append(Finding("error", "cgroup v2",
+                                f"hybrid cgroup hierarchy: cgroup v1 controllers at {root_s} and cgroup2 only"
+                                f" at {where}; boot with systemd.unified_cgroup_hierarchy=1"))
+        return findings
+    else:
+        findings.append(Finding("error", "cgroup v2",
+                                f"{root_s} is cgroup v1 ({root_mount.fstype if root_mount else 'no cgroup2 mount'});"
+                                f" memory protection needs cgroup v2: boot with systemd.unified_cgroup_hierarchy=1"))
+        return findings
+
+    # --- memory controller ---
+    try:
+        controllers = _read_text(root / "cgroup.controllers").split()
+    except OSError as e:
+        controllers = []
+        findings.append(Finding("error", "memory controller", f"{root / 'cgroup.controllers'}: cannot read:"
+                                                              f" {e.strerror or e}"))
+    else:
+        if "memory" in controllers:
+            findings.append(Finding("ok", "memory controller", "enabled"))
+        else:
+            findings.append(Finding("error", "memory controller",
+                                    f"not in {root / 'cgroup.controllers'} ({' '.join(controllers) or 'empty'});"
+                                    f" is cgroup_disable=memory on the kernel command line?"))
+
+    # --- memory_recursiveprot ---
+    if root_mount is not None and "memory_recursiveprot" in root_mount.options:
+        findings.append(Finding("ok", "memory_recursiveprot", "mounted with memory_recursiveprot"))
+    elif root_mount is None:
+        findings.append(Finding("warn", "memory_recursiveprot",
+                                f"no mount found for {root_s} in {mountinfo}; cannot tell whether"
+                                f" memory_recursiveprot is on"))
+    else:
+        findings.append(Finding("warn", "memory_recursiveprot",
+                                f"{root_s} is mounted without memory_recursiveprot: protection does not pass"
+                                f" down to pods unless every level sets it (systemd >= 247 mounts it when the"
+                                f" kernel supports it)"))
+
+    findings.append(_kernel_finding(kernel_release))
+    if systemd is not None:
+        findings.append(_systemd_finding(systemd))
+    return findings
+
+
+def _kernel_finding(release: str) -> Finding:
+    version = kernel_version(release)
+    if version is None:
+        return Finding("warn", "kernel", f"cannot parse kernel release {release!r}")
+    if version < MIN_KERNEL:
+        return Finding("warn", "kernel",
+                       f"kernel {release} is older than {MIN_KERNEL[0]}.{MIN_KERNEL[1]}: memory.high throttling"
+                       f" can livelock a cgroup (set memoryThrottlingFactor: null to not set MemoryHigh)")
+    return Finding("ok", "kernel", f"kernel {release}")
+
+
+def _systemd_finding(version: object) -> Finding:
+    number = systemd_version(version)
+    if number is None:
+        return Finding("warn", "systemd", f"cannot parse systemd version {str(version)!r}")
+    if number < MIN_SYSTEMD:
+        return Finding("error", "systemd", f"systemd {number} is older than {MIN_SYSTEMD}: MemoryMin/MemoryLow"
+                                           f" are not supported")
+    return Finding("ok", "systemd", f"systemd {number}")
+
+
+# ------------------------------------------------------------------ hotplug
+
+@dataclass(frozen=True)
+class MemoryChange:
+    capacity: int              # MemTotal in bytes, re-read after the events
+    previous: int | None       # the capacity before (None if it was never read)
+    events: tuple[tuple[str, str], ...]  # (action, device name), e.g. ("online", "memory32")
+
+    @property
+    def changed(self) -> bool:
+        return self.capacity != self.previous
+
+
+class MemoryWatcher:
+    """Memory hotplug events from udev -> `callback(MemoryChange)` (callback optional).
+
+    Production: `MemoryWatcher(cb)` makes a pyudev Context and netlink Monitor.
+    Tests pass `monitor=` (anything with filter_by/start/fileno/poll(timeout) whose
+    devices have `.action` and `.sys_name`). For asyncio:
+    `loop.add_reader(w.fileno(), w.poll_events)`.
+    """
+
+    def __init__(self, callback: Callable[[MemoryChange], Any] | None = None, *, context: Any = None, monitor: Any = None,
+                 meminfo: str | os.PathLike = "/proc/meminfo", source: str = "udev"):
+        self._callback = callback
+        self._meminfo = meminfo
+        if monitor is None:
+            import pyudev
+            if context is None:
+                context = pyudev.Context()
+            monitor = pyudev.Monitor.from_netlink(context, source=source)
+        self._monitor = monitor
+        self._monitor.filter_by("memory")
+        self._monitor.start()
+        try:
+            self.capacity: int | None = read_meminfo(meminfo)
+        except NodeError as e:
+            log.warning("memory watcher: %s", e)
+            self.capacity = None
+
+    def fileno(self) -> int:
+        return self._monitor.fileno()
+
+    def close(self) -> None:
+        """Drop the monitor (remove the fd from the event loop first). pyudev closes the
+        netlink socket when the Monitor is garbage collected."""
+        self._monitor = _Closed()
+
+    def poll_events(self) -> list[tuple[str, str]]:
+        """Drain what is pending without blocking; if any memory add/remove/online/offline
+        came (or events were lost), re-read capacity and call the callback once.
+        Returns the relevant events as (action, device name), with ("lost", "udev") when
+        the monitor reported an error (events may have been dropped). Never raises for
+        bad events or files."""
+        events: list[tuple[str, str]] = []
+        for _ in range(10000):  # bounded: a flood is handled over several wake-ups
+            try:
+                device = self._monitor.poll(timeout=0)
+            except OSError as e:
+                # e.g. ENOBUFS: the kernel dropped events; capacity may have changed.
+                log.warning("memory watcher: udev monitor: %s; re-reading capacity", e.strerror or e)
+                events.append(("lost", "udev"))
+                break
+            if device is None:
+                break
+            action = getattr(device, "action", None)
+            if action in MEMORY_ACTIONS:
+                events.append((action, str(getattr(device, "sys_name", "?"))))
+        if not events:
+            return events
+        try:
+            capacity = read_meminfo(self._meminfo)
+        except NodeError as e:
+            log.warning("memory watcher: after %s: %s", _describe(events), e)
+            return events
+        previous, self.capacity = self.capacity, capacity
+        if capacity != previous:
+            log.debug("memory hotplug (%s): MemTotal %s -> %d bytes", _describe(events), previous, capacity)
+        if self._callback is not None:
+            try:
+                self._callback(MemoryChange(capacity, previous, tuple(events)))
+            except Exception:  # the callback's fault; keep the reader alive
+                log.exception("memory watcher: callback failed")
+        return events
+
+
+class _Closed:
+    def fileno(self) -> int:
+        raise ValueError("memory watcher is closed")
+
+    def poll(self, timeout=None):
+        return None
+
+
+def _describe(events: Iterable[tuple[str, str]]) -> str:
+    events = list(events)
+    text = ", ".join(f"{a} {n}" for a, n in events[:4])
+    return text + (f" (+{len(events) - 4} more)" if len(events) > 4 else "")
+
+
+# ------------------------------------------------------------------ cgroup reads
+
+def cgroup_dir_of(control_group: str | None, cgroup_root: str | os.PathLike = "/sys/fs/cgroup") -> Path | None:
+    """systemd's ControlGroup property ('/kubepods.slice/...') -> its directory under cgroup_root.
+    None for an empty value (the unit has no cgroup: inactive). ValueError for a path that
+    is not absolute or would leave cgroup_root."""
+    if not control_group:
+        return None
+    if not control_group.startswith("/") or "\0" in control_group:
+        raise ValueError(f"control group {control_group!r} is not an absolute cgroup path")
+    parts = [p for p in control_group.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        raise ValueError(f"control group {control_group!r} contains '.' or '..'")
+    return Path(cgroup_root).joinpath(*parts)
+
+
+def read_memory_events(cgroup_dir: str | os.PathLike, name: str = "memory.events") -> dict[str, int]:
+    """`memory.events` (or memory.events.local) -> {"low": n, "high": n, "max": n, "oom": n, ...}.
+    {} when the cgroup is gone (a container that just exited); malformed lines are skipped."""
+    try:
+        text = _read_text(Path(cgroup_dir) / name, 64 * 1024)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    except OSError as e:
+        if e.errno == 19:  # ENODEV: the cgroup was removed while we read it
+            return {}
+        raise
+    out = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[1].isdigit():
+            out[fields[0]] = int(fields[1])
+    return out

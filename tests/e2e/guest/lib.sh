@@ -1,0 +1,38 @@
+# Shell helpers for e2e scenarios:  . "$MEMQOS_E2E_GUEST/lib.sh"
+# Prints the CHECK/SKIP lines the driver collects. See tests/e2e/README.md.
+
+# check WHAT COMMAND [ARGS...]: CHECK ok if the command succeeds, else CHECK fail.
+check() {
+  local what=$1; shift
+  if "$@"; then echo "CHECK ok $what"; else echo "CHECK fail $what (command: $*)"; fi
+}
+
+# check_eq WHAT ACTUAL EXPECTED
+check_eq() {
+  if [ "$2" = "$3" ]; then echo "CHECK ok $1: $2"
+  else echo "CHECK fail $1: '$2' != expected '$3'"; fi
+}
+
+# check_file_eq FILE EXPECTED [WHAT]: the file's content (trimmed) equals EXPECTED.
+check_file_eq() {
+  local actual
+  actual=$(cat "$1" 2>&1 | tr -d '\n') || true
+  check_eq "${3:-$1}" "$actual" "$2"
+}
+
+# wait_until SECONDS COMMAND [ARGS...]: retry every 0.2 s; status of the last try.
+wait_until() {
+  local deadline=$(( $(date +%s) + $1 )); shift
+  until "$@"; do
+    [ "$(date +%s)" -ge "$deadline" ] && return 1
+    sleep 0.2
+  done
+}
+
+# skip REASON: end the scenario as skipped.
+skip() { echo "SKIP $*"; exit 77; }
+
+# need_deb: skip unless the payload's .deb files were installed.
+need_deb() {
+  [ "${MEMQOS_E2E_DEB_INSTALLED:-0}" = 1 ] || skip "no .deb installed (run 'make deb' first: build/deb/*.deb)"
+}

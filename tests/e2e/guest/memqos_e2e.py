@@ -1,0 +1,531 @@
+"""Helpers for guest-side e2e scenarios (runs on the guest's python3 with python3-dbus-next).
+
+Import it from a Python scenario (the driver puts this directory on PYTHONPATH):
+
+    from memqos_e2e import *
+
+or use the `e2e` command line wrapper from a shell scenario. See tests/e2e/README.md.
+
+Everything here talks to the real systemd over D-Bus the way the kubelet and containerd do with
+the systemd cgroup driver: transient units made with StartTransientUnit.
+"""
+import asyncio
+import fcntl
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid as uuidlib
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+UINT64_MAX = (1 << 64) - 1
+KUBELET_UNIT = "kubelet.service"
+KUBELET_ADDR = ("127.0.0.1", 10255)
+KUBELET_DIR = "/run/memqos-e2e-kubelet"
+PODS_FILE = os.path.join(KUBELET_DIR, "pods.json")
+GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
+CTL_PORT = os.environ.get("MEMQOS_E2E_CTL", "/dev/virtio-ports/org.memqos.e2e.0")
+
+__all__ = [
+    "check", "check_eq", "wait_for", "skip", "log",
+    "SystemdError", "start_transient_unit", "stop_unit", "unit_exists", "unit_property",
+    "active_state", "set_unit_properties", "control_group", "cgroup_path", "read_memory",
+    "read_cgroup_file", "ensure_qos_slices", "pod_slice_name", "create_pod_slice",
+    "delete_pod_slice", "create_container_scope", "delete_container_scope", "new_pod_uid",
+    "new_container_id", "make_pod", "write_pods", "start_pod", "stop_pod", "kubelet_start",
+    "kubelet_stop", "kubelet_restart", "kubelet_get_pods", "host_request", "host_qmp",
+    "hotplug_memory", "online_memory_blocks", "UINT64_MAX", "PODS_FILE", "KUBELET_UNIT",
+]
+
+
+# --------------------------------------------------------------------------- checks
+
+def log(*args):
+    print(*args, file=sys.stderr, flush=True)
+
+
+def check(ok, what):
+    """Print a CHECK line (the driver collects them) and return ok."""
+    what = " ".join(str(what).split())  # one line
+    print(f"CHECK {'ok' if ok else 'fail'} {what}", flush=True)
+    return bool(ok)
+
+
+def check_eq(actual, expected, what):
+    ok = actual == expected
+    return check(ok, f"{what}: {actual!r}" + ("" if ok else f" != expected {expected!r}"))
+
+
+def wait_for(predicate, timeout=30.0, interval=0.2):
+    """Poll predicate() until it returns a truthy value or timeout; return the last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+def skip(reason):
+    """End the scenario as skipped (exit code 77, SKIP line)."""
+    print(f"SKIP {reason}", flush=True)
+    sys.exit(77)
+
+
+# --------------------------------------------------------------------------- D-Bus / systemd
+
+SD_DEST = "org.freedesktop.systemd1"
+SD_PATH = "/org/freedesktop/systemd1"
+SD_MANAGER = "org.freedesktop.systemd1.Manager"
+
+
+class SystemdError(RuntimeError):
+    pass
+
+
+_loop = None
+_bus = None
+
+
+def _run(coro):
+    global _loop
+    if _loop is None:
+        _loop = asyncio.new_event_loop()
+    return _loop.run_until_complete(coro)
+
+
+async def _get_bus():
+    global _bus
+    from dbus_next import BusType
+    from dbus_next.aio import MessageBus
+
+    if _bus is None or not _bus.connected:
+        _bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
+    return _bus
+
+
+async def _call(path, interface, member, signature="", body=(), destination=SD_DEST):
+    from dbus_next import Message, MessageType
+
+    bus = await _get_bus()
+    reply = await bus.call(Message(destination=destination, path=path, interface=interface,
+                                   member=member, signature=signature, body=list(body)))
+    if reply.message_type == MessageType.ERROR:
+        raise SystemdError(f"{member}: {reply.error_name}: {reply.body[0] if reply.body else ''}")
+    return reply.body
+
+
+def _variant(sig, value):
+    from dbus_next import Variant
+
+    return Variant(sig, value)
+
+
+# Signatures of the unit properties the helpers accept as keyword arguments.
+_PROP_SIGS = {
+    "Description": "s", "Slice": "s", "Delegate": "b", "DefaultDependencies": "b",
+    "MemoryAccounting": "b", "CPUAccounting": "b", "IOAccounting": "b", "TasksAccounting": "b",
+    "MemoryMin": "t", "MemoryLow": "t", "MemoryHigh": "t", "MemoryMax": "t",
+    "MemorySwapMax": "t", "CPUWeight": "t", "CPUQuotaPerSecUSec": "t", "TasksMax": "t",
+    "PIDs": "au", "Wants": "as", "After": "as", "Before": "as", "RemainAfterExit": "b",
+    "CollectMode": "s", "Type": "s",
+}
+
+
+def _props(props):
+    """dict name -> value (signature from _PROP_SIGS) or name -> (sig, value)."""
+    out = []
+    for name, value in props.items():
+        if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
+            sig, value = value
+        else:
+            sig = _PROP_SIGS.get(name)
+            if sig is None:
+                raise ValueError(f"unknown property {name}: pass (signature, value)")
+        out.append([name, _variant(sig, value)])
+    return out
+
+
+def _unit_iface(name):
+    kind = name.rsplit(".", 1)[-1]
+    return "org.freedesktop.systemd1." + kind.capitalize()
+
+
+def unit_property(name, prop, interface=None):
+    """Read a property of a unit (loads the unit if needed). interface defaults by suffix for
+    type-specific properties; common ones (ActiveState, ...) use org.freedesktop.systemd1.Unit."""
+    async def go():
+        (path,) = await _call(SD_PATH, SD_MANAGER, "LoadUnit", "s", [name])
+        iface = interface or _unit_iface(name)
+        (v,) = await _call(path, "org.freedesktop.DBus.Properties", "Get", "ss", [iface, prop])
+        return v.value
+    return _run(go())
+
+
+def active_state(name):
+    return unit_property(name, "ActiveState", "org.freedesktop.systemd1.Unit")
+
+
+def unit_exists(name):
+    """True if the unit is loaded and not inactive/failed (i.e. running)."""
+    return active_state(name) in ("active", "activating", "reloading")
+
+
+def start_transient_unit(name, props, wait=True, timeout=30.0):
+    """StartTransientUnit(name, "fail", props, []) and wait until it is active."""
+    _run(_call(SD_PATH, SD_MANAGER, "StartTransientUnit", "ssa(sv)a(sa(sv))",
+               [name, "fail", _props(props), []]))
+    if wait and wait_for(lambda: active_state(name) == "active", timeout) is False:
+        raise SystemdError(f"{name} did not become active: {active_state(name)}")
+    return name
+
+
+def stop_unit(name, wait=True, timeout=30.0):
+    """StopUnit(name, "replace"); wait until it is inactive (transient units then go away)."""
+    try:
+        _run(_call(SD_PATH, SD_MANAGER, "StopUnit", "ss", [name, "replace"]))
+    except SystemdError as e:
+        if "NoSuchUnit" in str(e):
+            return
+        raise
+    if wait:
+        wait_for(lambda: active_state(name) in ("inactive", "failed"), timeout)
+
+
+def set_unit_properties(name, runtime=True, **props):
+    """SetUnitProperties(name, runtime, props), e.g. set_unit_properties("kubepods.slice",
+    MemoryMin=100 << 20). Values are bytes (type t); UINT64_MAX means infinity."""
+    _run(_call(SD_PATH, SD_MANAGER, "SetUnitProperties", "sba(sv)",
+               [name, runtime, _props(props)]))
+
+
+def control_group(name):
+    """The unit's ControlGroup property, e.g. '/kubepods.slice/kubepods-burstable.slice/...'."""
+    return unit_property(name, "ControlGroup")
+
+
+def cgroup_path(name):
+    cg = control_group(name)
+    if not cg:
+        raise SystemdError(f"{name} has no control group (is it running?)")
+    return CGROUP_ROOT + cg
+
+
+def read_cgroup_file(name, filename):
+    with open(os.path.join(cgroup_path(name), filename)) as f:
+        return f.read().strip()
+
+
+def _num(text):
+    return UINT64_MAX if text == "max" else int(text)
+
+
+def read_memory(name):
+    """{'min': int, 'low': int, 'high': int} from the unit's cgroup; 'max' reads as UINT64_MAX."""
+    base = cgroup_path(name)
+    out = {}
+    for key in ("min", "low", "high", "max"):
+        with open(os.path.join(base, "memory." + key)) as f:
+            out[key] = _num(f.read().strip())
+    return out
+
+
+# --------------------------------------------------------------------------- kube-like units
+
+_QOS = {"guaranteed": "", "burstable": "burstable", "besteffort": "besteffort"}
+
+
+def _qos_key(qos):
+    key = qos.lower().replace("-", "").replace("_", "")
+    if key not in _QOS:
+        raise ValueError(f"qos must be Guaranteed, Burstable or BestEffort, not {qos!r}")
+    return key
+
+
+def new_pod_uid():
+    return str(uuidlib.uuid4())
+
+
+def new_container_id():
+    return secrets.token_hex(32)
+
+
+def pod_slice_name(uid, qos="burstable"):
+    """kubepods-burstable-pod<uid with _>.slice (Guaranteed pods: kubepods-pod<uid>.slice)."""
+    tier = _QOS[_qos_key(qos)]
+    escaped = uid.replace("-", "_")
+    return f"kubepods-{tier}-pod{escaped}.slice" if tier else f"kubepods-pod{escaped}.slice"
+
+
+def _parent_slice(slice_name):
+    stem = slice_name[: -len(".slice")]
+    return stem.rsplit("-", 1)[0] + ".slice" if "-" in stem else "-.slice"
+
+
+_ACCOUNTING = {"MemoryAccounting": True, "CPUAccounting": True, "IOAccounting": True,
+               "TasksAccounting": True}
+
+
+def ensure_qos_slices():
+    """Create kubepods.slice, kubepods-burstable.slice, kubepods-besteffort.slice as the kubelet
+    does at start-up (transient slices), unless they are already running."""
+    for name in ("kubepods.slice", "kubepods-burstable.slice", "kubepods-besteffort.slice"):
+        if unit_exists(name):
+            continue
+        try:
+            start_transient_unit(name, dict(
+                Description=f"libcontainer container {name[:-6]}",
+                Wants=[_parent_slice(name)], DefaultDependencies=False, **_ACCOUNTING))
+        except SystemdError as e:
+            if "UnitExists" not in str(e):
+                raise
+
+
+def create_pod_slice(uid, qos="burstable", **props):
+    """Create the pod's slice like the kubelet (systemd cgroup driver). Extra props, e.g.
+    MemoryMax=..., are passed on. Returns the slice name."""
+    ensure_qos_slices()
+    name = pod_slice_name(uid, qos)
+    all_props = dict(Description=f"libcontainer container {name[:-6]}",
+                     Wants=[_parent_slice(name)], DefaultDependencies=False, **_ACCOUNTING)
+    all_props.update(props)
+    return start_transient_unit(name, all_props)
+
+
+def delete_pod_slice(uid_or_slice, qos="burstable"):
+    name = uid_or_slice if uid_or_slice.endswith(".slice") else pod_slice_name(uid_or_slice, qos)
+    stop_unit(name)
+
+
+def create_container_scope(pod_slice, container_id=None, command=("sleep", "infinity"), **props):
+    """Start `command` and put it in cri-containerd-<64hex>.scope with Slice=pod_slice, the way
+    runc does for containerd. Returns (scope_name, pid)."""
+    container_id = container_id or new_container_id()
+    name = f"cri-containerd-{container_id}.scope"
+    proc = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    all_props = dict(Description=f"libcontainer container {container_id}", Slice=pod_slice,
+                     Delegate=True, PIDs=[proc.pid], DefaultDependencies=False, **_ACCOUNTING)
+    all_props.update(props)
+    try:
+        start_transient_unit(name, all_props)
+    except Exception:
+        proc.kill()
+        raise
+    return name, proc.pid
+
+
+def delete_container_scope(scope_or_id):
+    name = scope_or_id if scope_or_id.endswith(".scope") else f"cri-containerd-{scope_or_id}.scope"
+    stop_unit(name)
+
+
+# --------------------------------------------------------------------------- pods for the kubelet
+
+def _qty_bytes(q):
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+             "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+    q = str(q)
+    for suffix in sorted(units, key=len, reverse=True):
+        if q.endswith(suffix):
+            return int(float(q[: -len(suffix)]) * units[suffix])
+    return int(q)
+
+
+def _derive_qos(containers):
+    reqs = [c.get("requests", {}) for c in containers]
+    lims = [c.get("limits", {}) for c in containers]
+    if not any(reqs) and not any(lims):
+        return "BestEffort"
+    guaranteed = all(
+        all(r in lim for r in ("cpu", "memory"))
+        and all(req.get(r, lim[r]) == lim[r] for r in ("cpu", "memory"))
+        for req, lim in zip(reqs, lims)
+    )
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def make_pod(name, containers=None, namespace="default", uid=None, qos=None, phase="Running",
+             annotations=None, labels=None, node="memqos-e2e"):
+    """A v1 Pod as the kubelet's /pods returns it. containers: list of dicts with 'name' and
+    optional 'requests'/'limits' ({'memory': '100Mi', 'cpu': '100m'}) and 'id' (64 hex; made up
+    if absent). qos (Guaranteed/Burstable/BestEffort) is derived from resources if not given."""
+    containers = [dict(c) for c in (containers or [{"name": "main"}])]
+    for c in containers:
+        c.setdefault("id", new_container_id())
+    uid = uid or new_pod_uid()
+    qos = qos or _derive_qos(containers)
+    spec_containers = []
+    statuses = []
+    for c in containers:
+        res = {}
+        if c.get("requests"):
+            res["requests"] = dict(c["requests"])
+        if c.get("limits"):
+            res["limits"] = dict(c["limits"])
+        spec_containers.append({"name": c["name"], "image": c.get("image", "busybox:latest"),
+                                "resources": res})
+        statuses.append({"name": c["name"], "containerID": f"containerd://{c['id']}",
+                         "ready": phase == "Running", "restartCount": 0,
+                         "image": c.get("image", "busybox:latest"),
+                         "state": {"running": {"startedAt": "2025-01-01T00:00:00Z"}}
+                         if phase == "Running" else {"waiting": {"reason": "ContainerCreating"}}})
+    return {
+        "metadata": {"name": name, "namespace": namespace, "uid": uid,
+                     "annotations": dict(annotations or {}), "labels": dict(labels or {}),
+                     "creationTimestamp": "2025-01-01T00:00:00Z"},
+        "spec": {"nodeName": node, "containers": spec_containers},
+        "status": {"phase": phase, "qosClass": qos, "containerStatuses": statuses},
+    }
+
+
+def write_pods(pods, path=PODS_FILE):
+    """Atomically replace what the stand-in kubelet serves on /pods (a v1 PodList)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    doc = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": list(pods)}
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(tmp, path)
+
+
+def start_pod(pod):
+    """Create the pod slice and one container scope per containerStatus of a make_pod() pod.
+    Returns {'slice': name, 'scopes': [names], 'pids': [pids]}."""
+    uid = pod["metadata"]["uid"]
+    qos = pod["status"]["qosClass"]
+    slice_name = create_pod_slice(uid, qos)
+    scopes, pids = [], []
+    for st in pod["status"].get("containerStatuses", []):
+        cid = st["containerID"].split("://", 1)[-1]
+        scope, pid = create_container_scope(slice_name, cid)
+        scopes.append(scope)
+        pids.append(pid)
+    return {"slice": slice_name, "scopes": scopes, "pids": pids}
+
+
+def stop_pod(pod):
+    for st in pod["status"].get("containerStatuses", []):
+        delete_container_scope(st["containerID"].split("://", 1)[-1])
+    delete_pod_slice(pod["metadata"]["uid"], pod["status"]["qosClass"])
+
+
+def _port_open(addr=KUBELET_ADDR):
+    try:
+        with socket.create_connection(addr, timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def kubelet_start(pods=None, timeout=30.0):
+    """Run the /pods stand-in on 127.0.0.1:10255 as the transient unit kubelet.service. If pods
+    is given, write it first; otherwise keep (or create an empty) pods file."""
+    if pods is not None:
+        write_pods(pods)
+    elif not os.path.exists(PODS_FILE):
+        write_pods([])
+    if unit_exists(KUBELET_UNIT):
+        return
+    subprocess.run(["systemctl", "reset-failed", KUBELET_UNIT], stderr=subprocess.DEVNULL)
+    subprocess.run(["systemd-run", "--quiet", f"--unit={KUBELET_UNIT}",
+                    "--description=kubelet stand-in (memqos e2e)", "-p", "KillMode=mixed",
+                    "/usr/bin/python3", os.path.join(GUEST_DIR, "kubelet_stub.py"),
+                    "--pods-file", PODS_FILE, "--address", KUBELET_ADDR[0],
+                    "--port", str(KUBELET_ADDR[1])], check=True)
+    if not wait_for(_port_open, timeout):
+        raise SystemdError("kubelet stand-in did not start listening")
+
+
+def kubelet_stop():
+    stop_unit(KUBELET_UNIT)
+    subprocess.run(["systemctl", "reset-failed", KUBELET_UNIT], stderr=subprocess.DEVNULL)
+    wait_for(lambda: not _port_open(), 10)
+
+
+def kubelet_restart(down_seconds=0.0):
+    """Stop the stand-in, optionally stay down a while, start it again (same pods file)."""
+    kubelet_stop()
+    if down_seconds:
+        time.sleep(down_seconds)
+    kubelet_start()
+
+
+def kubelet_get_pods():
+    with urllib.request.urlopen(f"http://{KUBELET_ADDR[0]}:{KUBELET_ADDR[1]}/pods",
+                                timeout=5) as r:
+        return json.load(r)
+
+
+# --------------------------------------------------------------------------- host requests
+
+def host_request(op, timeout=60.0, **fields):
+    """Ask the host runner for something over the virtio-serial control port and return its
+    reply dict. Ops: 'qmp' (execute=..., arguments={...}), 'hotplug-memory' (size_mib=...)."""
+    if not os.path.exists(CTL_PORT):
+        raise RuntimeError(f"no control port {CTL_PORT} (run_vm started without it?)")
+    req_id = secrets.token_hex(4)
+    msg = json.dumps(dict(fields, op=op, id=req_id)) + "\n"
+    fd = os.open(CTL_PORT, os.O_RDWR | os.O_NOCTTY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, msg.encode())
+        buf = b""
+        deadline = time.monotonic() + timeout
+        import select
+
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"host did not answer {op}")
+            r, _, _ = select.select([fd], [], [], left)
+            if not r:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                time.sleep(0.05)
+                continue
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                try:
+                    reply = json.loads(line)
+                except ValueError:
+                    continue
+                if reply.get("id") == req_id:
+                    if not reply.get("ok"):
+                        raise RuntimeError(f"host: {op} failed: {reply.get('error')}")
+                    return reply
+    finally:
+        os.close(fd)
+
+
+def host_qmp(execute, **arguments):
+    """Run a QMP command on this VM's qemu and return its 'return' value."""
+    return host_request("qmp", execute=execute, arguments=arguments)["return"]
+
+
+def hotplug_memory(size_mib=512):
+    """Hot-add a pc-dimm of size_mib (the VM needs free slots/maxmem; default 1G,slots=2,maxmem=2G).
+    Debian leaves the new memory blocks offline: see online_memory_blocks()."""
+    return host_request("hotplug-memory", size_mib=int(size_mib))
+
+
+def online_memory_blocks():
+    """echo online > every offline /sys/devices/system/memory/memoryN/state; returns the count."""
+    n = 0
+    base = "/sys/devices/system/memory"
+    for entry in sorted(os.listdir(base)):
+        state = os.path.join(base, entry, "state")
+        if entry.startswith("memory") and os.path.exists(state):
+            with open(state) as f:
+                if f.read().strip() != "offline":
+                    continue
+            with open(state, "w") as f:
+                f.write("online")
+            n += 1
+    return n

@@ -1,0 +1,78 @@
+"""Fast host-side checks of the e2e harness itself (no VM): the guest driver's result contract
+and the payload layout. They run wherever python3 does, so the harness cannot rot silently."""
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import vm as e2e_vm  # noqa: E402
+
+SCENARIOS = {
+    "00-pass.sh": "echo CHECK ok first thing\necho 'CHECK ok second thing'\necho err >&2\n",
+    "01-checkfail.sh": "echo CHECK ok fine\necho CHECK fail broken thing\nexit 0\n",
+    "02-exit.py": "import sys\nprint('CHECK ok python works')\nsys.exit(3)\n",
+    "03-skip.sh": "echo SKIP no deb here\nexit 77\n",
+    "04-hang.sh": "# e2e-timeout: 2\necho CHECK ok before hang\nsleep 60\n",
+    "05-env.sh": ("[ -n \"$MEMQOS_E2E_RESULTS\" ] && [ -d \"$MEMQOS_E2E_ARTIFACTS\" ] && "
+                  "[ \"$MEMQOS_E2E_SCENARIO\" = 05-env ] && echo CHECK ok env\n"
+                  ". \"$MEMQOS_E2E_GUEST/lib.sh\"\ncheck_eq answer 42 42\n"
+                  "check_eq wrong 1 2\n"),
+    "README.txt": "not a scenario\n",
+}
+
+
+def run_driver(tmp_path):
+    payload = tmp_path / "payload"
+    (payload / "scenarios").mkdir(parents=True)
+    for name, body in SCENARIOS.items():
+        (payload / "scenarios" / name).write_text(body)
+    os.symlink(os.path.join(HERE, "guest"), payload / "guest")
+    (payload / "run.json").write_text(json.dumps({"cleanup": False}))
+    results = tmp_path / "results"
+    p = subprocess.run([sys.executable, os.path.join(HERE, "guest", "run-scenarios"),
+                        "--payload", str(payload), "--results", str(results)],
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, MEMQOS_E2E_CTL="/nonexistent"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    return {f[:-5]: json.loads((results / f).read_text())
+            for f in os.listdir(results) if f.endswith(".json")}
+
+
+def test_driver_results_contract(tmp_path):
+    r = run_driver(tmp_path)
+    assert set(r) == {"00-pass", "01-checkfail", "02-exit", "03-skip", "04-hang", "05-env",
+                      "summary", "install"}
+    assert r["00-pass"]["status"] == "passed"
+    assert [c["what"] for c in r["00-pass"]["checks"]] == ["first thing", "second thing"]
+    assert r["00-pass"]["stderr"] == "err"
+    assert r["01-checkfail"]["status"] == "failed"
+    assert r["01-checkfail"]["exit_code"] == 0 and r["01-checkfail"]["checks_failed"] == 1
+    assert r["02-exit"]["status"] == "failed" and r["02-exit"]["exit_code"] == 3
+    assert r["03-skip"]["status"] == "skipped" and r["03-skip"]["skip_reason"] == "no deb here"
+    hang = r["04-hang"]
+    assert hang["status"] == "timeout" and hang["timed_out"] and hang["timeout"] == 2
+    assert hang["checks"] == [{"ok": True, "what": "before hang"}]
+    assert hang["duration_s"] < 20
+    assert [c["ok"] for c in r["05-env"]["checks"]] == [True, True, False]
+    assert [s["name"] for s in r["summary"]["scenarios"]] == [
+        "00-pass", "01-checkfail", "02-exit", "03-skip", "04-hang", "05-env"]
+
+
+def test_payload_layout(tmp_path):
+    dest = tmp_path / "payload"
+    e2e_vm.build_payload(str(dest), scenarios=["00-smoke"], debs=[])
+    assert os.access(dest / "guest" / "run-scenarios", os.X_OK)
+    assert (dest / "guest" / "memqos_e2e.py").exists()
+    assert (dest / "scenarios" / "00-smoke.sh").exists()
+    assert json.loads((dest / "run.json").read_text())["scenarios"] == ["00-smoke"]
+    assert not (dest / "debs").exists()
+    assert "00-smoke" in e2e_vm.list_scenarios()
+
+
+def test_image_key_is_stable():
+    script = os.path.join(HERE, "build-image.sh")
+    keys = {subprocess.run(["bash", script, "--key"], capture_output=True, text=True,
+                           check=True).stdout.strip() for _ in range(2)}
+    assert len(keys) == 1 and len(keys.pop()) == 16

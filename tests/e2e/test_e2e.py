@@ -1,0 +1,143 @@
+"""End-to-end tests: one VM boot runs every guest scenario; one pytest test per scenario.
+
+    python3 -m pytest tests/e2e -v                 # all scenarios (one VM)
+    python3 -m pytest tests/e2e -v -k smoke        # only the selected scenarios boot in the VM
+
+Without qemu/debootstrap/root the tests are skipped, or fail when CI=true. See README.md.
+"""
+import json
+import os
+import re
+import sys
+import tempfile
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import vm as e2e_vm  # noqa: E402
+
+pytestmark = pytest.mark.e2e
+
+SCENARIOS = e2e_vm.list_scenarios()
+TIMEOUT_RE = re.compile(r"^#\s*e2e-timeout:\s*(\d+)\s*$")
+
+
+def _unavailable(reason):
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"e2e prerequisites missing (CI=true): {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _scenario_timeout(name):
+    for ext in (".sh", ".py"):
+        path = os.path.join(HERE, "scenarios", name + ext)
+        if os.path.exists(path):
+            with open(path, errors="replace") as f:
+                for _, line in zip(range(30), f):
+                    m = TIMEOUT_RE.match(line.strip())
+                    if m:
+                        return int(m.group(1))
+    return 300
+
+
+def _selected(session):
+    names = []
+    for item in session.items:
+        callspec = getattr(item, "callspec", None)
+        if callspec and item.module.__name__ == __name__ and "scenario" in callspec.params:
+            if callspec.params["scenario"] not in names:
+                names.append(callspec.params["scenario"])
+    env = os.environ.get("MEMQOS_E2E_SCENARIOS")
+    if env:
+        wanted = [w for w in re.split(r"[,\s]+", env) if w]
+        names = [n for n in names if any(w in n for w in wanted)]
+    return names
+
+
+@pytest.fixture(scope="session")
+def e2e_run(request):
+    """Build/reuse the image, boot one VM with the selected scenarios; returns
+    {'results': dir or None, 'error': str or None, 'selected': [names]}."""
+    try:
+        cached = e2e_vm.image_is_cached()
+    except Exception as e:
+        cached = False
+        _ = e
+    missing = e2e_vm.missing_prerequisites(need_build=not cached)
+    if missing:
+        _unavailable("; ".join(missing))
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(msg):
+        if reporter:
+            reporter.write_line(f"[e2e] {msg}")
+
+    selected = _selected(request.session)
+    if not cached:
+        say("building the guest image (about 1.5 minutes, cached afterwards)")
+    try:
+        image = e2e_vm.build_image()
+    except e2e_vm.VMError as e:
+        _unavailable(f"could not build the guest image: {e}")
+    timeout = int(os.environ.get("MEMQOS_E2E_TIMEOUT", 0)) or (
+        240 + sum(_scenario_timeout(n) for n in selected))
+    with tempfile.TemporaryDirectory(prefix="mqe2e-payload-") as payload:
+        e2e_vm.build_payload(payload, scenarios=selected)
+        debs = sorted(os.listdir(os.path.join(payload, "debs"))) \
+            if os.path.isdir(os.path.join(payload, "debs")) else []
+        say(f"booting the VM for {len(selected)} scenario(s), debs: {debs or 'none'}, "
+            f"timeout {timeout} s")
+        try:
+            results = e2e_vm.run_vm(payload, timeout, image=image)
+            error = None
+        except e2e_vm.VMError as e:
+            results, error = e.results_dir, str(e)
+    run_dir = os.path.dirname(results) if results else None
+    if run_dir:
+        say(f"run directory: {run_dir}")
+        try:
+            with open(os.path.join(run_dir, "timing.json")) as f:
+                say(f"timing: {json.load(f)}")
+        except OSError:
+            pass
+    if error:
+        say(f"VM error: {error.splitlines()[0]}")
+    return {"results": results, "error": error, "selected": selected}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_scenario(e2e_run, scenario, capsys):
+    results = e2e_run["results"]
+    path = os.path.join(results, scenario + ".json") if results else None
+    if not path or not os.path.exists(path):
+        if e2e_run["error"]:
+            pytest.fail(f"no result for {scenario}: {e2e_run['error']}", pytrace=False)
+        pytest.fail(f"no result for {scenario} in {results}", pytrace=False)
+    with open(path) as f:
+        r = json.load(f)
+    lines = [f"CHECK {'ok' if c['ok'] else 'fail'} {c['what']}" for c in r["checks"]]
+    with capsys.disabled():
+        print()
+        for line in lines:
+            print(f"    {line}")
+    # Also in the captured output, so a failure report shows them with the scenario's output.
+    print("\n".join(lines))
+    print(f"--- {scenario} stdout ---\n{r.get('stdout', '')}")
+    print(f"--- {scenario} stderr ---\n{r.get('stderr', '')}")
+    if r["status"] == "skipped":
+        pytest.skip(r.get("skip_reason") or "scenario exited 77")
+    failed = [c["what"] for c in r["checks"] if not c["ok"]]
+    problems = []
+    if r["timed_out"]:
+        problems.append(f"timed out after {r.get('timeout')} s")
+    elif r["exit_code"] != 0:
+        problems.append(f"exit code {r['exit_code']}")
+    if failed:
+        problems.append(f"{len(failed)} CHECK fail: " + "; ".join(failed))
+    if r["status"] == "error":
+        problems.append(r.get("stderr", "driver error"))
+    if problems:
+        tail = "\n".join((r.get("stderr") or r.get("stdout") or "").splitlines()[-30:])
+        pytest.fail(f"{scenario}: " + ", ".join(problems) + (f"\n{tail}" if tail else ""),
+                    pytrace=False)

@@ -104,9 +104,12 @@ def _fail(src: str, key: str, value: Any, why: str) -> ConfigError:
 
 
 def _show(value: Any) -> str:
-    text = repr(value) if isinstance(value, str) else str(value)
+    # Maps and lists go through the YAML dumper, which keeps aliases as aliases: str() of an
+    # alias bomb ("billion laughs") would expand it and never return.
     if isinstance(value, (dict, list)):
         text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+    else:
+        text = repr(value) if isinstance(value, str) else str(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -135,12 +138,16 @@ def _bytes(src, key, value):
         raise _fail(src, key, value, "is not a memory quantity (e.g. 512Mi, 1.5Gi, 1073741824)") from None
 
 
+# What the kubelet's parsePercentage (strconv.ParseFloat) takes before the '%'.
+_PERCENT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,2})?")
+
+
 def _bytes_or_percent(src, key, value) -> Reserve:
     if isinstance(value, str) and value.strip().endswith("%"):
-        try:
-            pct = Fraction(value.strip()[:-1])
-        except (ValueError, ZeroDivisionError):
-            raise _fail(src, key, value, "is not a percentage") from None
+        number = value.strip()[:-1]
+        if not _PERCENT.fullmatch(number) or len(number) > 40:
+            raise _fail(src, key, value, "is not a percentage")
+        pct = Fraction(number)
         if not 0 <= pct < 100:
             raise _fail(src, key, value, "must be a percentage in [0%, 100%)")
         return Reserve(fraction=pct / 100)
@@ -182,14 +189,25 @@ def _reserved_cgroup(src, key, value) -> str:
     return value
 
 
+# The resources the kubelet lets kubeReserved/systemReserved name (anything else it refuses
+# with "cannot reserve"); a typo such as `memroy` must not silently reserve nothing.
+_RESERVABLE = ("cpu", "memory", "ephemeral-storage", "pid")
+# The kubelet's eviction signals; an unknown one (`memory.availble`) is an error there too.
+_EVICTION_SIGNALS = (
+    "memory.available", "allocatableMemory.available", "nodefs.available", "nodefs.inodesFree",
+    "imagefs.available", "imagefs.inodesFree", "containerfs.available", "containerfs.inodesFree",
+    "pid.available",
+)
+
+
 def _resource_list(src, key, value) -> int:
     """kubeReserved/systemReserved: a ResourceList; we use `memory`, others are checked for shape."""
     if not isinstance(value, dict):
         raise _fail(src, key, value, "must be a map of resource name to quantity (e.g. {memory: 1Gi})")
     memory = 0
     for name, q in value.items():
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9./_-]+", name):
-            raise _fail(src, f"{key}.{name}", q, "has an invalid resource name")
+        if name not in _RESERVABLE:
+            raise _fail(src, f"{key}.{name}", q, f"is not a reservable resource ({', '.join(_RESERVABLE)})")
         if name == "memory":
             memory = _bytes(src, f"{key}.memory", q)
         else:
@@ -204,8 +222,14 @@ def _eviction_hard(src, key, value) -> Reserve:
     if not isinstance(value, dict):
         raise _fail(src, key, value, "must be a map of signal to threshold (e.g. {memory.available: 100Mi})")
     for name, threshold in value.items():
-        if not isinstance(name, str) or not isinstance(threshold, (str, int, float)) or isinstance(threshold, bool):
+        if name not in _EVICTION_SIGNALS:
+            raise _fail(src, f"{key}.{name}", threshold, f"is not an eviction signal ({', '.join(_EVICTION_SIGNALS)})")
+        if not isinstance(threshold, (str, int, float)) or isinstance(threshold, bool):
             raise _fail(src, f"{key}.{name}", threshold, "must be a quantity or a percentage")
+        try:
+            _bytes_or_percent(src, f"{key}.{name}", threshold)
+        except ConfigError:
+            raise _fail(src, f"{key}.{name}", threshold, "must be a quantity or a percentage") from None
     if "memory.available" not in value:
         # The kubelet drops its defaults for every signal once evictionHard is set.
         return Reserve()
@@ -354,7 +378,10 @@ def kubelet_config_subset(doc: Any, src: str) -> tuple[dict, bool]:
     kind = doc.get("kind")
     if kind not in (None, "KubeletConfiguration"):
         raise ConfigError(f"{src}: kind: {kind!r} is not KubeletConfiguration")
-    subset = {k: doc[k] for k in _KUBELET_KEYS if k in doc}
+    # In a KubeletConfiguration a null or empty field means "the kubelet's default" (cgroupRoot ""
+    # is "/", an empty kubeReservedCgroup is none, a null memoryThrottlingFactor is 0.9), so it
+    # is as good as absent: it must not turn into our `null` (no MemoryHigh) or into an error.
+    subset = {k: doc[k] for k in _KUBELET_KEYS if k in doc and doc[k] is not None and doc[k] != ""}
     gates = doc.get("featureGates") or {}
     gate = bool(isinstance(gates, dict) and gates.get("MemoryQoS") is True)
     return subset, gate

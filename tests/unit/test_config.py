@@ -1,0 +1,525 @@
+"""The config file (issue #2, "Config"): defaults, validation, the kubelet's config file.
+
+Contract from the issue: KubeletConfiguration names; `memoryReservationPolicy` None |
+TieredReservation | HardReservation (default None); `memoryThrottlingFactor` in (0, 1]
+(default 0.9, null = no MemoryHigh anywhere); `hierarchy` effective | kubelet (default
+effective); `cgroupRoot` (default /); `kubeReserved`/`systemReserved` maps with memory;
+`evictionHard` (memory.available as a quantity or a percentage of capacity);
+`enforceNodeAllocatable` (pods, kube-reserved, system-reserved; default [pods]);
+`kubeReservedCgroup`/`systemReservedCgroup`. Unknown keys and wrong types are errors, with
+a one-line message naming the key and the value. Our file wins over the kubelet's config,
+which wins over the defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from fractions import Fraction
+
+import pytest
+import yaml
+
+from memqos_systemd.config import ConfigError, Reserve, load_config, parse_config
+
+Mi, Gi = 2**20, 2**30
+
+
+def cfg(text: str, **kw):
+    return parse_config(yaml.safe_load(text), "config.yaml", **kw)
+
+
+def error(text: str, **kw) -> str:
+    with pytest.raises(ConfigError) as e:
+        cfg(text, **kw)
+    msg = str(e.value)
+    assert "\n" not in msg, msg
+    return msg
+
+
+# ------------------------------------------------------------------ defaults
+
+@pytest.mark.parametrize("doc", [None, {}])
+def test_defaults(doc):
+    c = parse_config(doc)
+    assert c.memory_reservation_policy == "None"
+    assert c.memory_throttling_factor == 0.9
+    assert c.hierarchy == "effective"
+    assert c.cgroup_root == "/"
+    assert c.kube_reserved == 0 and c.system_reserved == 0
+    assert c.enforce_node_allocatable == ("pods",)
+    assert c.kube_reserved_cgroup is None and c.system_reserved_cgroup is None
+    # Spec silent on the evictionHard default: the kubelet's own (memory.available 100Mi).
+    assert c.eviction_hard_memory.resolve(64 * Gi) == 100 * Mi
+    assert c.kubelet_memory_qos_gate is False
+    assert c.protection_headroom.resolve(100 * Gi) > 0  # "a sane default"
+
+
+def test_empty_file_and_missing_file_mean_defaults(tmp_path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert load_config(empty) == parse_config(None)
+    assert load_config(tmp_path / "absent.yaml") == parse_config(None)
+    assert load_config(None) == parse_config(None)
+    with pytest.raises(ConfigError, match="absent.yaml"):
+        load_config(tmp_path / "absent.yaml", required=True)
+
+
+# ------------------------------------------------------------------ valid values
+
+@pytest.mark.parametrize("text, attr, value", [
+    ("memoryReservationPolicy: None", "memory_reservation_policy", "None"),
+    ("memoryReservationPolicy: TieredReservation", "memory_reservation_policy", "TieredReservation"),
+    ("memoryReservationPolicy: HardReservation", "memory_reservation_policy", "HardReservation"),
+    ("memoryThrottlingFactor: 0.9", "memory_throttling_factor", 0.9),
+    ("memoryThrottlingFactor: 1", "memory_throttling_factor", 1.0),
+    ("memoryThrottlingFactor: 1.0", "memory_throttling_factor", 1.0),
+    ("memoryThrottlingFactor: 0.001", "memory_throttling_factor", 0.001),
+    ("memoryThrottlingFactor: null", "memory_throttling_factor", None),
+    ("memoryThrottlingFactor: ~", "memory_throttling_factor", None),
+    ("hierarchy: effective", "hierarchy", "effective"),
+    ("hierarchy: kubelet", "hierarchy", "kubelet"),
+    ("cgroupRoot: /", "cgroup_root", "/"),
+    ("cgroupRoot: /foo", "cgroup_root", "/foo"),
+    ("cgroupRoot: /foo.slice", "cgroup_root", "/foo.slice"),
+    ("kubeReserved: {memory: 2Gi}", "kube_reserved", 2 * Gi),
+    ("kubeReserved: {memory: 2Gi, cpu: 500m, ephemeral-storage: 1Gi, pid: 1000}", "kube_reserved", 2 * Gi),
+    ("kubeReserved: {cpu: '1'}", "kube_reserved", 0),
+    ("kubeReserved: {}", "kube_reserved", 0),
+    ("kubeReserved: {memory: 1073741824}", "kube_reserved", Gi),
+    ("systemReserved: {memory: 1.5Gi}", "system_reserved", 3 * Gi // 2),
+    ("systemReserved: {memory: 500m}", "system_reserved", 1),
+    ("enforceNodeAllocatable: [pods]", "enforce_node_allocatable", ("pods",)),
+    ("enforceNodeAllocatable: []", "enforce_node_allocatable", ()),
+    ("enforceNodeAllocatable: [none]", "enforce_node_allocatable", ()),
+    ("enforceNodeAllocatable: [pods, pods]", "enforce_node_allocatable", ("pods",)),
+    ("{enforceNodeAllocatable: [pods, kube-reserved], kubeReservedCgroup: /kube.slice}",
+     "enforce_node_allocatable", ("pods", "kube-reserved")),
+    ("kubeReservedCgroup: /kube.slice", "kube_reserved_cgroup", "/kube.slice"),
+    ("kubeReservedCgroup: /runtime.slice/kube.slice", "kube_reserved_cgroup", "/runtime.slice/kube.slice"),
+    ("systemReservedCgroup: /system.slice", "system_reserved_cgroup", "/system.slice"),
+])
+def test_valid_values(text, attr, value):
+    c = cfg(text)
+    assert getattr(c, attr) == value
+    assert type(getattr(c, attr)) is type(value)
+
+
+@pytest.mark.parametrize("threshold, capacity, expected", [
+    ("100Mi", 8 * Gi, 100 * Mi),
+    ("500Mi", 8 * Gi, 500 * Mi),
+    (104857600, 8 * Gi, 100 * Mi),
+    ("0", 8 * Gi, 0),
+    ("25%", 8 * Gi, 2 * Gi),
+    ("10%", 10 * Gi, Gi),
+    ("0%", 8 * Gi, 0),
+    ("5.5%", 2000, 110),
+    ("1e1%", 1000, 100),  # the kubelet reads the number with ParseFloat, exponent and all
+    ("1%", 50, 1),        # half a byte: rounds up, like every fractional byte here
+    ("99.9%", 1000, 999),
+])
+def test_eviction_hard_quantity_or_percentage(threshold, capacity, expected):
+    c = parse_config({"evictionHard": {"memory.available": threshold}})
+    assert c.eviction_hard_memory.resolve(capacity) == expected
+
+
+def test_eviction_hard_other_signals_are_accepted():
+    c = cfg("evictionHard: {memory.available: 200Mi, nodefs.available: 10%, nodefs.inodesFree: 5%,"
+            " imagefs.available: 15%, imagefs.inodesFree: 5%, pid.available: 10%}")
+    assert c.eviction_hard_memory.resolve(8 * Gi) == 200 * Mi
+
+
+def test_eviction_hard_without_memory_means_zero():
+    # Spec silent. The kubelet drops all its default thresholds once evictionHard is set,
+    # so a map without memory.available reserves nothing for memory (the code's choice).
+    c = cfg("evictionHard: {nodefs.available: 10%}")
+    assert c.eviction_hard_memory.resolve(8 * Gi) == 0
+
+
+def test_protection_headroom_quantity_or_percentage():
+    assert cfg("protectionHeadroom: 1Gi").protection_headroom == Reserve(bytes=Gi)
+    assert cfg("protectionHeadroom: 10%").protection_headroom == Reserve(fraction=Fraction(1, 10))
+    assert cfg("protectionHeadroom: 0").protection_headroom.resolve(Gi) == 0
+
+
+# ------------------------------------------------------------------ invalid values
+
+def test_factor_message_is_exactly_the_issue_example():
+    assert error("memoryThrottlingFactor: 1.5") == "config.yaml: memoryThrottlingFactor: 1.5 is outside (0, 1]"
+
+
+@pytest.mark.parametrize("text, key, shown", [
+    # memoryReservationPolicy
+    ("memoryReservationPolicy: Hard", "memoryReservationPolicy", "Hard"),
+    ("memoryReservationPolicy: none", "memoryReservationPolicy", "none"),
+    ("memoryReservationPolicy: Disabled", "memoryReservationPolicy", "Disabled"),  # the KEP's older word
+    ("memoryReservationPolicy: 1", "memoryReservationPolicy", "1"),
+    ("memoryReservationPolicy: [None]", "memoryReservationPolicy", "None"),
+    # memoryThrottlingFactor
+    ("memoryThrottlingFactor: 0", "memoryThrottlingFactor", "0"),
+    ("memoryThrottlingFactor: 0.0", "memoryThrottlingFactor", "0.0"),
+    ("memoryThrottlingFactor: -0.1", "memoryThrottlingFactor", "-0.1"),
+    ("memoryThrottlingFactor: 1.0000001", "memoryThrottlingFactor", "1.0000001"),
+    ("memoryThrottlingFactor: 90", "memoryThrottlingFactor", "90"),
+    ("memoryThrottlingFactor: '0.9'", "memoryThrottlingFactor", "0.9"),
+    ("memoryThrottlingFactor: true", "memoryThrottlingFactor", "True"),
+    ("memoryThrottlingFactor: .nan", "memoryThrottlingFactor", "nan"),
+    ("memoryThrottlingFactor: .inf", "memoryThrottlingFactor", "inf"),
+    ("memoryThrottlingFactor: [0.9]", "memoryThrottlingFactor", "0.9"),
+    # hierarchy
+    ("hierarchy: Effective", "hierarchy", "Effective"),
+    ("hierarchy: kep", "hierarchy", "kep"),
+    ("hierarchy: 0", "hierarchy", "0"),
+    ("hierarchy: null", "hierarchy", "None"),
+    # cgroupRoot
+    ("cgroupRoot: foo", "cgroupRoot", "foo"),
+    ("cgroupRoot: ''", "cgroupRoot", "''"),
+    ("cgroupRoot: 1", "cgroupRoot", "1"),
+    ("cgroupRoot: [/]", "cgroupRoot", "/"),
+    # kubeReserved / systemReserved
+    ("kubeReserved: 1Gi", "kubeReserved", "1Gi"),
+    ("kubeReserved: [memory]", "kubeReserved", "memory"),
+    ("kubeReserved: {memory: 1Gb}", "kubeReserved.memory", "1Gb"),
+    ("kubeReserved: {memory: -1Gi}", "kubeReserved.memory", "-1Gi"),
+    ("kubeReserved: {memory: true}", "kubeReserved.memory", "True"),
+    ("kubeReserved: {memory: [1Gi]}", "kubeReserved.memory", "1Gi"),
+    ("kubeReserved: {cpu: abc}", "kubeReserved.cpu", "abc"),
+    ("kubeReserved: {memroy: 1Gi}", "kubeReserved.memroy", "1Gi"),  # a typo must not reserve nothing
+    ("kubeReserved: {hugepages-2Mi: 1Gi}", "kubeReserved.hugepages-2Mi", "1Gi"),  # the kubelet refuses it too
+    ("systemReserved: {memory: 1 Gi}", "systemReserved.memory", "1 Gi"),
+    ("systemReserved: {Memory: 1Gi}", "systemReserved.Memory", "1Gi"),
+    ("systemReserved: 5", "systemReserved", "5"),
+    # evictionHard
+    ("evictionHard: 100Mi", "evictionHard", "100Mi"),
+    ("evictionHard: {memory.available: abc}", "evictionHard.memory.available", "abc"),
+    ("evictionHard: {memory.available: '100%'}", "evictionHard.memory.available", "100%"),
+    ("evictionHard: {memory.available: '-1%'}", "evictionHard.memory.available", "-1%"),
+    ("evictionHard: {memory.available: 'x%'}", "evictionHard.memory.available", "x%"),
+    ("evictionHard: {memory.available: '%'}", "evictionHard.memory.available", "%"),
+    ("evictionHard: {memory.available: '1/2%'}", "evictionHard.memory.available", "1/2%"),
+    ("evictionHard: {memory.available: '1e99999999999%'}", "evictionHard.memory.available", "1e99999999999%"),
+    ("evictionHard: {memory.available: true}", "evictionHard.memory.available", "True"),
+    ("evictionHard: {memory.available: -100Mi}", "evictionHard.memory.available", "-100Mi"),
+    ("evictionHard: {memory.available: '<100Mi'}", "evictionHard.memory.available", "<100Mi"),
+    ("evictionHard: {memory.availble: 500Mi}", "evictionHard.memory.availble", "500Mi"),  # typo: not silently 0
+    ("evictionHard: {nodefs.available: lots}", "evictionHard.nodefs.available", "lots"),
+    # enforceNodeAllocatable
+    ("enforceNodeAllocatable: pods", "enforceNodeAllocatable", "pods"),
+    ("enforceNodeAllocatable: [podz]", "enforceNodeAllocatable", "podz"),
+    ("enforceNodeAllocatable: [pods, none]", "enforceNodeAllocatable", "none"),
+    ("enforceNodeAllocatable: [Pods]", "enforceNodeAllocatable", "Pods"),
+    ("enforceNodeAllocatable: [1]", "enforceNodeAllocatable", "1"),
+    # reserved cgroups
+    ("kubeReservedCgroup: kube.slice", "kubeReservedCgroup", "kube.slice"),
+    ("kubeReservedCgroup: /kube", "kubeReservedCgroup", "/kube"),
+    ("kubeReservedCgroup: /kube.service", "kubeReservedCgroup", "/kube.service"),
+    ("kubeReservedCgroup: /-.slice", "kubeReservedCgroup", "/-.slice"),
+    ("kubeReservedCgroup: /", "kubeReservedCgroup", "/"),
+    ("kubeReservedCgroup: ''", "kubeReservedCgroup", "''"),
+    ("kubeReservedCgroup: 5", "kubeReservedCgroup", "5"),
+    ("systemReservedCgroup: /sys tem.slice", "systemReservedCgroup", "/sys tem.slice"),
+    ("systemReservedCgroup: /système.slice", "systemReservedCgroup", "/système.slice"),
+    # protectionHeadroom
+    ("protectionHeadroom: lots", "protectionHeadroom", "lots"),
+    ("protectionHeadroom: '150%'", "protectionHeadroom", "150%"),
+    # daemon keys
+    ("podsFile: pods.json", "podsFile", "pods.json"),
+    ("kubeletConfigFile: kubelet.yaml", "kubeletConfigFile", "kubelet.yaml"),
+    ("resyncInterval: 5x", "resyncInterval", "5x"),
+    ("resyncInterval: true", "resyncInterval", "True"),
+    ("kubelet: http://x", "kubelet", "http://x"),
+    ("kubelet: {url: 'ftp://x/pods'}", "kubelet.url", "ftp://x/pods"),
+    ("kubelet: {urll: 'http://x/pods'}", "kubelet.urll", "http://x/pods"),
+    ("kubelet: {pollInterval: 0s}", "kubelet.pollInterval", "0s"),
+    ("kubelet: {clientCertFile: /c.pem}", "kubelet.clientCertFile", "/c.pem"),
+    ("metrics: {listen: nohost}", "metrics.listen", "nohost"),
+    ("metrics: {listen: '1.2.3.4:99999'}", "metrics.listen", "1.2.3.4:99999"),
+    ("metrics: {port: 9759}", "metrics.port", "9759"),
+    ("metrics: 9759", "metrics", "9759"),
+])
+def test_invalid_values_name_key_and_value(text, key, shown):
+    msg = error(text)
+    assert msg.startswith("config.yaml: "), msg
+    assert f" {key}: " in msg, msg
+    assert shown in msg, msg
+
+
+@pytest.mark.parametrize("text, key", [
+    ("memoryThrottlingFactr: 0.9", "memoryThrottlingFactr"),
+    ("memorythrottlingfactor: 0.9", "memorythrottlingfactor"),
+    ("MemoryQoS: true", "MemoryQoS"),
+    ("featureGates: {MemoryQoS: true}", "featureGates"),  # a kubelet key, not ours
+    ("cgroupDriver: systemd", "cgroupDriver"),
+    ("1: x", "1"),
+])
+def test_unknown_keys(text, key):
+    msg = error(text)
+    assert f"config.yaml: {key}: " in msg
+    assert "not a known key" in msg
+
+
+def test_unknown_key_with_a_close_name_gets_a_hint():
+    assert "did you mean memoryThrottlingFactor?" in error("memorythrottlingfactor: 0.9")
+
+
+@pytest.mark.parametrize("text", ["- memoryThrottlingFactor: 0.9", "0.9", "hello", "true"])
+def test_config_must_be_a_map(text):
+    assert "config.yaml" in error(text)
+
+
+def test_long_values_are_shortened_in_messages():
+    msg = error("memoryReservationPolicy: " + "x" * 5000)
+    assert len(msg) < 300
+
+
+# ------------------------------------------------------------------ cross-checks
+
+@pytest.mark.parametrize("text, needle", [
+    ("enforceNodeAllocatable: [pods, kube-reserved]", "kubeReservedCgroup"),
+    ("enforceNodeAllocatable: [kube-reserved]", "kubeReservedCgroup"),
+    ("enforceNodeAllocatable: [pods, system-reserved]", "systemReservedCgroup"),
+    ("{enforceNodeAllocatable: [kube-reserved, system-reserved], kubeReservedCgroup: /kube.slice}",
+     "systemReservedCgroup"),
+])
+def test_enforcing_a_reservation_needs_its_cgroup(text, needle):
+    # Node Allocatable: "Specifying kube-reserved value in this flag is invalid if
+    # --kube-reserved-cgroup flag is not specified" (and the same for system-reserved).
+    msg = error(text)
+    assert "enforceNodeAllocatable" in msg and needle in msg
+
+
+def test_enforcing_both_with_their_cgroups():
+    c = cfg("{enforceNodeAllocatable: [pods, kube-reserved, system-reserved],"
+            " kubeReservedCgroup: /kube.slice, systemReservedCgroup: /system.slice,"
+            " kubeReserved: {memory: 2Gi}, systemReserved: {memory: 1Gi}}")
+    assert c.enforce_node_allocatable == ("pods", "kube-reserved", "system-reserved")
+    assert (c.kube_reserved, c.system_reserved) == (2 * Gi, Gi)
+
+
+def test_cgroup_without_enforcement_is_fine():
+    c = cfg("{kubeReservedCgroup: /kube.slice, kubeReserved: {memory: 1Gi}}")
+    assert c.enforce_node_allocatable == ("pods",)
+
+
+def test_same_cgroup_for_both_reservations_is_refused():
+    msg = error("{kubeReservedCgroup: /kube.slice, systemReservedCgroup: /kube.slice}")
+    assert "systemReservedCgroup" in msg and "/kube.slice" in msg
+
+
+# ------------------------------------------------------------------ the kubelet's config
+
+KUBELET = """\
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: systemd
+featureGates:
+  MemoryQoS: true
+memoryReservationPolicy: TieredReservation
+memoryThrottlingFactor: 0.8
+kubeReserved: {cpu: 500m, memory: 2Gi, ephemeral-storage: 1Gi}
+systemReserved: {memory: 1Gi}
+evictionHard: {memory.available: 200Mi, nodefs.available: 10%, imagefs.available: 15%, nodefs.inodesFree: 5%}
+enforceNodeAllocatable: [pods, kube-reserved]
+kubeReservedCgroup: /kube.slice
+clusterDNS: [10.96.0.10]
+rotateCertificates: true
+"""
+
+
+def merged(ours: str, kubelet: str = KUBELET):
+    return parse_config(yaml.safe_load(ours), "ours.yaml", yaml.safe_load(kubelet), "kubelet.yaml")
+
+
+def test_kubelet_values_beat_defaults():
+    c = merged("{}")
+    assert c.memory_reservation_policy == "TieredReservation"
+    assert c.memory_throttling_factor == 0.8
+    assert c.kube_reserved == 2 * Gi and c.system_reserved == Gi
+    assert c.eviction_hard_memory.resolve(8 * Gi) == 200 * Mi
+    assert c.enforce_node_allocatable == ("pods", "kube-reserved")
+    assert c.kube_reserved_cgroup == "/kube.slice"
+    assert c.hierarchy == "effective"  # not a kubelet field: our default
+    assert c.origins["memoryThrottlingFactor"] == "kubelet"
+    assert c.origins["hierarchy"] == "default"
+
+
+def test_our_file_beats_the_kubelet():
+    c = merged("{memoryThrottlingFactor: 0.7, memoryReservationPolicy: HardReservation,"
+               " kubeReserved: {memory: 3Gi}, enforceNodeAllocatable: [pods]}")
+    assert c.memory_throttling_factor == 0.7
+    assert c.memory_reservation_policy == "HardReservation"
+    assert c.kube_reserved == 3 * Gi
+    assert c.system_reserved == Gi  # still the kubelet's
+    assert c.enforce_node_allocatable == ("pods",)
+    assert c.origins["memoryThrottlingFactor"] == "config"
+    assert c.origins["systemReserved"] == "kubelet"
+
+
+def test_our_null_factor_beats_the_kubelets_factor():
+    assert merged("memoryThrottlingFactor: null").memory_throttling_factor is None
+
+
+def test_kubelet_null_and_empty_fields_mean_unset():
+    # In a KubeletConfiguration an absent, null or empty field takes the kubelet's default
+    # (cgroupRoot "" is "/"; an empty *ReservedCgroup is "none"). They must not turn into
+    # "no MemoryHigh" or an error.
+    kubelet = ("kind: KubeletConfiguration\nmemoryThrottlingFactor: null\ncgroupRoot: ''\n"
+               "kubeReservedCgroup: ''\nsystemReservedCgroup: ''\nkubeReserved: null\nevictionHard: null\n")
+    c = merged("{}", kubelet)
+    assert c.memory_throttling_factor == 0.9
+    assert c.cgroup_root == "/"
+    assert c.kube_reserved_cgroup is None and c.system_reserved_cgroup is None
+    assert c.kube_reserved == 0
+    assert c.eviction_hard_memory.resolve(8 * Gi) == 100 * Mi
+
+
+@pytest.mark.parametrize("gates, expected", [
+    ("{MemoryQoS: true}", True), ("{MemoryQoS: false}", False), ("{}", False), ("{Other: true}", False),
+    ("null", False), ("[MemoryQoS]", False), ("{MemoryQoS: 'true'}", False),
+])
+def test_memory_qos_gate_detected(gates, expected):
+    assert merged("{}", f"kind: KubeletConfiguration\nfeatureGates: {gates}\n").kubelet_memory_qos_gate is expected
+
+
+def test_kubelet_values_are_validated_and_blamed_on_the_kubelet_file():
+    with pytest.raises(ConfigError) as e:
+        merged("{}", "kind: KubeletConfiguration\nmemoryThrottlingFactor: 2\n")
+    assert str(e.value) == "kubelet.yaml: memoryThrottlingFactor: 2 is outside (0, 1]"
+
+
+@pytest.mark.parametrize("kubelet", ["kind: Pod\n", "- a\n", "5\n"])
+def test_not_a_kubelet_configuration(kubelet):
+    with pytest.raises(ConfigError, match="kubelet.yaml"):
+        merged("{}", kubelet)
+
+
+def test_kubelet_config_without_kind_is_accepted():
+    assert merged("{}", "memoryThrottlingFactor: 0.5\n").memory_throttling_factor == 0.5
+
+
+def test_kubelet_only_keys_and_our_only_keys_are_kept_apart():
+    # hierarchy/protectionHeadroom are ours, not the kubelet's: ignored there.
+    c = merged("{}", "kind: KubeletConfiguration\nhierarchy: kubelet\nprotectionHeadroom: 50%\n")
+    assert c.hierarchy == "effective"
+    assert c == parse_config({})
+
+
+def test_cross_check_sees_the_merged_values():
+    # enforcement from the kubelet, cgroup from us: fine; enforcement without any cgroup: not.
+    kubelet = "kind: KubeletConfiguration\nenforceNodeAllocatable: [pods, system-reserved]\n"
+    assert merged("systemReservedCgroup: /system.slice", kubelet).system_reserved_cgroup == "/system.slice"
+    with pytest.raises(ConfigError, match="systemReservedCgroup"):
+        merged("{}", kubelet)
+
+
+def test_load_config_merges_the_kubelet_file(tmp_path):
+    kubelet = tmp_path / "kubelet.yaml"
+    kubelet.write_text(KUBELET)
+    ours = tmp_path / "config.yaml"
+    ours.write_text(f"kubeletConfigFile: {kubelet}\nmemoryThrottlingFactor: 0.95\nhierarchy: kubelet\n")
+    c = load_config(ours)
+    assert c.memory_throttling_factor == 0.95
+    assert c.memory_reservation_policy == "TieredReservation"
+    assert c.hierarchy == "kubelet"
+    assert c.kubelet_memory_qos_gate is True
+    assert c.kubelet_config_file == str(kubelet)
+
+
+def test_load_config_kubelet_file_errors_name_the_file(tmp_path):
+    ours = tmp_path / "config.yaml"
+    ours.write_text(f"kubeletConfigFile: {tmp_path}/nope.yaml\n")
+    with pytest.raises(ConfigError, match="nope.yaml"):
+        load_config(ours)
+    bad = tmp_path / "kubelet.yaml"
+    bad.write_text("kind: KubeletConfiguration\nevictionHard: {memory.available: lots}\n")
+    ours.write_text(f"kubeletConfigFile: {bad}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(ours)
+    assert str(e.value).startswith(f"{bad}: evictionHard.memory.available: 'lots'")
+
+
+# ------------------------------------------------------------------ YAML itself
+
+def load_text(tmp_path, text: str | bytes):
+    p = tmp_path / "config.yaml"
+    p.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(str(p)), msg
+    return msg
+
+
+@pytest.mark.parametrize("text", [
+    "memoryThrottlingFactor: [0.9\n",
+    "a: b: c\n",
+    "key: 'unterminated\n",
+    "\tmemoryThrottlingFactor: 0.9\n",
+    "{{{\n",
+    "a: *undefined\n",
+])
+def test_yaml_syntax_errors(tmp_path, text):
+    assert "not valid YAML" in load_text(tmp_path, text)
+
+
+def test_yaml_error_says_where(tmp_path):
+    assert "line 3" in load_text(tmp_path, "hierarchy: effective\ncgroupRoot: /\nx: y: z\nmetrics: null\n")
+
+
+@pytest.mark.parametrize("text", [
+    "memoryThrottlingFactor: !!python/object:fractions.Fraction {}\n",
+    "!!python/object/apply:os.system ['touch {marker}']\n",
+    "hierarchy: !!python/object/apply:os.system ['touch {marker}']\n",
+    "hierarchy: !!python/name:os.system\n",
+    "cgroupRoot: !custom /x\n",
+])
+def test_unsafe_tags_are_refused(tmp_path, text):
+    marker = tmp_path / "pwned"
+    msg = load_text(tmp_path, text.replace("{marker}", str(marker)))
+    assert "not valid YAML" in msg and "tag" in msg
+    assert not marker.exists()
+
+
+def test_binary_garbage(tmp_path):
+    load_text(tmp_path, b"\xff\xfe\x00garbage\x00\x01")
+
+
+def test_deep_nesting_is_refused_quickly(tmp_path):
+    start = time.monotonic()
+    msg = load_text(tmp_path, "metrics: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert "nested too deeply" in msg or "not valid YAML" in msg
+    assert time.monotonic() - start < 3
+
+
+def test_nesting_that_parses_still_gives_a_one_line_error(tmp_path):
+    msg = load_text(tmp_path, "metrics: " + "[" * 50 + "1" + "]" * 50 + "\n")
+    assert "metrics" in msg and len(msg) < 300
+
+
+def test_huge_file_is_refused_without_parsing_it(tmp_path):
+    start = time.monotonic()
+    msg = load_text(tmp_path, "# " + "x" * (2 << 20) + "\n")
+    assert "larger than" in msg
+    assert time.monotonic() - start < 1
+
+
+def test_large_but_allowed_file_parses(tmp_path):
+    p = tmp_path / "config.yaml"
+    p.write_text("# comment padding\n" * 50_000 + "hierarchy: kubelet\n")
+    assert os.path.getsize(p) < 1 << 20
+    assert load_config(p).hierarchy == "kubelet"
+
+
+def test_alias_bomb_fails_fast(tmp_path):
+    # "billion laughs": nine levels of nine aliases is 387 million leaves if expanded.
+    levels = ["&a0 [" + ", ".join(["lol"] * 9) + "]"]
+    levels += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    start = time.monotonic()
+    msg = load_text(tmp_path, "resyncInterval: [" + ", ".join(levels) + "]\n")
+    assert "resyncInterval" in msg and len(msg) < 300
+    assert time.monotonic() - start < 2
+
+
+def test_unreadable_path(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path, required=True)  # a directory

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import logging
@@ -31,12 +32,14 @@ from urllib.parse import urlsplit
 from ..config import KubeletSource as KubeletConfig
 from . import MAX_RESPONSE_BYTES, Snapshot, SourceError, snapshot_from_doc
 
-__all__ = ["KubeletSource", "MAX_TOKEN_BYTES"]
+__all__ = ["KubeletSource", "MAX_TOKEN_BYTES", "redact"]
 
 log = logging.getLogger(__name__)
 
 MAX_TOKEN_BYTES = 64 * 1024
 _CHUNK = 64 * 1024
+# A secret's prefix this long in a message is taken for the secret, cut off.
+_MIN_PREFIX = 8
 
 
 class KubeletSource:
@@ -81,11 +84,19 @@ class KubeletSource:
     def fetch(self) -> Snapshot:
         token = self._read_token()
         try:
-            body = self._get(token)
+            snapshot = self._fetch(token)
         except SourceError as e:
-            if token and token in str(e):
-                raise SourceError(str(e).replace(token, "<token>"), e.kind) from None
+            # Anything may echo the token back (a reason phrase, a pod name in a
+            # parse warning): scrub it, and any cut-off prefix of it.
+            if token:
+                raise SourceError(redact(str(e), token), e.kind) from None
             raise
+        if token and any(token[:_MIN_PREFIX] in w for w in snapshot.warnings):
+            snapshot = dataclasses.replace(snapshot, warnings=tuple(redact(w, token) for w in snapshot.warnings))
+        return snapshot
+
+    def _fetch(self, token: str | None) -> Snapshot:
+        body = self._get(token)
         fetched_at = self._clock()
         try:
             doc = json.loads(body)
@@ -147,7 +158,8 @@ class KubeletSource:
                 raise TimeoutError
             if conn.sock is not None:
                 conn.sock.settimeout(remaining)
-            chunk = resp.read(min(_CHUNK, self._max_bytes + 1 - len(data)))
+            # read1: at most one recv, so the deadline is checked while a body trickles in.
+            chunk = resp.read1(min(_CHUNK, self._max_bytes + 1 - len(data)))
             if not chunk:
                 return bytes(data)
             data += chunk
@@ -247,6 +259,29 @@ def _read_secret(path: str, key: str, name: str, limit: int) -> bytes:
         return data
     finally:
         os.close(fd)
+
+
+def redact(text: str, secret: str) -> str:
+    """`text` with every occurrence of `secret`, and of any prefix of it at least
+    _MIN_PREFIX long (a truncated copy), replaced by '<token>'."""
+    if not secret:
+        return text
+    if len(secret) < _MIN_PREFIX:
+        return text.replace(secret, "<token>")
+    head = secret[:_MIN_PREFIX]
+    out = []
+    i = 0
+    while True:
+        j = text.find(head, i)
+        if j < 0:
+            out.append(text[i:])
+            return "".join(out)
+        k = _MIN_PREFIX
+        while k < len(secret) and j + k < len(text) and text[j + k] == secret[k]:
+            k += 1
+        out.append(text[i:j])
+        out.append("<token>")
+        i = j + k
 
 
 def _printable(text: object) -> str:

@@ -279,3 +279,20 @@ def test_kubelet_name_hides_userinfo_and_query():
     src = KubeletSource(KubeletConfig(url="https://user:secret@127.0.0.1:10250/pods?token=abc"))
     assert "secret" not in src.name and "abc" not in src.name
     assert src.name == "kubelet https://127.0.0.1:10250/pods"
+
+
+@pytest.mark.parametrize("text,expect", [
+    ("Bearer abcdefghijklmnop rejected", "Bearer <token> rejected"),
+    ("cut: abcdefghij...", "cut: <token>..."),       # a truncated copy
+    ("twice abcdefghijklmnop abcdefghijklmnop", "twice <token> <token>"),
+    ("abcdefg is too short to be it", "abcdefg is too short to be it"),
+    ("nothing here", "nothing here"),
+])
+def test_redact(text, expect):
+    from memqos_systemd.sources.kubelet import redact
+    assert redact(text, "abcdefghijklmnop") == expect
+
+
+def test_redact_short_secret():
+    from memqos_systemd.sources.kubelet import redact
+    assert redact("a abc b", "abc") == "a <token> b"

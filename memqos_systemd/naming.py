@@ -69,13 +69,24 @@ def _escape(part: str) -> str:
 
 
 def _root_parts(cgroup_root: str) -> list[str]:
-    """cgroupRoot as name elements: '/' -> [], '/foo' -> [foo], '/foo.slice/foo-bar.slice' -> [foo, bar]."""
-    parts = []
+    """cgroupRoot as name elements: '/' -> [], '/foo' -> [foo], '/foo-bar' -> [foo_bar],
+    '/foo.slice/foo-bar.slice' and '/foo-bar.slice' -> [foo, bar]."""
+    parts: list[str] = []
     for element in (p for p in cgroup_root.split("/") if p):
+        if element in (".", ".."):
+            raise NamingError(f"cgroupRoot {cgroup_root!r}: element {element!r} is not a cgroup name")
         if element.endswith(".slice"):
-            # systemd form: the last '-'-separated part is this level's own name.
-            element = element[: -len(".slice")].rsplit("-", 1)[-1]
-        if not _ROOT_PART.fullmatch(element):
+            # systemd form: a slice's name spells its whole ancestry (foo-bar.slice lives in
+            # foo.slice), as the kubelet's ParseSystemdToCgroupName reads it.
+            names = element[: -len(".slice")].split("-")
+            if not all(_ROOT_PART.fullmatch(n) for n in names):
+                raise NamingError(f"cgroupRoot {cgroup_root!r}: {element!r} is not a valid slice name")
+            if len(names) <= len(parts) or names[: len(parts)] != parts:
+                raise NamingError(f"cgroupRoot {cgroup_root!r}: {element!r} is not a slice inside"
+                                  f" {'-'.join(parts)}.slice")
+            parts = names
+            continue
+        if not _ROOT_PART.fullmatch(element.replace("-", "_")):
             raise NamingError(f"cgroupRoot {cgroup_root!r}: element {element!r} is not a valid cgroup name")
         parts.append(_escape(element))
     return parts
@@ -98,6 +109,12 @@ class Naming:
         self._root = _root_parts(cgroup_root)
         self._prefix = "-".join(self._root + ["kubepods"])
         self._reserved = tuple(reserved_slice(c) for c in reserved_cgroups)
+        for name in self._reserved:
+            # A reserved slice that is kubepods.slice, one below it, or a slice above it would get
+            # two conflicting plans.
+            if name in self.root_slices() or name == self.node_slice() or name.startswith(f"{self._prefix}-"):
+                raise NamingError(f"reserved cgroup slice {name!r} is one of the pod slices"
+                                  f" ({self.node_slice()} or its ancestors or children)")
 
     # ---- forward
     def node_slice(self) -> str:

@@ -1,0 +1,282 @@
+"""Prometheus metrics. The only module that imports prometheus_client.
+
+`Metrics` owns a private CollectorRegistry (never the global default one), so
+tests and a reloaded daemon can each have their own. The daemon calls:
+
+    m = Metrics()
+    m.set_plan(plan)                      # after every plan
+    m.observe_reconcile(seconds, changes) # after every reconcile
+    m.dbus_call("SetUnitProperties", "ok")
+    m.source_ok(snapshot) / m.source_error(err.kind)   # SourceError.kind
+    m.config_reload(ok)
+    m.throttle_events(scope_unit, memory_events["high"])
+    server = m.serve(config.metrics.listen); ...; server.close()
+
+Values that are replaced wholesale (the plan's units, the throttle counts, the
+snapshot age) are served by one custom collector from immutable snapshots, so a
+scrape never sees half of an update.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import math
+import socket
+import socketserver
+import threading
+import time
+from typing import Any, Callable
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from . import __version__
+
+__all__ = ["Metrics", "MetricsServer", "parse_listen", "QOS_CLASSES"]
+
+log = logging.getLogger(__name__)
+
+_INFINITY = 2**64 - 1  # systemd's `infinity` for MemoryHigh
+QOS_CLASSES = ("Guaranteed", "Burstable", "BestEffort")
+_PROPERTIES = (("MemoryMin", "memory_min"), ("MemoryLow", "memory_low"), ("MemoryHigh", "memory_high"))
+# Reconciles are a handful of D-Bus calls: milliseconds normally, seconds when systemd is slow.
+_RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+def _bytes_value(n: int) -> float:
+    return math.inf if n >= _INFINITY else float(n)
+
+
+def _qos_of(pod_unit: Any) -> str:
+    """QoS class of a planned pod slice, from the slice it sits in (kubepods-burstable.slice...)."""
+    parent = pod_unit.parent or ""
+    if parent.endswith("-burstable.slice"):
+        return "Burstable"
+    if parent.endswith("-besteffort.slice"):
+        return "BestEffort"
+    return "Guaranteed"
+
+
+class _Dynamic:
+    """Collector for the values the daemon replaces as a whole."""
+
+    def __init__(self, owner: "Metrics"):
+        self._owner = owner
+
+    def describe(self):
+        return []  # unchecked collector: families vary with the plan
+
+    def collect(self):
+        o = self._owner
+        plan_view = o._plan_view
+        if plan_view is not None:
+            units, node_min, node_low, capacity, allocatable, qos_counts, warnings = plan_view
+            g = GaugeMetricFamily("memqos_unit_desired_bytes",
+                                  "Desired memory property of a unit we manage (+Inf: infinity)",
+                                  labels=["unit", "level", "property"])
+            for unit, level, prop, value in units:
+                g.add_metric([unit, level, prop], value)
+            yield g
+            yield GaugeMetricFamily("memqos_node_memory_min_bytes",
+                                    "MemoryMin of the node's kubepods slice", value=node_min)
+            yield GaugeMetricFamily("memqos_node_memory_low_bytes",
+                                    "MemoryLow of the node's kubepods slice", value=node_low)
+            yield GaugeMetricFamily("memqos_node_capacity_bytes", "Node memory capacity (MemTotal) the plan used",
+                                    value=capacity)
+            yield GaugeMetricFamily("memqos_node_allocatable_bytes", "Node Allocatable memory the plan used",
+                                    value=allocatable)
+            p = GaugeMetricFamily("memqos_pods", "Pods in the plan by QoS class", labels=["qos_class"])
+            for qos in QOS_CLASSES:
+                p.add_metric([qos], qos_counts.get(qos, 0))
+            yield p
+            yield GaugeMetricFamily("memqos_plan_warnings", "Warnings the last plan produced", value=warnings)
+        throttle = o._throttle
+        c = CounterMetricFamily("memqos_container_memory_high_events",
+                                "memory.events 'high' of a container scope: times memory.high throttled it",
+                                labels=["unit"])
+        for unit, count in sorted(throttle.items()):
+            c.add_metric([unit], count)
+        yield c
+        last = o._last_success
+        if last is not None:
+            yield GaugeMetricFamily("memqos_source_snapshot_age_seconds",
+                                    "Seconds since the last good pod snapshot was fetched",
+                                    value=max(0.0, o._clock() - last))
+
+
+class Metrics:
+    """All metrics of one daemon, on a private registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, *, version: str = __version__,
+                 clock: Callable[[], float] = time.monotonic, wall_clock: Callable[[], float] = time.time):
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self._clock = clock
+        self._wall = wall_clock
+        self._plan_view: tuple | None = None
+        self._throttle: dict[str, float] = {}
+        self._last_success: float | None = None
+        r = self.registry
+        self._build = Gauge("memqos_build_info", "memqos-systemd build information", ["version"], registry=r)
+        self._build.labels(version=version).set(1)
+        self._reconcile_seconds = Histogram("memqos_reconcile_duration_seconds",
+                                            "Time to plan, diff and apply one reconcile",
+                                            buckets=_RECONCILE_BUCKETS, registry=r)
+        self._reconcile_changes = Counter("memqos_reconcile_changes",
+                                          "Unit property changes sent to systemd", registry=r)
+        self._last_reconcile = Gauge("memqos_last_reconcile_timestamp_seconds",
+                                     "Unix time of the last finished reconcile", registry=r)
+        self._dbus = Counter("memqos_dbus_calls", "D-Bus calls to systemd by method and result",
+                             ["method", "result"], registry=r)
+        self._source_errors = Counter("memqos_source_errors", "Pod source failures by kind (last good"
+                                      " snapshot kept)", ["kind"], registry=r)
+        self._source_success = Gauge("memqos_source_last_success_timestamp_seconds",
+                                     "Unix time of the last good pod snapshot", registry=r)
+        self._config_reloads = Counter("memqos_config_reloads", "Config reloads (SIGHUP) by result",
+                                       ["result"], registry=r)
+        r.register(_Dynamic(self))
+
+    # ---------------------------------------------------------------- plan
+
+    def set_plan(self, plan: Any) -> None:
+        """Desired values of every planned unit; node min/low; pods by QoS class.
+        Throttle counts of containers no longer in the plan are dropped."""
+        units = []
+        qos_counts = {q: 0 for q in QOS_CLASSES}
+        containers = set()
+        for u in plan.units:
+            for prop, attr in _PROPERTIES:
+                units.append((u.unit, u.level, prop, _bytes_value(getattr(u, attr))))
+            if u.level == "pod":
+                qos_counts[_qos_of(u)] += 1
+            elif u.level == "container":
+                containers.add(u.unit)
+        node = plan.node_unit()
+        self._plan_view = (tuple(units), float(node.memory_min), float(node.memory_low), float(plan.capacity),
+                           float(plan.allocatable), qos_counts, len(plan.warnings))
+        if any(unit not in containers for unit in self._throttle):
+            self._throttle = {k: v for k, v in self._throttle.items() if k in containers}
+
+    # ---------------------------------------------------------------- reconcile / D-Bus
+
+    def observe_reconcile(self, seconds: float, changes: int) -> None:
+        self._reconcile_seconds.observe(max(0.0, seconds))
+        if changes > 0:
+            self._reconcile_changes.inc(changes)
+        self._last_reconcile.set(self._wall())
+
+    def dbus_call(self, method: str, result: str) -> None:
+        """result: "ok", or a short error name ("NoSuchUnit", "timeout", "error", ...)."""
+        self._dbus.labels(method=method, result=result).inc()
+
+    # ---------------------------------------------------------------- source
+
+    def source_success(self, fetched_at: float | None = None) -> None:
+        """A good snapshot arrived; `fetched_at` is its time on this object's clock (monotonic)."""
+        self._last_success = self._clock() if fetched_at is None else fetched_at
+        self._source_success.set(self._wall())
+
+    def source_ok(self, snapshot: Any = None) -> None:
+        """Same as source_success, given the Snapshot itself (its fetched_at is used)."""
+        self.source_success(getattr(snapshot, "fetched_at", None))
+
+    def source_error(self, kind: str) -> None:
+        """kind: SourceError.kind ("connect", "timeout", "tls", "auth", "http", "too_large",
+        "decode", "pods", "io"), or any short word for other failures."""
+        self._source_errors.labels(kind=kind).inc()
+
+    # ---------------------------------------------------------------- config
+
+    def config_reload(self, ok: bool) -> None:
+        """A SIGHUP reload: ok=False when the new config was refused (the old one stays)."""
+        self._config_reloads.labels(result="ok" if ok else "refused").inc()
+
+    # ---------------------------------------------------------------- throttling
+
+    def throttle_events(self, container_unit: str, high_count: int) -> None:
+        """memory.events 'high' of a container scope (the kernel's own counter)."""
+        throttle = dict(self._throttle)
+        throttle[container_unit] = float(high_count)
+        self._throttle = throttle
+
+    def forget_unit(self, unit: str) -> None:
+        if unit in self._throttle:
+            self._throttle = {k: v for k, v in self._throttle.items() if k != unit}
+
+    # ---------------------------------------------------------------- serving
+
+    def render(self) -> bytes:
+        from prometheus_client import generate_latest
+        return generate_latest(self.registry)
+
+    def serve(self, listen: str) -> "MetricsServer":
+        """Serve /metrics on HOST:PORT (port 0: any free port; see .port). Binds exactly what is
+        given; the config's default is 127.0.0.1:9759. Raises OSError if it cannot bind."""
+        host, port = parse_listen(listen)
+        server = MetricsServer(self.registry, host, port)
+        if not _is_loopback(host):
+            log.warning("metrics: serving on %s, which is not a loopback address (as configured)", listen)
+        return server
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """'127.0.0.1:9759' / '[::1]:9759' / 'localhost:0' -> (host, port). ValueError otherwise."""
+    host, sep, port = str(listen).rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"metrics.listen: {listen!r} must be HOST:PORT (e.g. 127.0.0.1:9759)")
+    return host, int(port)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _SilentHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the stdlib's name
+        pass
+
+
+class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class MetricsServer:
+    """A running /metrics endpoint on its own thread; `close()` stops it and frees the port."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int):
+        family = socket.AF_INET
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            family = infos[0][0]
+        except socket.gaierror as e:
+            raise OSError(f"metrics.listen: cannot resolve {host!r}: {e.strerror}") from None
+
+        class Server(_ThreadingServer):
+            address_family = family
+
+        self._httpd = make_server(host, port, make_wsgi_app(registry), Server, handler_class=_SilentHandler)
+        self.host = host
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.1,), name="memqos-metrics",
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
+        self._httpd.server_close()
+

@@ -1,0 +1,143 @@
+"""The /metrics endpoint, scraped over real HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import math
+import socket
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from memqos_systemd.config import Config, MetricsConfig
+from memqos_systemd.metrics import Metrics
+from memqos_systemd.plan import NodeFacts, plan
+from memqos_systemd.pods import Container, Pod
+
+pytestmark = pytest.mark.integration
+
+GI = 2**30
+
+
+def get(url: str, timeout: float = 5.0) -> tuple[int, str, str]:
+    # No proxy: the endpoint is local.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=timeout) as r:
+        return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+
+
+def samples(text: str) -> dict[str, dict[tuple, float]]:
+    out: dict[str, dict[tuple, float]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+@pytest.fixture
+def metrics():
+    m = Metrics(version="1.2.3")
+    servers = []
+
+    def serve(listen="127.0.0.1:0"):
+        srv = m.serve(listen)
+        servers.append(srv)
+        return srv
+
+    m.serve_for_test = serve
+    yield m
+    for s in servers:
+        s.close()
+
+
+def test_scrape_real_endpoint(metrics):
+    pods = [
+        Pod("11111111-1111-4111-8111-111111111111", "db", "pg-0", "Guaranteed",
+            (Container("pg", "app", 2 * GI, 2 * GI, "containerd://" + "a" * 64),)),
+        Pod("22222222-2222-4222-8222-222222222222", "web", "api-0", "Burstable",
+            (Container("api", "app", GI, 4 * GI, "containerd://" + "b" * 64),)),
+    ]
+    p = plan(pods, NodeFacts(16 * GI), Config(memory_reservation_policy="TieredReservation"))
+    metrics.set_plan(p)
+    metrics.observe_reconcile(0.012, 9)
+    metrics.dbus_call("SetUnitProperties", "ok")
+    metrics.dbus_call("SetUnitProperties", "NoSuchUnit")
+    metrics.source_error("connect")
+    metrics.source_success()
+    scope = "cri-containerd-" + "b" * 64 + ".scope"
+    metrics.throttle_events(scope, 41)
+
+    srv = metrics.serve_for_test()
+    assert srv.host == "127.0.0.1" and srv.port > 0
+    status, ctype, text = get(srv.url)
+    assert status == 200 and ctype.startswith("text/plain")
+    s = samples(text)
+    assert s["memqos_build_info"] == {(("version", "1.2.3"),): 1.0}
+    assert s["memqos_node_memory_min_bytes"][()] == 2 * GI
+    assert s["memqos_node_memory_low_bytes"][()] == GI
+    assert s["memqos_pods"][(("qos_class", "Burstable"),)] == 1
+    assert s["memqos_pods"][(("qos_class", "Guaranteed"),)] == 1
+    desired = s["memqos_unit_desired_bytes"]
+    pod_slice = "kubepods-burstable-pod22222222_2222_4222_8222_222222222222.slice"
+    assert desired[(("level", "pod"), ("property", "MemoryLow"), ("unit", pod_slice))] == GI
+    assert desired[(("level", "node"), ("property", "MemoryHigh"), ("unit", "kubepods.slice"))] == math.inf
+    assert desired[(("level", "container"), ("property", "MemoryHigh"), ("unit", scope))] < 4 * GI
+    assert s["memqos_reconcile_duration_seconds_count"][()] == 1
+    assert s["memqos_reconcile_changes_total"][()] == 9
+    assert s["memqos_dbus_calls_total"][(("method", "SetUnitProperties"), ("result", "NoSuchUnit"))] == 1
+    assert s["memqos_source_errors_total"][(("kind", "connect"),)] == 1
+    assert s["memqos_source_last_success_timestamp_seconds"][()] > 1.6e9
+    assert 0 <= s["memqos_source_snapshot_age_seconds"][()] < 60
+    assert s["memqos_container_memory_high_events_total"][(("unit", scope),)] == 41
+
+    # Values follow updates between scrapes.
+    metrics.throttle_events(scope, 42)
+    assert samples(get(srv.url)[2])["memqos_container_memory_high_events_total"][(("unit", scope),)] == 42
+
+
+def test_default_listen_is_loopback():
+    assert MetricsConfig().listen.startswith("127.0.0.1:")
+
+
+def test_binds_only_the_given_address(metrics):
+    srv = metrics.serve_for_test("127.0.0.1:0")
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=5):
+        pass
+    # Not on another local address of this host (127.0.0.2 is loopback, but a different address).
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.2", srv.port), timeout=2).close()
+
+
+def test_ipv6_loopback(metrics):
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    try:
+        srv = metrics.serve_for_test("[::1]:0")
+    except OSError as e:
+        pytest.skip(f"no ::1 here: {e}")
+    assert get(srv.url)[0] == 200
+
+
+def test_close_frees_the_port(metrics):
+    srv = metrics.serve_for_test()
+    port = srv.port
+    assert get(srv.url)[0] == 200
+    srv.close()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    srv.close()  # idempotent
+    # The same port can be bound again right away (a SIGHUP that keeps the address).
+    again = metrics.serve_for_test(f"127.0.0.1:{port}")
+    assert get(again.url)[0] == 200
+
+
+def test_port_in_use_is_an_oserror(metrics):
+    srv = metrics.serve_for_test()
+    with pytest.raises(OSError):
+        metrics.serve(f"127.0.0.1:{srv.port}")
+
+
+def test_non_loopback_is_bound_as_configured_with_a_warning(metrics, caplog):
+    srv = metrics.serve_for_test("0.0.0.0:0")
+    assert "not a loopback address" in caplog.text
+    assert get(f"http://127.0.0.1:{srv.port}/metrics")[0] == 200

@@ -1,0 +1,207 @@
+"""Metrics rendered from a private registry (the HTTP endpoint is in tests/integration/test_metrics_http.py)."""
+
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+
+import memqos_systemd
+from memqos_systemd.config import Config
+from memqos_systemd.metrics import Metrics, parse_listen
+from memqos_systemd.plan import INFINITY, NodeFacts, plan
+from memqos_systemd.pods import Container, Pod
+
+GI = 2**30
+CID = "containerd://" + "a" * 64
+
+
+def make_pods() -> list[Pod]:
+    return [
+        Pod("11111111-1111-4111-8111-111111111111", "db", "pg-0", "Guaranteed",
+            (Container("pg", "app", 2 * GI, 2 * GI, CID),)),
+        Pod("22222222-2222-4222-8222-222222222222", "web", "api-0", "Burstable",
+            (Container("api", "app", GI, 4 * GI, "containerd://" + "b" * 64),)),
+        Pod("33333333-3333-4333-8333-333333333333", "web", "api-1", "Burstable",
+            (Container("api", "app", GI, None, None),)),
+        Pod("44444444-4444-4444-8444-444444444444", "batch", "job", "BestEffort",
+            (Container("job", "app", 0, None, "containerd://" + "c" * 64),)),
+    ]
+
+
+def make_plan():
+    return plan(make_pods(), NodeFacts(16 * GI), Config(memory_reservation_policy="TieredReservation"))
+
+
+def scrape(m: Metrics) -> dict[str, dict[tuple, float]]:
+    """name -> {sorted label items: value} from the text exposition."""
+    out: dict[str, dict[tuple, float]] = {}
+    for fam in text_string_to_metric_families(m.render().decode()):
+        for s in fam.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+class Clock:
+    def __init__(self, t=0.0):
+        self.t = t
+
+    def __call__(self):
+        return self.t
+
+
+def test_private_registry_only():
+    before = set(REGISTRY._names_to_collectors)
+    a, b = Metrics(), Metrics()  # two instances do not collide
+    assert a.registry is not b.registry
+    assert set(REGISTRY._names_to_collectors) == before
+
+
+def test_only_module_importing_prometheus_client():
+    pkg = Path(memqos_systemd.__file__).parent
+    importers = []
+    for f in pkg.rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(n.split(".")[0] == "prometheus_client" for n in names):
+                importers.append(f.name)
+    assert set(importers) == {"metrics.py"}
+
+
+def test_build_info():
+    s = scrape(Metrics(version="9.9.9"))
+    assert s["memqos_build_info"] == {(("version", "9.9.9"),): 1.0}
+    assert scrape(Metrics())["memqos_build_info"] == {(("version", memqos_systemd.__version__),): 1.0}
+
+
+def test_set_plan():
+    p = make_plan()
+    m = Metrics()
+    m.set_plan(p)
+    s = scrape(m)
+    node = p.node_unit()
+    assert node.unit == "kubepods.slice"
+    assert s["memqos_node_memory_min_bytes"][()] == node.memory_min == 2 * GI
+    assert s["memqos_node_memory_low_bytes"][()] == node.memory_low == 2 * GI
+    assert s["memqos_node_capacity_bytes"][()] == 16 * GI
+    assert s["memqos_node_allocatable_bytes"][()] == p.allocatable
+    assert s["memqos_pods"] == {(("qos_class", "Guaranteed"),): 1, (("qos_class", "Burstable"),): 2,
+                                (("qos_class", "BestEffort"),): 1}
+    desired = s["memqos_unit_desired_bytes"]
+    assert len(desired) == 3 * len(p.units)
+    for u in p.units:
+        for prop, value in u.properties().items():
+            got = desired[(("level", u.level), ("property", prop), ("unit", u.unit))]
+            assert got == (math.inf if value == INFINITY else value)
+    burstable = (("level", "qos"), ("property", "MemoryLow"), ("unit", "kubepods-burstable.slice"))
+    assert desired[burstable] == 2 * GI
+
+
+def test_set_plan_replaces_units():
+    m = Metrics()
+    m.set_plan(make_plan())
+    m.set_plan(plan([], NodeFacts(16 * GI), Config()))
+    s = scrape(m)
+    units = {dict(k)["unit"] for k in s["memqos_unit_desired_bytes"]}
+    assert units == {"kubepods.slice", "kubepods-burstable.slice", "kubepods-besteffort.slice"}
+    assert set(s["memqos_pods"].values()) == {0}
+
+
+def test_no_plan_yet_no_plan_metrics():
+    s = scrape(Metrics())
+    assert "memqos_unit_desired_bytes" not in s and "memqos_node_memory_min_bytes" not in s
+
+
+def test_observe_reconcile():
+    m = Metrics(wall_clock=lambda: 1700000000.0)
+    m.observe_reconcile(0.004, 3)
+    m.observe_reconcile(0.2, 0)
+    s = scrape(m)
+    assert s["memqos_reconcile_duration_seconds_count"][()] == 2
+    assert s["memqos_reconcile_duration_seconds_sum"][()] == pytest.approx(0.204)
+    assert s["memqos_reconcile_duration_seconds_bucket"][(("le", "0.005"),)] == 1
+    assert s["memqos_reconcile_changes_total"][()] == 3
+    assert s["memqos_last_reconcile_timestamp_seconds"][()] == 1700000000.0
+
+
+def test_dbus_calls():
+    m = Metrics()
+    m.dbus_call("SetUnitProperties", "ok")
+    m.dbus_call("SetUnitProperties", "ok")
+    m.dbus_call("SetUnitProperties", "NoSuchUnit")
+    m.dbus_call("ListUnitsByPatterns", "timeout")
+    s = scrape(m)["memqos_dbus_calls_total"]
+    assert s[(("method", "SetUnitProperties"), ("result", "ok"))] == 2
+    assert s[(("method", "SetUnitProperties"), ("result", "NoSuchUnit"))] == 1
+    assert s[(("method", "ListUnitsByPatterns"), ("result", "timeout"))] == 1
+
+
+def test_source_success_error_and_age():
+    clock = Clock(100.0)
+    m = Metrics(clock=clock, wall_clock=lambda: 1700000000.0)
+    assert "memqos_source_snapshot_age_seconds" not in scrape(m)  # no good snapshot yet
+    m.source_error("timeout")
+    m.source_error("timeout")
+    m.source_error("pods")
+
+    class Snap:
+        fetched_at = 95.0
+
+    m.source_ok(Snap())
+    clock.t = 130.0
+    s = scrape(m)
+    assert s["memqos_source_errors_total"] == {(("kind", "timeout"),): 2, (("kind", "pods"),): 1}
+    assert s["memqos_source_last_success_timestamp_seconds"][()] == 1700000000.0
+    assert s["memqos_source_snapshot_age_seconds"][()] == 35.0
+    m.source_success()  # now
+    assert scrape(m)["memqos_source_snapshot_age_seconds"][()] == 0.0
+
+
+def test_throttle_events_and_pruning():
+    p = make_plan()
+    scopes = [u.unit for u in p.units if u.level == "container"]
+    m = Metrics()
+    m.throttle_events(scopes[0], 12)
+    m.throttle_events(scopes[1], 0)
+    m.throttle_events("cri-containerd-" + "f" * 64 + ".scope", 7)  # gone from the next plan
+    m.throttle_events(scopes[0], 15)
+    s = scrape(m)["memqos_container_memory_high_events_total"]
+    assert s[(("unit", scopes[0]),)] == 15 and len(s) == 3
+    m.set_plan(p)
+    s = scrape(m)["memqos_container_memory_high_events_total"]
+    assert set(dict(k)["unit"] for k in s) == set(scopes[:2])
+    m.forget_unit(scopes[1])
+    assert len(scrape(m)["memqos_container_memory_high_events_total"]) == 1
+
+
+def test_config_reload():
+    m = Metrics()
+    m.config_reload(True)
+    m.config_reload(False)
+    m.config_reload(False)
+    s = scrape(m)["memqos_config_reloads_total"]
+    assert s == {(("result", "ok"),): 1, (("result", "refused"),): 2}
+
+
+@pytest.mark.parametrize("listen,expect", [
+    ("127.0.0.1:9759", ("127.0.0.1", 9759)),
+    ("[::1]:9759", ("::1", 9759)),
+    ("localhost:0", ("localhost", 0)),
+    ("0.0.0.0:80", ("0.0.0.0", 80)),
+])
+def test_parse_listen(listen, expect):
+    assert parse_listen(listen) == expect
+
+
+@pytest.mark.parametrize("listen", ["9759", ":9759", "127.0.0.1:", "127.0.0.1:http", "127.0.0.1:70000"])
+def test_parse_listen_bad(listen):
+    with pytest.raises(ValueError, match="metrics.listen"):
+        parse_listen(listen)

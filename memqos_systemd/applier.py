@@ -1,0 +1,133 @@
+"""Send changes to systemd in order, and remember what systemd holds.
+
+`Applier` keeps a cache of the MemoryMin/MemoryLow/MemoryHigh systemd holds
+for each of our units, so a reconcile on a steady node costs no D-Bus call at
+all: the cache is filled by `refresh_all` (at start, after a reconnect, a
+daemon-reload or a kubelet restart, and on the resync timer), kept current by
+`refresh_unit` (UnitNew) and `forget` (UnitRemoved), and updated after every
+successful write.
+
+`apply` sends changes one by one and stops at the first real failure: the
+diff's order makes every prefix safe, so stopping leaves no child above its
+parent. A pod or container unit that vanished under us is a normal race.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from .naming import Naming
+from .reconcile import Change
+from .systemd import NoSuchUnit, SystemdError, describe_call
+
+log = logging.getLogger("memqos_systemd")
+
+
+@dataclass
+class ApplyResult:
+    applied: list[Change] = field(default_factory=list)
+    vanished: list[Change] = field(default_factory=list)  # pod/container units gone before we wrote
+    failed: Change | None = None
+    error: str | None = None
+    skipped: int = 0  # changes not sent because an earlier one failed
+
+    @property
+    def ok(self) -> bool:
+        return self.failed is None
+
+
+class Applier:
+    def __init__(self, systemd, naming: Naming, *, on_call: Callable[[str, str], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.systemd = systemd
+        self.naming = naming
+        self.observed: dict[str, dict[str, int] | None] = {}
+        self._on_call = on_call or (lambda method, result: None)
+        self._clock = clock
+
+    def _count(self, method: str, result: str) -> None:
+        self._on_call(method, result)
+
+    async def _get(self, unit: str) -> dict[str, int] | None:
+        try:
+            value = await self.systemd.get_memory(unit)
+        except SystemdError:
+            self._count("GetUnit", "error")
+            raise
+        self._count("GetUnit", "ok" if value is not None else "no_such_unit")
+        return value
+
+    async def refresh_all(self, extra: Iterable[str] = ()) -> None:
+        """Re-read every unit of ours that systemd has loaded, plus `extra` names."""
+        try:
+            names = await self.systemd.list_units(self.naming.patterns())
+        except SystemdError:
+            self._count("ListUnitsByPatterns", "error")
+            raise
+        self._count("ListUnitsByPatterns", "ok")
+        wanted = {n for n in names if self.naming.parse_unit(n) is not None} | set(extra)
+        fresh: dict[str, dict[str, int] | None] = {}
+        for name in sorted(wanted):
+            fresh[name] = await self._get(name)
+        self.observed = fresh
+
+    async def refresh_unit(self, unit: str) -> None:
+        self.observed[unit] = await self._get(unit)
+
+    def forget(self, unit: str) -> None:
+        self.observed.pop(unit, None)
+
+    def observed_for(self, names: Iterable[str]) -> dict[str, dict[str, int] | None]:
+        """The cache, with None for any name it has not seen (treated as not loaded)."""
+        view = dict(self.observed)
+        for n in names:
+            view.setdefault(n, None)
+        return view
+
+    async def apply(self, changes: list[Change], *, dry_run: bool = False,
+                    echo: Callable[[str], None] | None = None) -> ApplyResult:
+        result = ApplyResult()
+        for i, change in enumerate(changes):
+            if dry_run:
+                if echo:
+                    echo(describe_call(change.unit, dict(change.props)))
+                result.applied.append(change)
+                continue
+            try:
+                if change.must_exist:
+                    await self.systemd.set_memory_if_loaded(change.unit, dict(change.props))
+                else:
+                    await self.systemd.set_memory(change.unit, dict(change.props))
+            except NoSuchUnit as e:
+                if change.must_exist:
+                    self._count("SetUnitProperties", "no_such_unit")
+                    self.forget(change.unit)
+                    result.vanished.append(change)
+                    continue
+                self._count("SetUnitProperties", "error")
+                result.failed, result.error = change, str(e)
+            except SystemdError as e:
+                self._count("SetUnitProperties", "error")
+                result.failed, result.error = change, str(e)
+            if result.failed is not None:
+                result.skipped = len(changes) - i - 1
+                break
+            self._count("SetUnitProperties", "ok")
+            held = dict(self.observed.get(change.unit) or {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": 2**64 - 1})
+            held.update(change.props)
+            self.observed[change.unit] = held
+            result.applied.append(change)
+        return result
+
+
+def summarize(result: ApplyResult) -> str:
+    parts = [f"{len(result.applied)} change(s) applied"]
+    if result.vanished:
+        parts.append(f"{len(result.vanished)} unit(s) gone before the write")
+    if result.failed is not None:
+        parts.append(f"stopped at {result.failed.unit}: {result.error}; {result.skipped} change(s) not sent")
+    return ", ".join(parts)
+

@@ -1,0 +1,318 @@
+"""The commands that talk to systemd: apply, run, status, reset, check.
+
+Each takes the parsed arguments and the loaded config and returns an exit
+status (0 ok, 1 runtime failure). Bad input raises and `cli` turns it into 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .applier import Applier, summarize
+from .config import Config
+from .daemon import Daemon, Outside, grow_only, naming_for
+from .plan import INFINITY, NodeFacts, Plan, plan
+from .reconcile import diff, reset_plan
+from .systemd import Systemd, SystemdError
+
+EXIT_OK, EXIT_FAILURE = 0, 1
+SERVICE = "memqos-systemd.service"
+CGROUP_ROOT = Path(os.environ.get("MEMQOS_CGROUP_FS", "/sys/fs/cgroup"))
+CALL_TIMEOUT = 10.0
+
+
+def _err(msg: str) -> None:
+    print(f"memqos-systemd: error: {msg}", file=sys.stderr)
+
+
+def _warn(msg: str) -> None:
+    print(f"memqos-systemd: warning: {msg}", file=sys.stderr)
+
+
+def _page_size() -> int:
+    return os.sysconf("SC_PAGE_SIZE")
+
+
+async def _connect() -> Systemd:
+    # DBUS_SYSTEM_BUS_ADDRESS points tests at a private bus.
+    return await Systemd.connect(None, call_timeout=CALL_TIMEOUT)
+
+
+def _fetch(cfg: Config):
+    from .sources import make_source
+
+    return make_source(cfg).fetch()
+
+
+def _desired(cfg: Config, snapshot) -> Plan:
+    from .node import read_meminfo
+
+    return plan(list(snapshot.pods), NodeFacts(read_meminfo(), _page_size()), cfg)
+
+
+async def _pod_units_present(applier: Applier) -> bool:
+    return any(v is not None and (r := applier.naming.parse_unit(n)) is not None and r.level == "pod"
+               for n, v in applier.observed.items())
+
+
+# ------------------------------------------------------------------ apply
+def apply(args, cfg: Config) -> int:
+    return asyncio.run(_apply(cfg, dry_run=args.dry_run))
+
+
+async def _apply(cfg: Config, *, dry_run: bool) -> int:
+    from .sources import SourceError
+
+    try:
+        snapshot = await asyncio.to_thread(_fetch, cfg)
+    except SourceError as e:
+        _err(f"{e}; nothing changed")
+        return EXIT_FAILURE
+    for w in snapshot.warnings:
+        _warn(w)
+    desired = _desired(cfg, snapshot)
+    for w in desired.warnings:
+        _warn(w)
+    try:
+        systemd = await _connect()
+    except SystemdError as e:
+        _err(f"cannot reach systemd: {e}; nothing changed")
+        return EXIT_FAILURE
+    try:
+        applier = Applier(systemd, naming_for(cfg))
+        await applier.refresh_all(u.unit for u in desired.units)
+        changes = diff(desired, applier.observed, applier.naming)
+        if not snapshot.pods and await _pod_units_present(applier):
+            _warn("the pod source lists no pods but pod slices exist; not lowering anything")
+            changes = grow_only(changes)
+        result = await applier.apply(changes, dry_run=dry_run, echo=print)
+    except SystemdError as e:
+        _err(f"systemd: {e}")
+        return EXIT_FAILURE
+    finally:
+        await systemd.close()
+    if dry_run:
+        print(f"dry run: {len(changes)} call(s) would be made; nothing changed", file=sys.stderr)
+        return EXIT_OK
+    print(summarize(result), file=sys.stderr)
+    return EXIT_OK if result.ok else EXIT_FAILURE
+
+
+# ------------------------------------------------------------------ reset
+def reset(args, cfg: Config) -> int:
+    return asyncio.run(_reset(cfg, dry_run=args.dry_run))
+
+
+async def _reset(cfg: Config, *, dry_run: bool) -> int:
+    try:
+        systemd = await _connect()
+    except SystemdError as e:
+        _err(f"cannot reach systemd: {e}; nothing changed")
+        return EXIT_FAILURE
+    try:
+        if await systemd.unit_state(SERVICE) in ("active", "activating", "reloading"):
+            _warn(f"{SERVICE} is running and will re-apply its plan; stop it first: systemctl stop {SERVICE}")
+        applier = Applier(systemd, naming_for(cfg))
+        await applier.refresh_all()
+        changes = reset_plan(applier.observed, applier.naming)
+        result = await applier.apply(changes, dry_run=dry_run, echo=print)
+    except SystemdError as e:
+        _err(f"systemd: {e}")
+        return EXIT_FAILURE
+    finally:
+        await systemd.close()
+    if dry_run:
+        print(f"dry run: {len(changes)} call(s) would be made; nothing changed", file=sys.stderr)
+        return EXIT_OK
+    print(f"reset: {summarize(result)}", file=sys.stderr)
+    return EXIT_OK if result.ok else EXIT_FAILURE
+
+
+# ------------------------------------------------------------------ status
+def cgroup_dir(unit: str, parent_dir: str | None) -> str:
+    """Where systemd puts a unit's cgroup: a-b-c.slice -> a.slice/a-b.slice/a-b-c.slice."""
+    if unit.endswith(".slice"):
+        parts = unit[: -len(".slice")].split("-")
+        return "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
+    return f"{parent_dir}/{unit}" if parent_dir else unit
+
+
+def _kernel_values(path: str) -> dict[str, int] | None:
+    out = {}
+    for prop, fname in (("MemoryMin", "memory.min"), ("MemoryLow", "memory.low"), ("MemoryHigh", "memory.high")):
+        try:
+            text = (CGROUP_ROOT / path / fname).read_text().strip()
+        except OSError:
+            return None
+        out[prop] = INFINITY if text == "max" else int(text)
+    return out
+
+
+def status(args, cfg: Config) -> int:
+    return asyncio.run(_status(cfg, args.output or ("table" if sys.stdout.isatty() else "json")))
+
+
+async def _status(cfg: Config, output: str) -> int:
+    from .sources import SourceError
+
+    desired: Plan | None = None
+    try:
+        snapshot = await asyncio.to_thread(_fetch, cfg)
+        desired = _desired(cfg, snapshot)
+    except SourceError as e:
+        _warn(f"{e}; showing what systemd and the kernel hold only")
+    try:
+        systemd = await _connect()
+    except SystemdError as e:
+        _err(f"cannot reach systemd: {e}")
+        return EXIT_FAILURE
+    try:
+        applier = Applier(systemd, naming_for(cfg))
+        await applier.refresh_all(u.unit for u in desired.units) if desired else await applier.refresh_all()
+    except SystemdError as e:
+        _err(f"systemd: {e}")
+        return EXIT_FAILURE
+    finally:
+        await systemd.close()
+
+    rows = []
+    planned = desired.by_unit() if desired else {}
+    dirs: dict[str, str] = {}
+    names = [u.unit for u in desired.units] if desired else []
+    names += sorted(n for n in applier.observed if n not in planned)
+    for name in names:
+        u = planned.get(name)
+        d = cgroup_dir(name, dirs.get(u.parent) if u and u.parent else None)
+        dirs[name] = d
+        want = u.properties() if u else None
+        held = applier.observed.get(name)
+        kernel = _kernel_values(d) if held is not None else None
+        drift = (want is not None and held is not None and want != held) or \
+                (held is not None and kernel is not None and held != kernel)
+        rows.append({"unit": name, "level": u.level if u else "unplanned", "cgroup": d,
+                     "desired": want, "systemd": held, "kernel": kernel, "drift": drift})
+    if output == "json":
+        json.dump({"units": rows, "drift": sum(r["drift"] for r in rows)}, sys.stdout, indent=2, default=str)
+        print()
+    else:
+        _print_status(rows)
+    return EXIT_OK
+
+
+def _fmt(v: dict | None, key: str) -> str:
+    if v is None:
+        return "-"
+    n = v[key]
+    return "inf" if n == INFINITY else str(n)
+
+
+def _print_status(rows: list[dict]) -> None:
+    header = ["UNIT", "LEVEL"] + [f"{p} want/systemd/kernel" for p in ("MIN", "LOW", "HIGH")] + [""]
+    table = [header]
+    for r in rows:
+        cells = [r["unit"], r["level"]]
+        for key in ("MemoryMin", "MemoryLow", "MemoryHigh"):
+            cells.append("/".join(_fmt(r[src], key) for src in ("desired", "systemd", "kernel")))
+        cells.append("DRIFT" if r["drift"] else "")
+        table.append(cells)
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    n = sum(r["drift"] for r in rows)
+    print(f"\n{len(rows)} unit(s), {n} with drift" + ("" if not n else " (DRIFT: desired != systemd, or systemd != kernel)"))
+
+
+# ------------------------------------------------------------------ check
+def check(args, cfg: Config) -> int:
+    return asyncio.run(_check(cfg))
+
+
+async def _check(cfg: Config) -> int:
+    from .node import check_node
+    from .sources import SourceError
+
+    findings: list[tuple[str, str]] = []
+    version = None
+    try:
+        systemd = await _connect()
+        try:
+            version = await systemd.version()
+            findings.append(("ok", f"D-Bus: connected to systemd {version}"))
+        finally:
+            await systemd.close()
+    except SystemdError as e:
+        findings.append(("error", f"D-Bus: cannot reach systemd: {e}"))
+    for f in check_node(systemd_version=version):
+        findings.append((f.level, f"{f.what}: {f.detail}"))
+    set_keys = sorted(k for k, o in cfg.origins.items() if o != "default")
+    findings.append(("ok", f"config: policy {cfg.memory_reservation_policy}, hierarchy {cfg.hierarchy}"
+                           + (f"; set: {', '.join(set_keys)}" if set_keys else "; all defaults")))
+    if cfg.kubelet_memory_qos_gate:
+        findings.append(("warn", "kubelet: its MemoryQoS feature gate is on; the kubelet and memqos-systemd will"
+                                 " both write memory.min/memory.high and fight; turn the gate off"))
+    try:
+        snap = await asyncio.to_thread(_fetch, cfg)
+        findings.append(("ok", f"pods: {snap.source} answered with {len(snap.pods)} pods"))
+    except SourceError as e:
+        findings.append(("warn", f"pods: {e}"))
+    for level, text in findings:
+        print(f"{level:5} {text}")
+    return EXIT_FAILURE if any(level == "error" for level, _ in findings) else EXIT_OK
+
+
+# ------------------------------------------------------------------ run
+def run(args, cfg: Config) -> int:
+    from .notify import setup_logging
+
+    log = setup_logging()
+    from .node import check_node, page_size, read_meminfo
+    from .sources import make_source
+
+    for f in check_node(systemd_version=None):
+        if f.level == "error":
+            log.error("preflight: %s: %s", f.what, f.detail)
+            return EXIT_FAILURE
+        if f.level == "warn":
+            log.warning("preflight: %s: %s", f.what, f.detail)
+    metrics = _metrics(cfg, log)
+    outside = Outside(connect=lambda address: Systemd.connect(address, call_timeout=CALL_TIMEOUT),
+                      make_source=make_source, read_capacity=read_meminfo, page_size=page_size(),
+                      metrics=metrics, memory_watcher=_memory_watcher(log))
+    if cfg.kubelet_memory_qos_gate:
+        log.warning("the kubelet's MemoryQoS feature gate is on: two writers will fight over memory.min/high")
+    config_path = getattr(args, "config", None) or _default_config_path()
+    return asyncio.run(Daemon(config_path, cfg, outside).run())
+
+
+def _default_config_path() -> str | None:
+    from .config import DEFAULT_CONFIG_PATH
+
+    return DEFAULT_CONFIG_PATH if Path(DEFAULT_CONFIG_PATH).exists() else None
+
+
+def _metrics(cfg: Config, log) -> Any:
+    from .metrics import Metrics
+
+    metrics = Metrics()
+    if cfg.metrics.listen:
+        try:
+            metrics.serve(cfg.metrics.listen)
+            log.info("metrics on http://%s/metrics", cfg.metrics.listen)
+        except OSError as e:
+            log.error("metrics: cannot listen on %s: %s (continuing without)", cfg.metrics.listen, e)
+    return metrics
+
+
+def _memory_watcher(log) -> Any:
+    from .node import MemoryWatcher
+
+    try:
+        return MemoryWatcher.from_udev()
+    except Exception as e:  # no udev in a container, no netlink permission, ...
+        log.warning("memory hotplug: cannot watch udev (%s); capacity is re-read on the resync timer", e)
+        return None

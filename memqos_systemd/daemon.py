@@ -1,0 +1,373 @@
+"""The service: wire sources, node facts, the planner, the diff and systemd together.
+
+Events only say "look again"; every reconcile is the same pipeline:
+snapshot (last good pods) + node facts + config -> plan -> diff against what
+systemd holds (the Applier's cache) -> apply in a safe order.
+
+Promises kept here:
+* Protections are never lowered because the pod source failed: the last good
+  snapshot is kept, and until a first good one exists (or while a sudden drop
+  to zero pods is unconfirmed) only changes that raise values are sent.
+* An invalid config on SIGHUP is logged and the old one stays in force.
+* A lost bus is reconnected with backoff, then everything is re-read and re-applied.
+* SIGTERM exits without touching any unit: protections stay in place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .applier import Applier, summarize
+from .config import Config, ConfigError, load_config
+from .naming import Naming, NamingError
+from .notify import Notifier, watchdog_interval
+from .plan import NodeFacts, Plan, PlanError, plan
+from .reconcile import Change, diff
+from .systemd import SystemdError
+
+log = logging.getLogger("memqos_systemd")
+
+KUBELET_UNIT = "kubelet.service"
+BACKOFF_MAX = 30.0
+# How long a new unit the pod source does not know yet makes us poll it fast
+# (a container scope exists a moment before the kubelet reports its ID; init
+# container scopes are never planned at all).
+UNKNOWN_UNIT_PATIENCE = 10.0
+
+
+def naming_for(config: Config) -> Naming:
+    reserved = []
+    if "kube-reserved" in config.enforce_node_allocatable and config.kube_reserved_cgroup:
+        reserved.append(config.kube_reserved_cgroup)
+    if "system-reserved" in config.enforce_node_allocatable and config.system_reserved_cgroup:
+        reserved.append(config.system_reserved_cgroup)
+    return Naming(config.cgroup_root, tuple(reserved))
+
+
+def grow_only(changes: list[Change]) -> list[Change]:
+    """While holding, only changes that raise values are sent (never lower a protection)."""
+    return [c for c in changes if c.direction == "grow"]
+
+
+@dataclass
+class Outside:
+    """The outside things the daemon uses, injectable for tests."""
+
+    connect: Callable[..., Any]  # async (address) -> systemd adapter
+    make_source: Callable[[Config], Any]
+    read_capacity: Callable[[], int]
+    page_size: int
+    metrics: Any = None  # memqos_systemd.metrics.Metrics or None
+    notifier: Notifier | None = None
+    memory_watcher: Any = None  # object with fileno() and poll_events(), or None
+    bus_address: str | None = None
+    clock: Callable[[], float] = time.monotonic
+
+
+class Daemon:
+    def __init__(self, config_path: str | None, config: Config, outside: Outside):
+        self.config_path = config_path
+        self.config = config
+        self.out = outside
+        self.naming = naming_for(config)
+        self.source = outside.make_source(config)
+        self.notifier = outside.notifier or Notifier()
+        self.systemd = None
+        self.applier: Applier | None = None
+        self.snapshot = None  # last good pods snapshot
+        self.holding_reason: str | None = "no pod snapshot yet"
+        self.capacity = outside.read_capacity()
+        self.last_plan: Plan | None = None
+        self.ready = False
+        self.stopping = False
+        self._wake = asyncio.Event()
+        self._want_fetch = True
+        self._want_full_refresh = True
+        self._want_reload = False
+        self._refresh_units: set[str] = set()
+        # New pod/container units the pod source has not described yet -> when we stop asking.
+        self._unknown_units: dict[str, float] = {}
+        self._fetch_failing = False
+        self._next_poll = 0.0
+        self._next_resync = 0.0
+        self._fast_poll = 0.0
+        self._disconnected = False
+
+    # ------------------------------------------------------------ events
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _on_unit_new(self, name: str) -> None:
+        ref = self.naming.parse_unit(name)
+        if ref is None:
+            return
+        self._refresh_units.add(name)
+        if ref.level in ("pod", "container") and self.last_plan is not None and name not in self.last_plan.by_unit():
+            # The kubelet has not told us about it yet: ask now, and again soon.
+            self._unknown_units[name] = self.out.clock() + UNKNOWN_UNIT_PATIENCE
+            self._want_fetch = True
+        self.wake()
+
+    def _on_unit_removed(self, name: str) -> None:
+        if self.applier is not None and self.naming.parse_unit(name) is not None:
+            self.applier.forget(name)
+            self._unknown_units.pop(name, None)
+
+    def _on_job_removed(self, unit: str, result: str) -> None:
+        if unit == KUBELET_UNIT and result == "done":
+            log.info("kubelet.service (re)started: re-reading units and pods")
+            self._want_full_refresh = True
+            self._want_fetch = True
+            self.wake()
+
+    def _on_reloading(self, active: bool) -> None:
+        if not active:
+            log.info("systemd finished reloading: re-reading units")
+            self._want_full_refresh = True
+            self.wake()
+
+    def _on_disconnect(self) -> None:
+        self._disconnected = True
+        self.wake()
+
+    def request_reload(self) -> None:
+        self._want_reload = True
+        self.wake()
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.wake()
+
+    # ------------------------------------------------------------ steps
+    async def _connect(self) -> None:
+        self.systemd = await self.out.connect(self.out.bus_address)
+        self.systemd.on_disconnect(self._on_disconnect)
+        await self.systemd.subscribe(on_unit_new=self._on_unit_new, on_unit_removed=self._on_unit_removed,
+                                     on_job_removed=self._on_job_removed, on_reloading=self._on_reloading)
+        self._disconnected = False
+        on_call = self.out.metrics.dbus_call if self.out.metrics else None
+        self.applier = Applier(self.systemd, self.naming, on_call=on_call)
+        self._want_full_refresh = True
+
+    def _reload_config(self) -> None:
+        self._want_reload = False
+        self.notifier.send("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
+        try:
+            config = load_config(self.config_path, required=self.config_path is not None)
+            naming = naming_for(config)
+        except (ConfigError, NamingError) as e:
+            log.error("reload refused, keeping the previous config: %s", e)
+            if self.out.metrics:
+                self.out.metrics.config_reload(False)
+            self.notifier.send("READY=1")
+            return
+        source_changed = (config.pods_file, config.kubelet) != (self.config.pods_file, self.config.kubelet)
+        self.config, self.naming = config, naming
+        if self.applier is not None:
+            self.applier.naming = naming
+        if source_changed:
+            self.source = self.out.make_source(config)
+            self._want_fetch = True
+        self._want_full_refresh = True
+        log.info("config reloaded from %s: policy %s, hierarchy %s", self.config_path,
+                 config.memory_reservation_policy, config.hierarchy)
+        if self.out.metrics:
+            self.out.metrics.config_reload(True)
+        self.notifier.send("READY=1")
+
+    async def _fetch(self) -> None:
+        self._want_fetch = False
+        try:
+            snap = await asyncio.to_thread(self.source.fetch)
+        except Exception as e:  # SourceError, and anything a broken source raises
+            if self.out.metrics:
+                self.out.metrics.source_error(type(e).__name__)
+            if not self._fetch_failing:
+                kept = f"holding the last good snapshot ({len(self.snapshot.pods)} pods)" if self.snapshot \
+                    else "no snapshot yet: only raising values"
+                log.warning("pod source failed: %s; %s", e, kept)
+            self._fetch_failing = True
+            return
+        if self._fetch_failing:
+            log.info("pod source recovered: %d pods", len(snap.pods))
+        self._fetch_failing = False
+        for w in snap.warnings:
+            log.warning("%s", w)
+        if self.out.metrics:
+            self.out.metrics.source_ok(snap)
+        if self.snapshot is not None and self.snapshot.pods and not snap.pods:
+            if await self._pod_units_remain(self.snapshot):
+                if self.holding_reason != "suspect empty pod list":
+                    log.warning("pod source returned 0 pods while %d were running and their slices still exist;"
+                                " holding the last snapshot until the slices are gone", len(self.snapshot.pods))
+                self.holding_reason = "suspect empty pod list"
+                return
+        self.snapshot = snap
+        self.holding_reason = None
+
+    async def _pod_units_remain(self, snapshot) -> bool:
+        await self.applier.refresh_all()
+        uids = {p.uid for p in snapshot.pods}
+        for name, held in self.applier.observed.items():
+            ref = self.naming.parse_unit(name)
+            if held is not None and ref is not None and ref.level == "pod" and ref.uid in uids:
+                return True
+        return False
+
+    def _read_capacity(self) -> None:
+        try:
+            capacity = self.out.read_capacity()
+        except (OSError, ValueError) as e:
+            log.error("cannot read node memory, keeping %d bytes: %s", self.capacity, e)
+            return
+        if capacity != self.capacity:
+            log.info("node memory changed: %d -> %d bytes", self.capacity, capacity)
+            self.capacity = capacity
+
+    def on_memory_event(self) -> None:
+        if self.out.memory_watcher is not None:
+            for _ in self.out.memory_watcher.poll_events():
+                pass
+        self._read_capacity()
+        self.wake()
+
+    async def reconcile(self) -> None:
+        started = self.out.clock()
+        pods = list(self.snapshot.pods) if self.snapshot else []
+        try:
+            desired = plan(pods, NodeFacts(self.capacity, self.out.page_size), self.config)
+        except PlanError as e:
+            log.error("cannot plan, nothing changed: %s", e)
+            return
+        if self.last_plan is None or desired.warnings != self.last_plan.warnings:
+            for w in desired.warnings:
+                log.warning("%s", w)
+        self.last_plan = desired
+        planned = desired.by_unit()
+        now = self.out.clock()
+        self._unknown_units = {n: t for n, t in self._unknown_units.items() if n not in planned and t > now}
+        if self._want_full_refresh:
+            await self.applier.refresh_all(u.unit for u in desired.units)
+            self._want_full_refresh = False
+        for name in sorted(self._refresh_units):
+            await self.applier.refresh_unit(name)
+        self._refresh_units.clear()
+        changes = diff(desired, self.applier.observed_for(u.unit for u in desired.units), self.naming)
+        if self.holding_reason is not None:
+            held = len(changes)
+            changes = grow_only(changes)
+            if held != len(changes):
+                log.info("holding (%s): %d lowering change(s) not sent", self.holding_reason, held - len(changes))
+        result = await self.applier.apply(changes)
+        if changes:
+            log.info("reconcile: %s", summarize(result))
+        if self.out.metrics:
+            self.out.metrics.set_plan(desired)
+            self.out.metrics.observe_reconcile(self.out.clock() - started, len(result.applied))
+        if not result.ok:
+            raise SystemdError(f"apply stopped at {result.failed.unit}: {result.error}")
+        node = desired.node_unit()
+        status = (f"{len(pods)} pods, kubepods min {node.memory_min} low {node.memory_low}"
+                  + (f", holding: {self.holding_reason}" if self.holding_reason else ""))
+        if not self.ready:
+            self.ready = True
+            self.notifier.ready(status)
+            log.info("ready: %s", status)
+        else:
+            self.notifier.status(status)
+
+    # ------------------------------------------------------------ loop
+    async def _watchdog(self, interval: float) -> None:
+        while not self.stopping:
+            self.notifier.watchdog()
+            await asyncio.sleep(interval)
+
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
+        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
+        loop.add_signal_handler(signal.SIGTERM, self.stop)
+        loop.add_signal_handler(signal.SIGINT, self.stop)
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        self._install_signals(loop)
+        if self.out.memory_watcher is not None:
+            loop.add_reader(self.out.memory_watcher.fileno(), self.on_memory_event)
+        wd = watchdog_interval()
+        wd_task = asyncio.create_task(self._watchdog(wd)) if wd else None
+        backoff = 1.0
+        try:
+            while not self.stopping:
+                try:
+                    await self._step()
+                    backoff = 1.0
+                except SystemdError as e:
+                    log.error("systemd: %s; retrying in %.0fs", e, backoff)
+                    if self.systemd is not None and not self.systemd.connected:
+                        self._disconnected = True
+                    await self._sleep(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX)
+                    continue
+                await self._wait()
+        finally:
+            if wd_task:
+                wd_task.cancel()
+            self.notifier.send("STOPPING=1")
+            if self.systemd is not None:
+                await self.systemd.close()
+            log.info("stopped; protections left in place")
+        return 0
+
+    async def _step(self) -> None:
+        now = self.out.clock()
+        if self._want_reload:
+            self._reload_config()
+        if self.systemd is None or self._disconnected:
+            if self.systemd is not None:
+                log.warning("lost the connection to systemd; reconnecting")
+                try:
+                    await self.systemd.close()
+                except SystemdError:
+                    pass
+                self.systemd = None
+            await self._connect()
+            log.info("connected to systemd %s", await self.systemd.version())
+        if now >= self._next_resync:
+            self._want_full_refresh = True
+            self._read_capacity()
+            self._next_resync = now + self.config.resync_interval
+        if self._want_fetch or now >= self._next_poll or self._source_changed():
+            await self._fetch()
+            self._next_poll = self.out.clock() + self.config.kubelet.poll_interval
+        await self.reconcile()
+
+    def _source_changed(self) -> bool:
+        changed = getattr(self.source, "changed", None)
+        return bool(changed and changed())
+
+    async def _wait(self) -> None:
+        now = self.out.clock()
+        timeout = min(self._next_poll, self._next_resync) - now
+        if self._unknown_units:
+            # Something new that the pod source has not described yet: ask again soon.
+            self._fast_poll = min(max(self._fast_poll * 2, 0.1), self.config.kubelet.poll_interval)
+            timeout = min(timeout, self._fast_poll)
+            self._want_fetch = True
+        else:
+            self._fast_poll = 0.0
+        if getattr(self.source, "changed", None):
+            timeout = min(timeout, 1.0)  # podsFile: notice edits within a second
+        await self._sleep(max(timeout, 0.0))
+
+    async def _sleep(self, seconds: float) -> None:
+        # An event that arrived while we worked has already set the flag: return at once.
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+        self._wake.clear()
+

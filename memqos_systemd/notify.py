@@ -1,0 +1,87 @@
+"""systemd's service protocol: sd_notify messages and journald-friendly logs.
+
+Stdlib only: sd_notify is one datagram to $NOTIFY_SOCKET, and journald reads
+a `<N>` syslog-level prefix on each line of stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+
+__all__ = ["Notifier", "setup_logging", "watchdog_interval"]
+
+
+class Notifier:
+    """Sends READY=1 / STATUS= / WATCHDOG=1 / RELOADING=1 / STOPPING=1; a no-op outside systemd."""
+
+    def __init__(self, address: str | None = None):
+        address = address if address is not None else os.environ.get("NOTIFY_SOCKET")
+        self._address = None
+        if address:
+            # '@name' is a socket in the abstract namespace.
+            self._address = "\0" + address[1:] if address.startswith("@") else address
+
+    @property
+    def enabled(self) -> bool:
+        return self._address is not None
+
+    def send(self, *fields: str) -> bool:
+        if not self._address:
+            return False
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
+                s.connect(self._address)
+                s.sendall("\n".join(fields).encode())
+            return True
+        except OSError as e:
+            logging.getLogger("memqos_systemd").debug("sd_notify failed: %s", e)
+            return False
+
+    def ready(self, status: str) -> None:
+        self.send("READY=1", f"STATUS={status}")
+
+    def status(self, status: str) -> None:
+        self.send(f"STATUS={status}")
+
+    def watchdog(self) -> None:
+        self.send("WATCHDOG=1")
+
+
+def watchdog_interval() -> float | None:
+    """Half the watchdog timeout systemd gave us (seconds), or None."""
+    usec = os.environ.get("WATCHDOG_USEC")
+    pid = os.environ.get("WATCHDOG_PID")
+    if not usec or (pid and pid != str(os.getpid())):
+        return None
+    try:
+        return max(int(usec) / 2e6, 0.1)
+    except ValueError:
+        return None
+
+
+_PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
+
+
+class _JournalFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        prio = _PRIORITY.get(record.levelno, 6)
+        return f"<{prio}>{record.getMessage()}"
+
+
+class _PlainFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {record.getMessage()}"
+
+
+def setup_logging(verbose: bool = False) -> logging.Logger:
+    """One line per event; `<N>` level prefixes when stderr goes to the journal."""
+    logger = logging.getLogger("memqos_systemd")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JournalFormatter() if os.environ.get("JOURNAL_STREAM") else _PlainFormatter())
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+    logger.propagate = False
+    return logger

@@ -247,7 +247,7 @@ async def _check(cfg: Config) -> int:
             await systemd.close()
     except SystemdError as e:
         findings.append(("error", f"D-Bus: cannot reach systemd: {e}"))
-    for f in check_node(systemd_version=version):
+    for f in check_node(systemd=version):
         findings.append((f.level, f"{f.what}: {f.detail}"))
     set_keys = sorted(k for k, o in cfg.origins.items() if o != "default")
     findings.append(("ok", f"config: policy {cfg.memory_reservation_policy}, hierarchy {cfg.hierarchy}"
@@ -273,7 +273,7 @@ def run(args, cfg: Config) -> int:
     from .node import check_node, page_size, read_meminfo
     from .sources import make_source
 
-    for f in check_node(systemd_version=None):
+    for f in check_node(systemd=None):
         if f.level == "error":
             log.error("preflight: %s: %s", f.what, f.detail)
             return EXIT_FAILURE
@@ -312,7 +312,7 @@ def _memory_watcher(log) -> Any:
     from .node import MemoryWatcher
 
     try:
-        return MemoryWatcher.from_udev()
+        return MemoryWatcher()
     except Exception as e:  # no udev in a container, no netlink permission, ...
         log.warning("memory hotplug: cannot watch udev (%s); capacity is re-read on the resync timer", e)
         return None

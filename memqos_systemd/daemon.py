@@ -186,7 +186,7 @@ class Daemon:
             snap = await asyncio.to_thread(self.source.fetch)
         except Exception as e:  # SourceError, and anything a broken source raises
             if self.out.metrics:
-                self.out.metrics.source_error(type(e).__name__)
+                self.out.metrics.source_error(getattr(e, "kind", type(e).__name__))
             if not self._fetch_failing:
                 kept = f"holding the last good snapshot ({len(self.snapshot.pods)} pods)" if self.snapshot \
                     else "no snapshot yet: only raising values"

@@ -1,0 +1,130 @@
+"""The diff and its order: only what differs, and no child ever above its parent."""
+
+from hypothesis import given, settings, strategies as st
+
+from memqos_systemd.naming import Naming
+from memqos_systemd.plan import INFINITY, Plan, UnitPlan
+from memqos_systemd.reconcile import DEFAULTS, diff, reset_plan
+
+MI = 2**20
+NAMING = Naming("/")
+G_UID = "6a4f2e3b-1c9d-4a5e-8f7b-2d3e4f5a6b7c"
+B_UID = "8b3c7d2e-4f5a-6b7c-9d1e-3f4a5b6c7d8e"
+GPOD = NAMING.pod_slice("Guaranteed", G_UID)
+BPOD = NAMING.pod_slice("Burstable", B_UID)
+GCTR = "cri-containerd-" + "a" * 64 + ".scope"
+BCTR = "cri-containerd-" + "b" * 64 + ".scope"
+
+
+def tree(g: int, b: int, high: int = INFINITY) -> Plan:
+    """kubepods > (G pod > G ctr), (burstable > B pod > B ctr), besteffort; tiered-style values."""
+    units = (
+        UnitPlan("kubepods.slice", "node", None, g, b),
+        UnitPlan("kubepods-burstable.slice", "qos", "kubepods.slice", 0, b),
+        UnitPlan("kubepods-besteffort.slice", "qos", "kubepods.slice", 0, 0),
+        UnitPlan(GPOD, "pod", "kubepods.slice", g, 0, INFINITY, "ns/g"),
+        UnitPlan(BPOD, "pod", "kubepods-burstable.slice", 0, b, INFINITY, "ns/b"),
+        UnitPlan(GCTR, "container", GPOD, g, 0, INFINITY, "ns/g"),
+        UnitPlan(BCTR, "container", BPOD, 0, b, high, "ns/b"),
+    )
+    return Plan(16 << 30, 15 << 30, units)
+
+
+def held(p: Plan) -> dict:
+    return {u.unit: u.properties() for u in p.units}
+
+
+def test_steady_node_sends_nothing():
+    p = tree(512 * MI, 256 * MI)
+    assert diff(p, held(p), NAMING) == []
+
+
+def test_growth_goes_parents_first():
+    changes = diff(tree(512 * MI, 256 * MI), held(tree(0, 0)), NAMING)
+    order = [c.unit for c in changes]
+    assert order == ["kubepods.slice", "kubepods-burstable.slice", GPOD, BPOD, GCTR, BCTR]
+    assert all(c.direction == "grow" for c in changes)
+    assert changes[0].props == {"MemoryMin": 512 * MI, "MemoryLow": 256 * MI}
+
+
+def test_shrink_goes_children_first():
+    changes = diff(tree(0, 0), held(tree(512 * MI, 256 * MI)), NAMING)
+    assert [c.unit for c in changes] == [BCTR, GCTR, BPOD, GPOD, "kubepods-burstable.slice", "kubepods.slice"]
+    assert all(c.direction == "shrink" for c in changes)
+
+
+def test_only_differing_properties_are_sent():
+    changes = diff(tree(512 * MI, 256 * MI, high=900 * MI), held(tree(512 * MI, 256 * MI)), NAMING)
+    assert [(c.unit, dict(c.props)) for c in changes] == [(BCTR, {"MemoryHigh": 900 * MI})]
+
+
+def test_pod_and_container_units_are_never_created():
+    observed = held(tree(0, 0))
+    observed[BPOD] = None  # the pod slice has gone (or is not there yet)
+    del observed[BCTR]
+    units = [c.unit for c in diff(tree(0, 256 * MI), observed, NAMING)]
+    assert BPOD not in units and BCTR not in units
+    assert units == ["kubepods.slice", "kubepods-burstable.slice"]
+
+
+def test_node_and_qos_slices_are_created_only_when_they_must_hold_something():
+    observed = {u: None for u in held(tree(0, 0))}
+    changes = diff(tree(0, 256 * MI), observed, NAMING)
+    assert [c.unit for c in changes] == ["kubepods.slice", "kubepods-burstable.slice"]
+    assert not changes[0].must_exist
+
+
+def test_orphaned_pod_units_are_reset_children_first_before_their_parents_shrink():
+    observed = held(tree(512 * MI, 256 * MI))
+    desired = Plan(16 << 30, 15 << 30, tuple(u for u in tree(512 * MI, 0).units if u.unit not in (BPOD, BCTR)))
+    changes = diff(desired, observed, NAMING)
+    assert [c.unit for c in changes] == [BCTR, BPOD, "kubepods-burstable.slice", "kubepods.slice"]
+    assert changes[0].props == {"MemoryLow": 0}
+
+
+def test_units_that_are_not_ours_are_never_touched():
+    observed = held(tree(0, 0))
+    observed["sshd.service"] = {"MemoryMin": 5, "MemoryLow": 5, "MemoryHigh": 5}
+    observed["kubepods-burstable-pod..%2Fetc.slice"] = {"MemoryMin": 5, "MemoryLow": 0, "MemoryHigh": INFINITY}
+    assert diff(tree(0, 0), observed, NAMING) == []
+    assert all(c.unit in held(tree(0, 0)) for c in reset_plan(observed, NAMING))
+
+
+def test_reset_brings_every_unit_of_ours_to_defaults_children_first():
+    observed = held(tree(512 * MI, 256 * MI, high=900 * MI))
+    changes = reset_plan(observed, NAMING)
+    order = [c.unit for c in changes]
+    assert set(order[:2]) == {BCTR, GCTR} and set(order[2:4]) == {BPOD, GPOD}
+    assert order[4:] == ["kubepods-burstable.slice", "kubepods.slice"]
+    final = dict(observed)
+    for c in changes:
+        final[c.unit] = {**final[c.unit], **c.props}
+    assert all(v == DEFAULTS for v in final.values())
+
+
+# ---- every prefix of an apply keeps children at or below their parents
+
+amounts = st.integers(min_value=0, max_value=4096).map(lambda n: n * MI)
+
+
+def violations(p: Plan, state: dict) -> list[str]:
+    bad = []
+    for u in p.units:
+        if u.parent is None:
+            continue
+        for prop in ("MemoryMin", "MemoryLow"):
+            if state[u.unit][prop] > state[u.parent][prop]:
+                bad.append(f"{u.unit} {prop} above {u.parent}")
+    return bad
+
+
+@settings(max_examples=300, deadline=None)
+@given(g0=amounts, b0=amounts, g1=amounts, b1=amounts)
+def test_no_prefix_of_an_apply_puts_a_child_above_its_parent(g0, b0, g1, b1):
+    before, after = tree(g0, b0), tree(g1, b1)
+    state = held(before)
+    assert not violations(after, state)
+    for change in diff(after, state, NAMING):
+        state[change.unit] = {**state[change.unit], **change.props}
+        assert not violations(after, state), change
+    assert state == held(after)

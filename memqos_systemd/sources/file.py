@@ -79,7 +79,8 @@ class FileSource:
 
     def _read(self) -> tuple[bytes, tuple]:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            # O_NONBLOCK: a FIFO in its place must not hang the fetch (refused below).
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError as e:
             raise SourceError(f"{self.name}: cannot read: {e.strerror or type(e).__name__}", "io") from None
         try:

@@ -51,16 +51,21 @@ class KubeletSource:
         self._clock = clock
         self._max_bytes = max_bytes
         parts = urlsplit(config.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"kubelet.url: {self._safe_url(parts)!r} must be an http:// or https:// URL")
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        try:
-            self._port = parts.port or (443 if self._https else 80)
-        except ValueError:
-            raise ValueError(f"kubelet.url: {self._safe_url(parts)!r} has an invalid port") from None
-        self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self.name = f"kubelet {self._safe_url(parts)}"
+        # A bad URL is reported by fetch() as a SourceError, so that making a source
+        # (at start or on SIGHUP) never raises.
+        self._url_error: str | None = None
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname or ""
+        self._port = 0
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            self._url_error = "kubelet.url must be an http:// or https:// URL with a host"
+        else:
+            try:
+                self._port = parts.port or (443 if self._https else 80)
+            except ValueError:
+                self._url_error = "kubelet.url has an invalid port"
+        self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self._ssl_key: tuple | None = None
         self._ssl_context: ssl.SSLContext | None = None
         if self._https and config.insecure_skip_tls_verify:
@@ -82,6 +87,8 @@ class KubeletSource:
     # ------------------------------------------------------------------ fetch
 
     def fetch(self) -> Snapshot:
+        if self._url_error:
+            raise SourceError(f"{self.name}: {self._url_error}", "connect")
         token = self._read_token()
         try:
             snapshot = self._fetch(token)
@@ -239,7 +246,8 @@ def _check_not_world_readable(path: str, key: str, name: str) -> None:
 def _read_secret(path: str, key: str, name: str, limit: int) -> bytes:
     """Read a credential file (following symlinks, as projected tokens are), refusing o+r."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO put in its place must not hang the fetch (it is refused below).
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
         raise SourceError(f"{name}: {key} {path}: cannot read: {e.strerror or type(e).__name__}", "auth") from None
     try:

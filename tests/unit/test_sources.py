@@ -296,3 +296,82 @@ def test_redact(text, expect):
 def test_redact_short_secret():
     from memqos_systemd.sources.kubelet import redact
     assert redact("a abc b", "abc") == "a <token> b"
+
+
+# ---------------------------------------------------------------- odd files and URLs
+
+def test_fifo_instead_of_pods_file_does_not_hang(tmp_path):
+    f = tmp_path / "pods.json"
+    os.mkfifo(f)
+    with pytest.raises(SourceError) as e:
+        FileSource(f).fetch()
+    assert "not a regular file" in str(e.value)
+
+
+def test_fifo_instead_of_token_file_does_not_hang(tmp_path):
+    f = tmp_path / "token"
+    os.mkfifo(f, 0o600)
+    src = KubeletSource(KubeletConfig(url="http://127.0.0.1:1/pods", token_file=str(f)))
+    with pytest.raises(SourceError) as e:
+        src.fetch()
+    assert e.value.kind == "auth" and "not a regular file" in str(e.value)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999/pods", "ftp://127.0.0.1/pods", "https:///pods"])
+def test_bad_url_fails_at_fetch_not_at_construction(url):
+    src = KubeletSource(KubeletConfig(url=url))  # a SIGHUP must never crash on making a source
+    with pytest.raises(SourceError) as e:
+        src.fetch()
+    assert str(e.value).startswith("kubelet ") and "kubelet.url" in str(e.value)
+
+
+# ---------------------------------------------------------------- fuzz: garbage in, SourceError out
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(
+        st.sampled_from(["kind", "items", "metadata", "spec", "status", "name", "uid", "namespace", "containers",
+                         "resources", "requests", "limits", "memory", "phase", "qosClass", "containerStatuses",
+                         "containerID", "state", "running", "initContainers", "restartPolicy", "overhead", "x"]),
+        inner, max_size=6),
+    max_leaves=40,
+)
+
+
+def _check(result: Snapshot) -> None:
+    assert isinstance(result.pods, tuple) and isinstance(result.warnings, tuple)
+    # Never an empty snapshot that hides rejected pods.
+    assert result.pods or not result.warnings
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(_json, st.builds(lambda items: {"kind": "PodList", "items": items}, st.lists(_json, max_size=6))))
+def test_fuzz_documents(doc):
+    try:
+        _check(snapshot_from_doc(doc, "fuzz", 0))
+    except SourceError as e:
+        assert str(e).startswith("fuzz: ") and "\n" not in str(e)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=3000) | st.text(max_size=3000).map(str.encode))
+def test_fuzz_file_bytes(tmp_path, data):
+    f = tmp_path / "pods.yaml"
+    f.write_bytes(data)
+    try:
+        _check(FileSource(f).fetch())
+    except SourceError as e:
+        assert str(e).startswith(f"file {f}: ") and e.kind in ("decode", "pods")
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.binary(max_size=3000) | _json.map(lambda d: json.dumps(d).encode()))
+def test_fuzz_kubelet_body(data):
+    src = KubeletSource(KubeletConfig(url="http://127.0.0.1:1/pods"))
+    src._get = lambda token: data  # the HTTP exchange itself is tested against real servers
+    try:
+        _check(src.fetch())
+    except SourceError as e:
+        assert str(e).startswith("kubelet http://127.0.0.1:1/pods: ") and e.kind in ("decode", "pods")

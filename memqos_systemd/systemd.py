@@ -1,0 +1,581 @@
+"""The systemd adapter: MemoryMin/MemoryLow/MemoryHigh through systemd's D-Bus API.
+
+This is the only module that imports `dbus_next`. Everything else sees `Systemd`, plain
+Python values, and the `SystemdError` family; D-Bus error names are mapped here and go
+no further. Every call goes through `Systemd._call`, which applies `call_timeout` (a hung
+systemd must not hang the daemon) and maps errors.
+
+What SetUnitProperties does to a unit that is not loaded
+--------------------------------------------------------
+Read from systemd's source (src/core/dbus-manager.c, unit.c, slice.c, scope.c, cgroup.c;
+the same from v252, Debian bookworm, to current main). The e2e VM suite is what proves it
+on a real systemd; until it has, treat this as "what the source says".
+
+- `Manager.SetUnitProperties` is `method_generic_unit_operation(...,
+  GENERIC_UNIT_LOAD|GENERIC_UNIT_VALIDATE_LOADED)`: it **loads** the named unit if it is
+  not in memory, then refuses unless its LoadState is `loaded`
+  (`bus_unit_validate_load_state`: not-found -> `org.freedesktop.systemd1.NoSuchUnit`
+  "Unit X not found.", masked -> `...UnitMasked`, bad setting -> `...BadUnitSetting`,
+  other load errors -> an errno-named error).
+- **A slice loads without a unit file** (`slice_load` calls
+  `unit_load_fragment_and_dropin(u, false)`: no fragment required). So SetUnitProperties
+  on a slice nobody has created *succeeds*: systemd makes a new slice unit (loaded,
+  inactive; its parent slices are pulled in as dependencies) and, the unit not being
+  transient, writes the values as drop-ins `50-MemoryLow.conf` etc. under
+  `/run/systemd/system.control/<slice>.d/` (runtime=true) or
+  `/etc/systemd/system.control/<slice>.d/` (runtime=false) (`unit_drop_in_dir`).
+  The unit itself is garbage-collected later, but those drop-ins stay until reboot
+  (runtime) or forever (persistent), and apply to any later unit of that name.
+  The kernel is not touched while the slice is inactive: the cgroup realize queue skips
+  inactive units (`manager_dispatch_cgroup_realize_queue`); values reach `memory.*` when
+  the slice starts. (shared/notes' "set-property made kubepods.slice and wrote memory.min"
+  fits this if kubepods.slice was already active; protection-probe.sh starts pod slices
+  under it before setting properties. For the VM suite to confirm.)
+- **A scope that is not loaded fails**: `scope_load` refuses non-transient scopes
+  (-ENOENT while still a stub -> LoadState `not-found`), so the call fails with
+  `org.freedesktop.systemd1.NoSuchUnit` and nothing is written.
+- Units the kubelet/runc create with StartTransientUnit (pod slices, container scopes) are
+  transient: their drop-ins are redirected to `/run/systemd/transient/<unit>.d/` and
+  removed together with the unit (`unit_remove_transient`). Setting properties on a live
+  pod leaves nothing behind; setting them on a pod that has gone creates a stray
+  non-transient slice and a control drop-in. Hence `set_memory_if_loaded` for pod and
+  container units: `GetUnit` never loads a unit (it answers NoSuchUnit "Unit X not
+  loaded."), so we check with it first. A pod that vanishes between that check and the
+  SetUnitProperties is a window we cannot close over D-Bus (a unit's object path loads
+  the unit too: `manager_load_unit_from_dbus_path`); it is milliseconds wide.
+- Reading properties through a unit's object path also loads the unit if it has gone in
+  the meantime; for a slice that yields a fresh, inactive slice with no drop-ins of ours,
+  which systemd collects again. `get_memory` asks `GetUnit` first for this reason too.
+- `GetUnit("")` answers with the *caller's own* unit: unit names are validated as
+  non-empty before anything is sent.
+
+Values: properties are D-Bus type `t` (uint64); 2**64-1 means `infinity`. systemd refuses
+MemoryHigh=0 ("MemoryHigh= is too small"); 0 is valid for MemoryMin/MemoryLow.
+
+Lifecycle: when the connection is lost (dbus-daemon restart), calls raise `BusClosed` and
+the `on_disconnect` callbacks run once. The caller then `close()`s this instance and
+`connect()`s a new one (and subscribes again); an instance never reconnects by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from dbus_next import BusType, Message, MessageFlag, MessageType, Variant
+from dbus_next.aio import MessageBus
+from dbus_next.errors import AuthError
+
+__all__ = [
+    "MEMORY_PROPERTIES", "UINT64_MAX", "ACTIVE_STATES",
+    "SystemdError", "NoSuchUnit", "AccessDenied", "CallTimeout", "BusClosed",
+    "Systemd", "describe_call",
+]
+
+log = logging.getLogger(__name__)
+
+MEMORY_PROPERTIES = ("MemoryMin", "MemoryLow", "MemoryHigh")
+UINT64_MAX = 2**64 - 1
+# ActiveState values in which a unit exists and is not on its way out.
+ACTIVE_STATES = frozenset({"active", "activating", "reloading", "refreshing"})
+
+_SYSTEMD = "org.freedesktop.systemd1"
+_MANAGER_PATH = "/org/freedesktop/systemd1"
+_MANAGER = "org.freedesktop.systemd1.Manager"
+_UNIT = "org.freedesktop.systemd1.Unit"
+_PROPERTIES = "org.freedesktop.DBus.Properties"
+_BUS_NAME = "org.freedesktop.DBus"
+_BUS_PATH = "/org/freedesktop/DBus"
+_CGROUP_INTERFACE = {".slice": "org.freedesktop.systemd1.Slice", ".scope": "org.freedesktop.systemd1.Scope"}
+
+_SIGNAL_MATCH = f"type='signal',sender='{_SYSTEMD}',path='{_MANAGER_PATH}',interface='{_MANAGER}'"
+_OWNER_MATCH = (f"type='signal',sender='{_BUS_NAME}',path='{_BUS_PATH}',interface='{_BUS_NAME}',"
+                f"member='NameOwnerChanged',arg0='{_SYSTEMD}'")
+
+
+class SystemdError(Exception):
+    """A systemd call failed. The message is one line meant for people."""
+
+
+class NoSuchUnit(SystemdError):
+    """The unit is not loaded (or not found, or failed to load)."""
+
+
+class AccessDenied(SystemdError):
+    """systemd or the bus policy refused us (not root, or polkit said no)."""
+
+
+class CallTimeout(SystemdError):
+    """systemd did not answer within the call timeout."""
+
+
+class BusClosed(SystemdError):
+    """The bus connection is gone, or systemd is not on the bus. Close and connect again."""
+
+
+# D-Bus error name -> (our type, our wording or None to keep systemd's own text).
+_ERRORS: dict[str, tuple[type[SystemdError], str | None]] = {
+    "org.freedesktop.systemd1.NoSuchUnit": (NoSuchUnit, None),
+    "org.freedesktop.systemd1.LoadFailed": (NoSuchUnit, None),
+    # The unit's object went away between GetUnit and reading its properties.
+    "org.freedesktop.DBus.Error.UnknownObject": (NoSuchUnit, "the unit is gone"),
+    "org.freedesktop.DBus.Error.AccessDenied": (AccessDenied, "access denied (needs root, or a polkit rule)"),
+    "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired":
+        (AccessDenied, "access denied (needs root, or a polkit rule)"),
+    "org.freedesktop.DBus.Error.NoReply": (CallTimeout, "systemd did not reply"),
+    "org.freedesktop.DBus.Error.Timeout": (CallTimeout, "systemd did not reply"),
+    "org.freedesktop.DBus.Error.TimedOut": (CallTimeout, "systemd did not reply"),
+    "org.freedesktop.DBus.Error.ServiceUnknown": (BusClosed, "systemd is not on the bus"),
+    "org.freedesktop.DBus.Error.NameHasNoOwner": (BusClosed, "systemd is not on the bus"),
+    "org.freedesktop.DBus.Error.Disconnected": (BusClosed, "the bus connection is closed"),
+}
+# The bus tried to start something for the name: systemd is not there either way.
+_SPAWN_ERROR_PREFIX = "org.freedesktop.DBus.Error.Spawn."
+_ALREADY_SUBSCRIBED = "org.freedesktop.systemd1.AlreadySubscribed"
+
+
+def _one_line(text: object, limit: int = 300) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _map_error(action: str, error_name: str, text: str) -> SystemdError:
+    if error_name.startswith(_SPAWN_ERROR_PREFIX):
+        error_name = "org.freedesktop.DBus.Error.ServiceUnknown"
+    cls, wording = _ERRORS.get(error_name, (SystemdError, None))
+    if wording is None:
+        reason = _one_line(text) or "failed"
+        if cls is SystemdError:
+            # Unmapped: keep systemd's words and the last part of the error's name.
+            reason = f"{reason} ({error_name.rsplit('.', 1)[-1]})"
+    else:
+        reason = wording
+    return cls(f"{action}: {reason}")
+
+
+def _show(value: int) -> str:
+    return "infinity" if value == UINT64_MAX else str(value)
+
+
+def _check_unit(unit: object, *, cgroup: bool = False) -> str:
+    if not isinstance(unit, str) or not unit:
+        raise ValueError(f"unit name must be a non-empty string, not {unit!r}")
+    if "/" in unit or any(c.isspace() or not c.isprintable() for c in unit):
+        raise ValueError(f"unit name {unit!r} contains '/', spaces or control characters")
+    if cgroup and not unit.endswith(tuple(_CGROUP_INTERFACE)):
+        raise ValueError(f"{unit}: memory properties are only managed on .slice and .scope units")
+    return unit
+
+
+def _check_props(unit: str, props: object) -> list[tuple[str, int]]:
+    """Validated (name, value) pairs in MEMORY_PROPERTIES order; ValueError otherwise."""
+    if not isinstance(props, Mapping):
+        raise ValueError(f"{unit}: properties must be a mapping, not {type(props).__name__}")
+    if not props:
+        raise ValueError(f"{unit}: no properties to set")
+    unknown = sorted(str(k) for k in props if k not in MEMORY_PROPERTIES)
+    if unknown:
+        raise ValueError(f"{unit}: unknown propert{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}"
+                         f" (allowed: {', '.join(MEMORY_PROPERTIES)})")
+    pairs = []
+    for name in MEMORY_PROPERTIES:
+        if name not in props:
+            continue
+        value = props[name]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{unit}: {name}={value!r} is not an integer number of bytes")
+        if not 0 <= value <= UINT64_MAX:
+            raise ValueError(f"{unit}: {name}={value} is outside [0, 2**64-1]")
+        if name == "MemoryHigh" and value == 0:
+            raise ValueError(f"{unit}: MemoryHigh=0 is refused by systemd (use 2**64-1 for no limit)")
+        pairs.append((name, int(value)))
+    return pairs
+
+
+def describe_call(unit: str, props: dict[str, int], runtime: bool = True) -> str:
+    """One line saying what `set_memory` would send, for --dry-run. Validates like it."""
+    _check_unit(unit, cgroup=True)
+    pairs = _check_props(unit, props)
+    values = " ".join(f"{name}={_show(value)}" for name, value in pairs)
+    return f"SetUnitProperties {unit} runtime={'true' if runtime else 'false'} {values}"
+
+
+def _variant(value: object, signature: str, what: str) -> Any:
+    if not isinstance(value, Variant) or value.signature != signature:
+        raise SystemdError(f"{what}: systemd answered with an unexpected type")
+    return value.value
+
+
+Callback = Callable[..., Awaitable[None] | None]
+
+
+class Systemd:
+    """One connection to systemd. Make it with `await Systemd.connect()`."""
+
+    def __init__(self, bus: MessageBus, call_timeout: float):
+        self._bus = bus
+        self._timeout = call_timeout
+        self._closing = False
+        self._lost = False
+        self._disconnect_callbacks: list[Callback] = []
+        self._handlers: dict[str, Callback | None] = {}
+        self._subscribed = False
+        self._systemd_owner: str | None = None
+        self._events: asyncio.Queue[tuple[str, tuple]] = asyncio.Queue()
+        self._dispatcher: asyncio.Task | None = None
+        self._background: set[asyncio.Future] = set()
+        self._watcher = asyncio.ensure_future(self._watch_disconnect())
+
+    # ---- connection -------------------------------------------------------------------
+
+    @classmethod
+    async def connect(cls, address: str | None = None, *, call_timeout: float = 10.0) -> Systemd:
+        """Connect to the system bus (address None) or to the bus at `address`."""
+        if not (isinstance(call_timeout, (int, float)) and call_timeout > 0):
+            raise ValueError(f"call_timeout must be a positive number of seconds, not {call_timeout!r}")
+        where = f"the bus at {address}" if address else "the system bus"
+        try:
+            bus = _MessageBus(bus_address=address, bus_type=BusType.SYSTEM)
+        except (OSError, ValueError) as err:
+            raise BusClosed(f"cannot connect to {where}: {_one_line(err)}") from err
+        try:
+            await asyncio.wait_for(bus.connect(), call_timeout)
+        except asyncio.TimeoutError:
+            _drop(bus)
+            raise CallTimeout(f"connecting to {where}: no answer within {call_timeout:g} s") from None
+        except AuthError as err:
+            _drop(bus)
+            raise AccessDenied(f"connecting to {where}: authentication refused") from err
+        except Exception as err:
+            _drop(bus)
+            raise BusClosed(f"cannot connect to {where}: {_one_line(err) or type(err).__name__}") from err
+        return cls(bus, float(call_timeout))
+
+    @property
+    def connected(self) -> bool:
+        return not self._closing and not self._lost and self._bus.connected
+
+    def on_disconnect(self, callback: Callable[[], Awaitable[None] | None]) -> None:
+        """Run `callback()` once when the bus connection is lost (not on `close()`)."""
+        if not callable(callback):
+            raise TypeError("on_disconnect needs a callable")
+        self._disconnect_callbacks.append(callback)
+        if self._lost and not self._closing:
+            asyncio.get_running_loop().call_soon(self._run_callback, "on_disconnect", callback, ())
+
+    async def close(self) -> None:
+        """Disconnect. Safe to call twice, and after the connection was lost."""
+        if self._closing:
+            return
+        self._closing = True
+        if self._bus.connected:
+            self._bus.disconnect()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._bus.wait_for_disconnect()), 1.0)
+            except Exception:
+                pass
+        tasks = [self._watcher, *self._background]
+        if self._dispatcher is not None:
+            tasks.append(self._dispatcher)
+        # close() may run inside one of these (a handler or on_disconnect callback that
+        # closes the connection): never cancel or wait for ourselves.
+        tasks = [t for t in tasks if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        _drop(self._bus)
+
+    async def _watch_disconnect(self) -> None:
+        reason: object = "closed"
+        try:
+            await self._bus.wait_for_disconnect()
+        except Exception as err:  # dbus-next resolves with the error that ended the connection
+            reason = err
+        if self._closing:
+            return
+        self._lost = True
+        log.warning("lost the connection to the bus (%s)", _one_line(reason) or type(reason).__name__)
+        for callback in list(self._disconnect_callbacks):
+            self._run_callback("on_disconnect", callback, ())
+
+    # ---- the one call helper ----------------------------------------------------------
+
+    async def _call(self, action: str, member: str, signature: str = "", body: list | None = None, *,
+                    path: str = _MANAGER_PATH, interface: str = _MANAGER, destination: str = _SYSTEMD,
+                    reply_signature: str | None = None, ok_errors: frozenset[str] = frozenset()) -> list:
+        if not self.connected:
+            raise BusClosed(f"{action}: not connected to the bus")
+        msg = Message(destination=destination, path=path, interface=interface, member=member,
+                      signature=signature, body=body or [], serial=self._bus.next_serial(),
+                      # systemd is PID 1: never ask the bus to start a program for its name.
+                      flags=MessageFlag.NO_AUTOSTART)
+        try:
+            reply = await asyncio.wait_for(self._bus.call(msg), self._timeout)
+        except asyncio.TimeoutError:
+            self._forget_reply(msg.serial)
+            raise CallTimeout(f"{action}: systemd did not answer within {self._timeout:g} s") from None
+        except asyncio.CancelledError:
+            self._forget_reply(msg.serial)
+            raise
+        except Exception as err:
+            # dbus-next hands pending calls the error that ended the connection.
+            if not self._bus.connected:
+                raise BusClosed(f"{action}: the bus connection was lost") from err
+            raise SystemdError(f"{action}: {_one_line(err) or type(err).__name__}") from err
+        if reply is None:
+            raise BusClosed(f"{action}: the bus connection was lost")
+        if reply.message_type == MessageType.ERROR:
+            if reply.error_name in ok_errors:
+                return []
+            text = reply.body[0] if reply.body and isinstance(reply.body[0], str) else ""
+            raise _map_error(action, reply.error_name or "", text)
+        if reply_signature is not None and reply.signature != reply_signature:
+            raise SystemdError(f"{action}: systemd answered with an unexpected type")
+        return reply.body
+
+    def _forget_reply(self, serial: int) -> None:
+        # dbus-next keeps a handler per pending call until a reply comes; a reply that never
+        # comes would keep it forever. 0.2.3 stores them in this dict.
+        handlers = getattr(self._bus, "_method_return_handlers", None)
+        if isinstance(handlers, dict):
+            handlers.pop(serial, None)
+
+    async def _get_property(self, action: str, path: str, interface: str, name: str, signature: str) -> Any:
+        body = await self._call(action, "Get", "ss", [interface, name], path=path, interface=_PROPERTIES,
+                                reply_signature="v")
+        return _variant(body[0], signature, action)
+
+    async def _unit_path(self, action: str, unit: str) -> str | None:
+        """GetUnit: the object path of a unit in memory, or None. Never loads the unit."""
+        try:
+            body = await self._call(action, "GetUnit", "s", [unit], reply_signature="o")
+        except NoSuchUnit:
+            return None
+        return body[0]
+
+    async def _status(self, action: str, unit: str) -> tuple[str, str, str] | None:
+        """(path, LoadState, ActiveState) of a unit in memory, or None."""
+        path = await self._unit_path(action, unit)
+        if path is None:
+            return None
+        try:
+            load = await self._get_property(action, path, _UNIT, "LoadState", "s")
+            active = await self._get_property(action, path, _UNIT, "ActiveState", "s")
+        except NoSuchUnit:
+            return None
+        return path, load, active
+
+    # ---- reading ----------------------------------------------------------------------
+
+    async def version(self) -> str:
+        """systemd's version string, e.g. "252.36-1~deb12u1"."""
+        return await self._get_property("read the systemd version", _MANAGER_PATH, _MANAGER, "Version", "s")
+
+    async def list_units(self, patterns: list[str]) -> list[str]:
+        """Names of the units in memory matching any glob in `patterns`.
+
+        As in systemd, an empty list matches every unit in memory.
+        """
+        if isinstance(patterns, str) or not all(isinstance(p, str) and p for p in patterns):
+            raise ValueError(f"patterns must be a list of non-empty strings, not {patterns!r}")
+        body = await self._call(f"list units matching {' '.join(patterns) or '*'}", "ListUnitsByPatterns",
+                                "asas", [[], list(patterns)], reply_signature="a(ssssssouso)")
+        return [row[0] for row in body[0]]
+
+    async def unit_state(self, unit: str) -> str | None:
+        """ActiveState of a loaded unit; None when it is not loaded."""
+        _check_unit(unit)
+        status = await self._status(f"read the state of {unit}", unit)
+        if status is None or status[1] != "loaded":
+            return None
+        return status[2]
+
+    async def get_memory(self, unit: str) -> dict[str, int] | None:
+        """MemoryMin/MemoryLow/MemoryHigh as systemd holds them; None when not loaded."""
+        _check_unit(unit, cgroup=True)
+        action = f"read memory properties of {unit}"
+        path = await self._unit_path(action, unit)
+        if path is None:
+            return None
+        try:
+            if await self._get_property(action, path, _UNIT, "LoadState", "s") != "loaded":
+                return None
+            interface = _CGROUP_INTERFACE[unit[unit.rindex("."):]]
+            body = await self._call(action, "GetAll", "s", [interface], path=path, interface=_PROPERTIES,
+                                    reply_signature="a{sv}")
+        except NoSuchUnit:
+            return None
+        values = body[0]
+        return {name: _variant(values.get(name), "t", f"{action} ({name})") for name in MEMORY_PROPERTIES}
+
+    # ---- writing ----------------------------------------------------------------------
+
+    async def set_memory(self, unit: str, props: dict[str, int], *, runtime: bool = True) -> None:
+        """SetUnitProperties(unit, runtime, [(name, uint64)...]).
+
+        Validates before sending (ValueError). Beware: on a slice that is not loaded this
+        creates the slice and a drop-in (see the module docstring); for units that may have
+        gone, use `set_memory_if_loaded`.
+        """
+        _check_unit(unit, cgroup=True)
+        pairs = _check_props(unit, props)
+        if not isinstance(runtime, bool):
+            raise ValueError(f"{unit}: runtime must be True or False, not {runtime!r}")
+        # dbus-next marshals D-Bus structs from lists; a tuple raises SignatureBodyMismatchError.
+        array = [[name, Variant("t", value)] for name, value in pairs]
+        await self._call(f"set {' '.join(f'{n}={_show(v)}' for n, v in pairs)} on {unit}",
+                         "SetUnitProperties", "sba(sv)", [unit, runtime, array], reply_signature="")
+
+    async def set_memory_if_loaded(self, unit: str, props: dict[str, int], *, runtime: bool = True) -> None:
+        """`set_memory`, but only on a unit that is loaded and active; NoSuchUnit otherwise.
+
+        For pod slices and container scopes, which must never be re-created once gone.
+        """
+        _check_unit(unit, cgroup=True)
+        _check_props(unit, props)
+        status = await self._status(f"check {unit} before setting memory properties", unit)
+        if status is None:
+            raise NoSuchUnit(f"{unit}: not loaded; not setting properties (that would create it)")
+        _, load, active = status
+        if load != "loaded" or active not in ACTIVE_STATES:
+            raise NoSuchUnit(f"{unit}: {load}, {active}; not setting properties on a unit that is not running")
+        await self.set_memory(unit, props, runtime=runtime)
+
+    # ---- signals ----------------------------------------------------------------------
+
+    async def subscribe(self, *, on_unit_new: Callback | None = None, on_unit_removed: Callback | None = None,
+                        on_job_removed: Callback | None = None, on_reloading: Callback | None = None) -> None:
+        """Manager.Subscribe() and deliver its signals to the given handlers.
+
+        on_unit_new(name), on_unit_removed(name), on_job_removed(unit, result),
+        on_reloading(active). Handlers may be plain functions or coroutine functions; they run
+        one at a time, in the order systemd sent the signals, so an async handler delays the
+        ones after it. An exception in a handler is logged and does not stop delivery.
+        Calling subscribe again replaces the handlers.
+        """
+        handlers = {"on_unit_new": on_unit_new, "on_unit_removed": on_unit_removed,
+                    "on_job_removed": on_job_removed, "on_reloading": on_reloading}
+        for name, handler in handlers.items():
+            if handler is not None and not callable(handler):
+                raise TypeError(f"{name} must be callable")
+        self._handlers = handlers
+        if self._subscribed:
+            return
+        action = "subscribe to systemd's unit signals"
+        # Match rules and our message handler first, so nothing sent after Subscribe is missed.
+        for rule in (_SIGNAL_MATCH, _OWNER_MATCH):
+            await self._call(action, "AddMatch", "s", [rule], path=_BUS_PATH, interface=_BUS_NAME,
+                             destination=_BUS_NAME, reply_signature="")
+        self._bus.add_message_handler(self._on_message)
+        if self._dispatcher is None:
+            self._dispatcher = asyncio.ensure_future(self._dispatch())
+        body = await self._call(action, "GetNameOwner", "s", [_SYSTEMD], path=_BUS_PATH, interface=_BUS_NAME,
+                                destination=_BUS_NAME, reply_signature="s")
+        self._systemd_owner = body[0]
+        await self._subscribe_call()
+        self._subscribed = True
+
+    async def _subscribe_call(self) -> None:
+        # A second Subscribe from the same client is answered with AlreadySubscribed: fine.
+        await self._call("subscribe to systemd's unit signals", "Subscribe", reply_signature="",
+                         ok_errors=frozenset({_ALREADY_SUBSCRIBED}))
+
+    def _on_message(self, msg: Message) -> None:
+        # Called by dbus-next for every incoming message; returns None so others still see it.
+        if msg.message_type != MessageType.SIGNAL:
+            return None
+        if (msg.member == "NameOwnerChanged" and msg.interface == _BUS_NAME and msg.sender == _BUS_NAME
+                and msg.signature == "sss" and msg.body[0] == _SYSTEMD):
+            new_owner = msg.body[2] or None
+            self._systemd_owner = new_owner
+            if new_owner is not None and self._subscribed and self.connected:
+                # A new systemd instance (re-exec) does not know us; subscribe again.
+                self._spawn(self._resubscribe())
+            return None
+        if msg.path != _MANAGER_PATH or msg.interface != _MANAGER:
+            return None
+        # Signals can be sent to us directly by anyone on the bus: accept only systemd's.
+        if self._systemd_owner is None or msg.sender != self._systemd_owner:
+            return None
+        if msg.member == "UnitNew" and msg.signature == "so":
+            self._events.put_nowait(("on_unit_new", (msg.body[0],)))
+        elif msg.member == "UnitRemoved" and msg.signature == "so":
+            self._events.put_nowait(("on_unit_removed", (msg.body[0],)))
+        elif msg.member == "JobRemoved" and msg.signature == "uoss":
+            self._events.put_nowait(("on_job_removed", (msg.body[2], msg.body[3])))
+        elif msg.member == "Reloading" and msg.signature == "b":
+            self._events.put_nowait(("on_reloading", (bool(msg.body[0]),)))
+        return None
+
+    async def _resubscribe(self) -> None:
+        try:
+            await self._subscribe_call()
+        except SystemdError as err:
+            log.warning("%s", err)
+
+    async def _dispatch(self) -> None:
+        while True:
+            name, args = await self._events.get()
+            handler = self._handlers.get(name)
+            if handler is None:
+                continue
+            try:
+                result = handler(*args)
+                if inspect.isawaitable(result):
+                    await result
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("systemd signal handler %s%r failed", name, args)
+
+    def _run_callback(self, name: str, callback: Callable, args: tuple) -> None:
+        try:
+            result = callback(*args)
+        except Exception:
+            log.exception("%s callback failed", name)
+            return
+        if inspect.isawaitable(result):
+            self._spawn(result, name)
+
+    def _spawn(self, awaitable: Awaitable, name: str = "background task") -> None:
+        task = asyncio.ensure_future(awaitable)
+        self._background.add(task)
+
+        def done(t: asyncio.Future) -> None:
+            self._background.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("%s failed: %s", name, _one_line(t.exception()))
+
+        task.add_done_callback(done)
+
+
+class _MessageBus(MessageBus):
+    def _setup_socket(self) -> None:
+        # dbus-next 0.2.3 connects in the constructor and leaves the socket open when that
+        # fails; close it, or every failed connect attempt warns about an unclosed socket.
+        try:
+            super()._setup_socket()
+        except BaseException:
+            _close_socket(self)
+            raise
+
+
+def _drop(bus: MessageBus) -> None:
+    """Release a bus's socket. dbus-next 0.2.3 never closes it, so a daemon that reconnects
+    after every dbus restart would otherwise leak a descriptor each time."""
+    if bus.connected:
+        bus.disconnect()
+    _close_socket(bus)
+
+
+def _close_socket(bus: MessageBus) -> None:
+    for attr in ("_stream", "_sock"):
+        closer = getattr(getattr(bus, attr, None), "close", None)
+        if closer is not None:
+            try:
+                closer()
+            except OSError:
+                pass

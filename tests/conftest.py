@@ -1,0 +1,43 @@
+# ---- BEGIN systemd adapter fixtures: dbus_daemon, fake_systemd ----------------------------
+# A private dbus-daemon and a recording systemd stand-in (tests/fakesystemd.py) for the
+# integration tests of memqos_systemd/systemd.py. Imported lazily so that collecting other
+# tests needs neither dbus_next nor dbus-daemon.
+import os as _memqos_os
+
+import pytest as _memqos_pytest
+
+
+@_memqos_pytest.fixture
+def dbus_daemon():
+    """A private dbus-daemon (session config) on a socket in a fresh temporary directory.
+
+    Skips when dbus-daemon is not installed, and fails instead when CI=true.
+    """
+    from fakesystemd import DBusDaemon, find_dbus_daemon
+
+    executable = find_dbus_daemon()
+    if executable is None:
+        message = "dbus-daemon is not installed (apt-get install dbus)"
+        if _memqos_os.environ.get("CI") == "true":
+            _memqos_pytest.fail(message)
+        _memqos_pytest.skip(message)
+    daemon = DBusDaemon(executable)
+    daemon.start()
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+@_memqos_pytest.fixture
+def fake_systemd(dbus_daemon):
+    """A FakeSystemd owning org.freedesktop.systemd1 on `dbus_daemon`, with no units loaded."""
+    from fakesystemd import FakeSystemd
+
+    fake = FakeSystemd(dbus_daemon)
+    fake.start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+# ---- END systemd adapter fixtures -----------------------------------------------------------

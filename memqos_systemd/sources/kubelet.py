@@ -25,6 +25,7 @@ import os
 import socket
 import ssl
 import stat
+import threading
 import time
 from typing import Callable
 from urllib.parse import urlsplit
@@ -114,8 +115,11 @@ class KubeletSource:
         return snapshot_from_doc(doc, self.name, fetched_at)
 
     def _get(self, token: str | None) -> bytes:
+        """One GET. The whole exchange is bounded by `timeout`: besides the per-operation
+        socket timeout, a timer shuts the socket down at the deadline, so a server that
+        trickles headers or body a byte at a time cannot hold the fetch (and the daemon
+        waiting on it) forever."""
         timeout = self.config.timeout
-        deadline = time.monotonic() + timeout
         headers = {"Accept": "application/json", "User-Agent": "memqos-systemd"}
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
@@ -125,7 +129,25 @@ class KubeletSource:
                                                context=self._context())
         else:
             conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        expired = threading.Event()
+        held: list[socket.socket] = []  # conn drops its socket when a response says "close"
+
+        def abort() -> None:
+            expired.set()
+            for sock in held or ([conn.sock] if conn.sock is not None else []):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except (OSError, ValueError):
+                    pass
+
+        timer = threading.Timer(timeout, abort)
+        timer.daemon = True
+        timer.start()
         try:
+            conn.connect()
+            held.append(conn.sock)
+            if expired.is_set():
+                raise TimeoutError
             conn.request("GET", self._path, headers=headers)
             resp = conn.getresponse()
             if resp.status != 200:
@@ -135,37 +157,42 @@ class KubeletSource:
             if length and length.strip().isdigit() and int(length) > self._max_bytes:
                 raise SourceError(f"{self.name}: response of {int(length)} bytes is larger than the"
                                   f" {self._max_bytes} byte limit", "too_large")
-            return self._read_body(conn, resp, deadline)
+            body = self._read_body(resp, expired)
+            if expired.is_set():
+                raise TimeoutError  # the body may have been cut short by the shutdown
+            return body
         except SourceError:
             raise
-        except ssl.SSLCertVerificationError as e:
-            raise SourceError(f"{self.name}: TLS certificate not trusted: {e.verify_message or _first_line(e)}"
-                              f" (set kubelet.caFile to the kubelet's CA)", "tls") from None
-        except ssl.SSLError as e:
-            raise SourceError(f"{self.name}: TLS failed: {e.reason or _first_line(e)}", "tls") from None
-        except (TimeoutError, socket.timeout):
-            raise SourceError(f"{self.name}: no answer within {timeout:g}s", "timeout") from None
-        except ConnectionRefusedError:
-            raise SourceError(f"{self.name}: connection refused (is the kubelet running, is the port right?)",
-                              "connect") from None
-        except http.client.HTTPException as e:
-            raise SourceError(f"{self.name}: broken HTTP response: {type(e).__name__}"
-                              f" {_first_line(e)}".rstrip(), "http") from None
-        except OSError as e:
-            raise SourceError(f"{self.name}: {e.strerror or _first_line(e)}", "connect") from None
+        except Exception as e:
+            raise self._classify(e, expired.is_set()) from None
         finally:
+            timer.cancel()
             conn.close()
 
-    def _read_body(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse,
-                   deadline: float) -> bytes:
+    def _classify(self, e: Exception, expired: bool) -> Exception:
+        timeout = self.config.timeout
+        if expired or isinstance(e, (TimeoutError, socket.timeout)):
+            return SourceError(f"{self.name}: no answer within {timeout:g}s", "timeout")
+        if isinstance(e, ssl.SSLCertVerificationError):
+            return SourceError(f"{self.name}: TLS certificate not trusted: {e.verify_message or _first_line(e)}"
+                               f" (set kubelet.caFile to the kubelet's CA)", "tls")
+        if isinstance(e, ssl.SSLError):
+            return SourceError(f"{self.name}: TLS failed: {e.reason or _first_line(e)}", "tls")
+        if isinstance(e, ConnectionRefusedError):
+            return SourceError(f"{self.name}: connection refused (is the kubelet running, is the port right?)",
+                               "connect")
+        if isinstance(e, http.client.HTTPException):
+            return SourceError(f"{self.name}: broken HTTP response: {type(e).__name__}"
+                               f" {_first_line(e)}".rstrip(), "http")
+        if isinstance(e, OSError):
+            return SourceError(f"{self.name}: {e.strerror or _first_line(e)}", "connect")
+        return e  # a bug, not a fault of the kubelet: let it show
+
+    def _read_body(self, resp: http.client.HTTPResponse, expired: threading.Event) -> bytes:
         data = bytearray()
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            if conn.sock is not None:
-                conn.sock.settimeout(remaining)
-            # read1: at most one recv, so the deadline is checked while a body trickles in.
+        while not expired.is_set():
+            # read1: at most one recv at a time, so the size cap and the deadline are
+            # checked while a body trickles in.
             chunk = resp.read1(min(_CHUNK, self._max_bytes + 1 - len(data)))
             if not chunk:
                 return bytes(data)
@@ -173,6 +200,7 @@ class KubeletSource:
             if len(data) > self._max_bytes:
                 raise SourceError(f"{self.name}: response is larger than the {self._max_bytes} byte limit",
                                   "too_large")
+        raise TimeoutError
 
     # ------------------------------------------------------- credentials / TLS
 

@@ -499,3 +499,29 @@ def test_recovers_after_failures(serve):
     with pytest.raises(SourceError):
         src.fetch()
     assert len(src.fetch().pods) == 2
+
+
+@pytest.mark.parametrize("tls", [None, "server"])
+def test_timeout_covers_headers_that_trickle(serve, pki, tls):
+    def trickle(h):
+        h.wfile.write(b"HTTP/1.1 200 OK\r\n")
+        for _ in range(200):
+            h.wfile.write(b"X-Slow: y\r\n")
+            h.wfile.flush()
+            time.sleep(0.05)
+        h.wfile.write(b"Content-Length: 2\r\n\r\n[]")
+
+    s = serve(trickle, tls=tls)
+    with pytest.raises(SourceError) as e:
+        source(s.url(), timeout=0.3, ca_file=str(pki / "ca.crt")).fetch()
+    assert e.value.kind == "timeout" and "no answer within 0.3s" in str(e.value)
+
+
+def test_connection_close_responses_are_read_in_full(serve, pki):
+    # HTTP/1.0-style: no Content-Length, the body ends when the server closes.
+    def close_delimited(h):
+        h.close_connection = True
+        h.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + GOOD)
+
+    s = serve(close_delimited)
+    assert len(source(s.url(), ca_file=str(pki / "ca.crt")).fetch().pods) == 2

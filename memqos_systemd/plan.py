@@ -144,11 +144,17 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
         except NamingError as e:
             warnings.append(f"pod {pod.key}: {e}; not planned")
             continue
+        if pod_unit in seen_units:
+            # Two pods with one UID (parse_pods drops such copies; callers may not).
+            warnings.append(f"pod {pod.key}: {pod_unit} is claimed twice; not planned")
+            continue
+        seen_units.add(pod_unit)
         kind = _protection(policy, pod.qos)
         request = pod.request
         children: list[UnitPlan] = []
         for c in pod.containers:
-            if c.container_id is None:
+            # Only running app containers and sidecars get a scope; an init container never does.
+            if c.container_id is None or c.kind == "init":
                 continue
             try:
                 scope = container_scope(c.container_id)

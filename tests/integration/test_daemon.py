@@ -1,0 +1,324 @@
+"""The daemon against a real dbus-daemon and the recording systemd stand-in.
+
+Each test runs `Daemon.run()` in the test's event loop with a pod source the test
+controls, and asserts what was sent to "systemd" (the stand-in records every call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import socket
+
+import pytest
+
+from memqos_systemd.config import parse_config
+from memqos_systemd.daemon import Daemon, Outside
+from memqos_systemd.metrics import Metrics
+from memqos_systemd.notify import Notifier
+from memqos_systemd.pods import parse_pods
+from memqos_systemd.sources import Snapshot, SourceError
+from memqos_systemd.systemd import UINT64_MAX, Systemd
+
+pytestmark = pytest.mark.integration
+
+MI = 2**20
+G_UID = "6a4f2e3b-1c9d-4a5e-8f7b-2d3e4f5a6b7c"
+B_UID = "8b3c7d2e-4f5a-6b7c-9d1e-3f4a5b6c7d8e"
+N_UID = "3f2e1d0c-9b8a-4765-b4c3-d2e1f0a9b8c7"
+GPOD = f"kubepods-pod{G_UID.replace('-', '_')}.slice"
+BPOD = f"kubepods-burstable-pod{B_UID.replace('-', '_')}.slice"
+NPOD = f"kubepods-burstable-pod{N_UID.replace('-', '_')}.slice"
+GCTR = "cri-containerd-" + "a" * 64 + ".scope"
+BCTR = "cri-containerd-" + "b" * 64 + ".scope"
+TIERED = {"memoryReservationPolicy": "TieredReservation"}
+
+
+def pod(uid: str, name: str, req: str, lim: str | None, cid: str | None, qos: str) -> dict:
+    res = {"requests": {"memory": req, "cpu": "1"}}
+    if lim:
+        res["limits"] = {"memory": lim, "cpu": "1"}
+    status = {"phase": "Running", "qosClass": qos, "containerStatuses": []}
+    if cid:
+        status["containerStatuses"].append({"name": "c", "containerID": f"containerd://{cid}", "state": {"running": {}}})
+    return {"metadata": {"name": name, "namespace": "ns", "uid": uid},
+            "spec": {"containers": [{"name": "c", "resources": res}]}, "status": status}
+
+
+GUARANTEED = pod(G_UID, "g", "512Mi", "512Mi", "a" * 64, "Guaranteed")
+BURSTABLE = pod(B_UID, "b", "256Mi", "1Gi", "b" * 64, "Burstable")
+NEWCOMER = pod(N_UID, "n", "128Mi", None, None, "Burstable")
+
+
+class ControlledSource:
+    """A pod source whose answer the test sets: a list of pod dicts, or an exception."""
+
+    def __init__(self, items):
+        self.items = items
+        self.fetches = 0
+
+    def fetch(self) -> Snapshot:
+        self.fetches += 1
+        if isinstance(self.items, Exception):
+            raise self.items
+        pods, warnings = parse_pods({"kind": "PodList", "items": copy.deepcopy(self.items)})
+        return Snapshot(tuple(pods), tuple(warnings), "test", 0.0)
+
+
+class NotifySocket:
+    def __init__(self, tmp_path):
+        self.path = str(tmp_path / "notify")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        self.sock.setblocking(False)
+        self.messages: list[str] = []
+
+    def drain(self) -> list[str]:
+        while True:
+            try:
+                self.messages.append(self.sock.recv(4096).decode())
+            except BlockingIOError:
+                return self.messages
+
+
+class Harness:
+    def __init__(self, fake, tmp_path, items, config=None, capacity=16 << 30):
+        self.fake = fake
+        self.source = ControlledSource(items)
+        self.notify = NotifySocket(tmp_path)
+        self.config_path = tmp_path / "config.yaml"
+        self.config_path.write_text("")
+        self.capacity = capacity
+        self.metrics = Metrics()
+        cfg = parse_config(config or TIERED)
+        import yaml
+        self.config_path.write_text(yaml.safe_dump(config or TIERED))
+        outside = Outside(
+            connect=lambda address: Systemd.connect(fake.address, call_timeout=2.0),
+            make_source=lambda c: self.source, read_capacity=lambda: self.capacity, page_size=4096,
+            metrics=self.metrics, notifier=Notifier(self.notify.path))
+        self.daemon = Daemon(str(self.config_path), cfg, outside)
+        self.task = None
+
+    async def __aenter__(self):
+        self.task = asyncio.create_task(self.daemon.run())
+        await until(lambda: self.daemon.ready or self.task.done())
+        assert not self.task.done(), self.task.exception()
+        return self
+
+    async def __aexit__(self, *exc):
+        self.daemon.stop()
+        await asyncio.wait_for(self.task, 5)
+
+    def sets(self) -> list[tuple[str, dict]]:
+        out = []
+        for call in self.fake.calls_to("SetUnitProperties"):
+            out.append((call.args[0], {name: value.value for name, value in call.args[2]}))
+        return out
+
+    def memory(self, unit: str) -> dict | None:
+        u = self.fake.unit(unit)
+        return None if u is None else dict(u.memory)
+
+    async def settle(self):
+        """Wake the daemon and wait until it has run a reconcile past this point."""
+        before = self.metrics_reconciles()
+        self.daemon.wake()
+        await until(lambda: self.metrics_reconciles() > before)
+
+    def metrics_reconciles(self) -> float:
+        return self.metrics.registry.get_sample_value("memqos_reconcile_duration_seconds_count") or 0
+
+
+async def until(cond, timeout: float = 5.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 30))
+
+
+def start_pods(fake, *units):
+    for u in units:
+        fake.add_unit(u)
+
+
+def test_first_reconcile_applies_parents_first_then_reports_ready(fake_systemd, tmp_path):
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, BPOD, GCTR, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE]) as h:
+            sets = h.sets()
+            order = [u for u, _ in sets]
+            assert order.index("kubepods.slice") < order.index("kubepods-burstable.slice") < order.index(BPOD)
+            assert order.index(BPOD) < order.index(BCTR) and order.index(GPOD) < order.index(GCTR)
+            assert h.memory("kubepods.slice") == {"MemoryMin": 512 * MI, "MemoryLow": 256 * MI, "MemoryHigh": UINT64_MAX}
+            assert h.memory(BPOD)["MemoryLow"] == 256 * MI
+            assert h.memory(GCTR)["MemoryMin"] == 512 * MI
+            # Burstable container: 256Mi + 0.9 * (1Gi - 256Mi), whole pages.
+            assert h.memory(BCTR)["MemoryHigh"] == (256 * MI + 9 * (768 * MI) // 10) // 4096 * 4096
+            messages = h.notify.drain()
+            assert any(m.startswith("READY=1") for m in messages)
+            assert "kubepods-besteffort.slice" not in order  # nothing to hold: not created
+    run(body())
+
+
+def test_steady_node_costs_no_dbus_call(fake_systemd, tmp_path):
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, BPOD, GCTR, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE]) as h:
+            fake_systemd.clear_calls()
+            for _ in range(3):
+                await h.settle()
+            assert fake_systemd.calls_to("SetUnitProperties") == []
+            assert fake_systemd.calls_to("GetUnit") == []
+    run(body())
+
+
+def test_new_pod_slice_gets_its_properties_on_unit_new(fake_systemd, tmp_path):
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, GCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED]) as h:
+            h.source.items = [GUARANTEED, NEWCOMER]
+            fake_systemd.add_unit(NPOD)  # the kubelet starts the pod: UnitNew
+            await until(lambda: (h.memory(NPOD) or {}).get("MemoryLow") == 128 * MI)
+            assert h.memory("kubepods-burstable.slice")["MemoryLow"] == 128 * MI
+            assert h.memory("kubepods.slice")["MemoryLow"] == 128 * MI
+    run(body())
+
+
+@pytest.mark.parametrize("failure", [
+    SourceError("kubelet http://127.0.0.1:10255/pods: connection refused", "connect"),
+    SourceError("kubelet http://127.0.0.1:10255/pods: not JSON", "decode"),
+])
+def test_pod_source_failure_lowers_nothing(fake_systemd, tmp_path, failure):
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, BPOD, GCTR, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE]) as h:
+            before = {u: h.memory(u) for u in ("kubepods.slice", BPOD, GCTR)}
+            fake_systemd.clear_calls()
+            h.source.items = failure
+            h.daemon._want_fetch = True
+            await h.settle()
+            await h.settle()
+            assert h.source.fetches >= 2
+            assert fake_systemd.calls_to("SetUnitProperties") == []
+            assert {u: h.memory(u) for u in before} == before
+            assert h.metrics.registry.get_sample_value("memqos_source_errors_total", {"kind": failure.kind}) >= 1
+    run(body())
+
+
+def test_no_snapshot_at_start_only_raises(fake_systemd, tmp_path):
+    """Daemon restarted while the kubelet is down: existing protection must survive."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD)
+    for unit, low in (("kubepods.slice", 256 * MI), ("kubepods-burstable.slice", 256 * MI), (BPOD, 256 * MI)):
+        fake_systemd.remove_unit(unit)
+        fake_systemd.add_unit(unit, memory={"MemoryLow": low})
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, SourceError("kubelet: connection refused", "connect")) as h:
+            assert h.daemon.ready
+            assert h.memory(BPOD)["MemoryLow"] == 256 * MI
+            assert h.memory("kubepods.slice")["MemoryLow"] == 256 * MI
+            assert fake_systemd.calls_to("SetUnitProperties") == []
+    run(body())
+
+
+def test_sudden_empty_pod_list_is_held_until_the_slices_are_gone(fake_systemd, tmp_path):
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, BPOD, GCTR, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE]) as h:
+            fake_systemd.clear_calls()
+            h.source.items = []
+            h.daemon._want_fetch = True
+            await h.settle()
+            assert h.daemon.holding_reason == "suspect empty pod list"
+            assert fake_systemd.calls_to("SetUnitProperties") == []
+            # The pods really go away: slices removed, then the empty list is believed.
+            for unit in (GCTR, BCTR, GPOD, BPOD):
+                fake_systemd.remove_unit(unit)
+            h.daemon._want_fetch = True
+            await h.settle()
+            assert h.daemon.holding_reason is None
+            assert h.memory("kubepods.slice") == {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": UINT64_MAX}
+    run(body())
+
+
+def test_failed_call_midway_retries_and_never_leaves_a_child_above_its_parent(fake_systemd, tmp_path):
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, BPOD, GCTR, BCTR)
+    fake_systemd.fail_next("SetUnitProperties", "org.freedesktop.DBus.Error.Failed")
+    fake_systemd.fail_next("SetUnitProperties", "org.freedesktop.DBus.Error.Failed")
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE]) as h:
+            state = {u: {"MemoryMin": 0, "MemoryLow": 0} for u in
+                     ("kubepods.slice", "kubepods-burstable.slice", GPOD, BPOD, GCTR, BCTR)}
+            parents = {"kubepods-burstable.slice": "kubepods.slice", GPOD: "kubepods.slice",
+                       BPOD: "kubepods-burstable.slice", GCTR: GPOD, BCTR: BPOD}
+            assert h.memory(BCTR)["MemoryLow"] == 256 * MI
+            # Replay only the calls that succeeded (the first two were refused) and check every step.
+            for unit, props in h.sets()[2:]:
+                state[unit].update({k: v for k, v in props.items() if k in ("MemoryMin", "MemoryLow")})
+                for child, parent in parents.items():
+                    for k in ("MemoryMin", "MemoryLow"):
+                        assert state[child][k] <= state[parent][k], (unit, child, k)
+    run(body())
+
+
+def test_bus_drop_reconnects_and_reapplies(fake_systemd, tmp_path):
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE]) as h:
+            assert h.memory(BPOD)["MemoryLow"] == 256 * MI
+            fake_systemd.kill_bus()
+            # systemd "restarted" meanwhile and lost the runtime values.
+            for unit in ("kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR):
+                fake_systemd.remove_unit(unit)
+                fake_systemd.add_unit(unit)
+            fake_systemd.restart_bus()
+            await until(lambda: (h.memory(BPOD) or {}).get("MemoryLow") == 256 * MI, timeout=15)
+            assert h.memory("kubepods.slice")["MemoryLow"] == 256 * MI
+    run(body())
+
+
+def test_kubelet_restart_triggers_a_full_reread(fake_systemd, tmp_path):
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE]) as h:
+            # The kubelet rewrites the QoS slice behind our back, then its start job finishes.
+            fake_systemd.remove_unit("kubepods-burstable.slice")
+            fake_systemd.add_unit("kubepods-burstable.slice", memory={"MemoryLow": 0})
+            fake_systemd.emit_job_removed("kubelet.service", "done")
+            await until(lambda: h.memory("kubepods-burstable.slice")["MemoryLow"] == 256 * MI)
+    run(body())
+
+
+def test_reload_with_invalid_config_keeps_the_old_one(fake_systemd, tmp_path):
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE]) as h:
+            h.config_path.write_text("memoryReservationPolicy: Sometimes\n")
+            h.daemon.request_reload()
+            await h.settle()
+            assert h.daemon.config.memory_reservation_policy == "TieredReservation"
+            assert h.memory(BPOD)["MemoryLow"] == 256 * MI
+            assert h.metrics.registry.get_sample_value("memqos_config_reloads_total", {"result": "refused"}) == 1
+            # A good reload to None takes protection away, children first.
+            fake_systemd.clear_calls()
+            h.config_path.write_text("memoryReservationPolicy: None\n")
+            h.daemon.request_reload()
+            await until(lambda: h.memory("kubepods.slice")["MemoryLow"] == 0)
+            order = [u for u, _ in h.sets()]
+            assert order.index(BCTR) < order.index(BPOD) < order.index("kubepods-burstable.slice") < order.index("kubepods.slice")
+    run(body())

@@ -16,6 +16,7 @@ from typing import Any
 from .applier import Applier, summarize
 from .config import Config
 from .daemon import Daemon, Outside, grow_only, naming_for
+from .naming import cgroup_path
 from .plan import INFINITY, NodeFacts, Plan, plan
 from .reconcile import diff, reset_plan
 from .systemd import Systemd, SystemdError
@@ -134,14 +135,6 @@ async def _reset(cfg: Config, *, dry_run: bool) -> int:
 
 
 # ------------------------------------------------------------------ status
-def cgroup_dir(unit: str, parent_dir: str | None) -> str:
-    """Where systemd puts a unit's cgroup: a-b-c.slice -> a.slice/a-b.slice/a-b-c.slice."""
-    if unit.endswith(".slice"):
-        parts = unit[: -len(".slice")].split("-")
-        return "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
-    return f"{parent_dir}/{unit}" if parent_dir else unit
-
-
 def _kernel_values(path: str) -> dict[str, int] | None:
     out = {}
     for prop, fname in (("MemoryMin", "memory.min"), ("MemoryLow", "memory.low"), ("MemoryHigh", "memory.high")):
@@ -187,7 +180,7 @@ async def _status(cfg: Config, output: str) -> int:
     names += sorted(n for n in applier.observed if n not in planned)
     for name in names:
         u = planned.get(name)
-        d = cgroup_dir(name, dirs.get(u.parent) if u and u.parent else None)
+        d = cgroup_path(name, dirs.get(u.parent) if u and u.parent else None)
         dirs[name] = d
         want = u.properties() if u else None
         held = applier.observed.get(name)

@@ -20,11 +20,13 @@ import logging
 import signal
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from .applier import Applier, summarize
 from .config import Config, ConfigError, load_config
-from .naming import Naming, NamingError
+from .naming import Naming, NamingError, plan_cgroup_paths
+from .node import read_memory_events
 from .notify import Notifier, watchdog_interval
 from .plan import NodeFacts, Plan, PlanError, plan
 from .reconcile import Change, diff
@@ -38,6 +40,8 @@ BACKOFF_MAX = 30.0
 # (a container scope exists a moment before the kubelet reports its ID; init
 # container scopes are never planned at all).
 UNKNOWN_UNIT_PATIENCE = 10.0
+# How often memory.events of the containers is read for the throttling metric.
+THROTTLE_READ_INTERVAL = 15.0
 
 
 def naming_for(config: Config) -> Naming:
@@ -66,6 +70,7 @@ class Outside:
     notifier: Notifier | None = None
     memory_watcher: Any = None  # object with fileno() and poll_events(), or None
     bus_address: str | None = None
+    cgroup_fs: Path = Path("/sys/fs/cgroup")
     clock: Callable[[], float] = time.monotonic
 
 
@@ -97,6 +102,7 @@ class Daemon:
         self._next_resync = 0.0
         self._fast_poll = 0.0
         self._disconnected = False
+        self._warned: dict[str, set[str]] = {}
 
     # ------------------------------------------------------------ events
     def wake(self) -> None:
@@ -142,6 +148,16 @@ class Daemon:
     def stop(self) -> None:
         self.stopping = True
         self.wake()
+
+    def _warn_once(self, kind: str, warnings) -> None:
+        """Log each warning (a rejected pod, a capped slice) once while it lasts, not every poll.
+
+        What no longer applies is forgotten, so it is logged again if it comes back."""
+        seen = self._warned.get(kind, set())
+        for w in warnings:
+            if w not in seen:
+                log.warning("%s", w)
+        self._warned[kind] = set(warnings)
 
     # ------------------------------------------------------------ steps
     async def _connect(self) -> None:
@@ -196,8 +212,7 @@ class Daemon:
         if self._fetch_failing:
             log.info("pod source recovered: %d pods", len(snap.pods))
         self._fetch_failing = False
-        for w in snap.warnings:
-            log.warning("%s", w)
+        self._warn_once("pods", snap.warnings)
         if self.out.metrics:
             self.out.metrics.source_ok(snap)
         if self.snapshot is not None and self.snapshot.pods and not snap.pods:
@@ -244,9 +259,7 @@ class Daemon:
         except PlanError as e:
             log.error("cannot plan, nothing changed: %s", e)
             return
-        if self.last_plan is None or desired.warnings != self.last_plan.warnings:
-            for w in desired.warnings:
-                log.warning("%s", w)
+        self._warn_once("plan", desired.warnings)
         self.last_plan = desired
         planned = desired.by_unit()
         now = self.out.clock()
@@ -281,6 +294,22 @@ class Daemon:
         else:
             self.notifier.status(status)
 
+    def read_throttle_events(self) -> None:
+        """memory.events `high` of every planned container, for the throttling metric."""
+        if self.out.metrics is None or self.last_plan is None:
+            return
+        paths = plan_cgroup_paths(self.last_plan.units)
+        for u in self.last_plan.units:
+            if u.level == "container":
+                events = read_memory_events(self.out.cgroup_fs / paths[u.unit])
+                if "high" in events:
+                    self.out.metrics.throttle_events(u.unit, events["high"])
+
+    async def _throttle_loop(self, interval: float) -> None:
+        while not self.stopping:
+            await asyncio.sleep(interval)
+            await asyncio.to_thread(self.read_throttle_events)
+
     # ------------------------------------------------------------ loop
     async def _watchdog(self, interval: float) -> None:
         while not self.stopping:
@@ -299,6 +328,7 @@ class Daemon:
             loop.add_reader(self.out.memory_watcher.fileno(), self.on_memory_event)
         wd = watchdog_interval()
         wd_task = asyncio.create_task(self._watchdog(wd)) if wd else None
+        throttle_task = asyncio.create_task(self._throttle_loop(THROTTLE_READ_INTERVAL))
         backoff = 1.0
         try:
             while not self.stopping:
@@ -316,6 +346,7 @@ class Daemon:
         finally:
             if wd_task:
                 wd_task.cancel()
+            throttle_task.cancel()
             self.notifier.send("STOPPING=1")
             if self.systemd is not None:
                 await self.systemd.close()

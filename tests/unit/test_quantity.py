@@ -116,10 +116,10 @@ def test_values_too_large_for_a_node_are_refused(text):
 @pytest.mark.parametrize("text", ["1e1000000000", "1e-1000000000", "1" * 100_000, "0." + "0" * 100_000 + "1",
                                   "9" * 5000 + "Ei"])
 def test_hostile_quantities_fail_fast(text):
-    start = time.monotonic()
+    start = time.process_time()
     with pytest.raises(QuantityError):
         parse_bytes(text)
-    assert time.monotonic() - start < 0.5
+    assert time.process_time() - start < 0.5
 
 
 @pytest.mark.parametrize("value", [True, False, None, [], {}, b"1Mi", object(), float("nan"), float("inf"),

@@ -119,6 +119,13 @@ def _enum(src, key, value, choices):
     return value
 
 
+def _policy(src, key, value):
+    if value == "Disabled":
+        # The KEP's prose says Disabled in places; the field's value is None.
+        raise _fail(src, key, value, "is not one of None, TieredReservation, HardReservation (to disable, use None)")
+    return _enum(src, key, value, POLICIES)
+
+
 def _str(src, key, value):
     if not isinstance(value, str) or not value:
         raise _fail(src, key, value, "must be a non-empty string")
@@ -328,7 +335,7 @@ def _map_fields(src, prefix, value: dict, fields: dict) -> dict:
 # key -> (dataclass attribute, checker). Planner keys first; all are also
 # KubeletConfiguration fields except hierarchy and protectionHeadroom.
 _PLANNER = {
-    "memoryReservationPolicy": ("memory_reservation_policy", lambda s, k, v: _enum(s, k, v, POLICIES)),
+    "memoryReservationPolicy": ("memory_reservation_policy", lambda s, k, v: _policy(s, k, v)),
     "memoryThrottlingFactor": ("memory_throttling_factor", _factor),
     "hierarchy": ("hierarchy", lambda s, k, v: _enum(s, k, v, HIERARCHIES)),
     "cgroupRoot": ("cgroup_root", _cgroup_path),

@@ -15,6 +15,7 @@ so every number can be table-tested. Where the numbers come from:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -85,10 +86,19 @@ def memory_high(request: int, limit: int | None, alloc: int, factor: float | Non
     """KEP-2570's memory.high for one cgroup, or INFINITY (no throttling)."""
     if factor is None:
         return INFINITY
-    ceiling = alloc if limit is None else limit
-    f = Fraction(repr(factor))  # 0.9 means 9/10 exactly, not the nearest binary float
-    value = (request + f * (ceiling - request)) // page_size * page_size
-    return int(value) if value > request else INFINITY
+    return _memory_high(request, alloc if limit is None else limit, _exact(factor), page_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _exact(factor: float) -> Fraction:
+    return Fraction(repr(factor))  # 0.9 means 9/10 exactly, not the nearest binary float
+
+
+def _memory_high(request: int, ceiling: int, factor: Fraction, page_size: int) -> int:
+    # Integer arithmetic: floor((req + n/d * (ceiling - req)) / page) * page.
+    n, d = factor.numerator, factor.denominator
+    value = (request * d + n * (ceiling - request)) // (d * page_size) * page_size
+    return value if value > request else INFINITY
 
 
 def _protection(policy: str, qos: str) -> str | None:

@@ -64,6 +64,8 @@ def _read_pods(arg: str) -> Any:
             return json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError):
         pass  # YAML is a superset of JSON; let it report the error position
+    except RecursionError:
+        raise UsageError(f"--pods {where}: nested too deeply") from None
     try:
         return yaml.safe_load(data)
     except yaml.YAMLError as e:
@@ -106,8 +108,30 @@ def _page_size(arg: str | None) -> int:
 
 def _config(arg: str | None, *, default_path: bool) -> Config:
     if arg is None:
-        return load_config(DEFAULT_CONFIG_PATH if default_path else None)
-    return load_config(arg, required=True)
+        cfg = load_config(DEFAULT_CONFIG_PATH if default_path else None)
+    else:
+        cfg = load_config(arg, required=True)
+    _check_names(cfg, arg or (DEFAULT_CONFIG_PATH if default_path else "defaults"))
+    return cfg
+
+
+def _check_names(cfg: Config, src: str) -> None:
+    """The unit names the config implies must be ours before any command runs: a reserved
+    cgroup that is kubepods.slice (or one of its ancestors or children) is bad input (exit 2
+    naming the key), not a traceback once systemd has been reached."""
+    from .naming import Naming, NamingError
+
+    try:
+        Naming(cfg.cgroup_root)
+    except NamingError as e:
+        raise UsageError(f"{src}: {e}") from None
+    for key, enforced, path in (("kubeReservedCgroup", "kube-reserved", cfg.kube_reserved_cgroup),
+                                ("systemReservedCgroup", "system-reserved", cfg.system_reserved_cgroup)):
+        if path and enforced in cfg.enforce_node_allocatable:
+            try:
+                Naming(cfg.cgroup_root, (path,))
+            except NamingError as e:
+                raise UsageError(f"{src}: {key}: {path!r}: {e}") from None
 
 
 def plan_to_json(p: Plan) -> dict:
@@ -252,8 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_daemon_command("reset"))
 
     p = add("check", "preflight: cgroup v2, memory controller, kernel, systemd, D-Bus, config",
-            "Check that this node can run memqos-systemd and say what is wrong if not.\n"
-            "Exit 0 when nothing is an error (warnings allowed), 1 otherwise.")
+            "Check that this node can run memqos-systemd and say what is wrong if not: cgroup v2\n"
+            "unified with the memory controller, memory_recursiveprot, kernel >= 5.9, systemd >= 240\n"
+            "reachable over D-Bus, the config, the pod source, the kubelet's own MemoryQoS gate.\n"
+            "One line per finding (ok, warn, error). Exit 0 when nothing is an error (warnings\n"
+            "allowed), 1 otherwise.")
     p.add_argument("--config", metavar="CONFIG", help=config_help)
     p.set_defaults(func=_daemon_command("check"))
     return parser

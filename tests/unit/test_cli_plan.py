@@ -1,0 +1,463 @@
+"""`memqos-systemd plan` as an operator runs it: a real subprocess, `python3 -m memqos_systemd`.
+
+The contract is issue #2's: flags, the JSON document, exit 0 / 2 with one line naming the
+field and the value. Pure: nothing here needs D-Bus or touches the machine.
+
+The expected numbers for examples/ (16Gi node, 4 KiB pages) are worked out by hand below,
+never taken from the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import memqos_systemd
+
+Mi, Gi = 2**20, 2**30
+# The tree this test file and the code under test come from (in pybuild's build directory the
+# package sits next to tests/; in a checkout both sit at the top).
+CODE_ROOT = Path(memqos_systemd.__file__).resolve().parent.parent
+
+
+def _find_examples() -> Path | None:
+    # examples/ is at the top of the source tree, which is an ancestor of this file also when
+    # pybuild copies tests/ into .pybuild/<python>/build/.
+    for d in Path(__file__).resolve().parents:
+        if (d / "examples" / "pods.json").is_file():
+            return d / "examples"
+    return None
+
+
+EXAMPLES = _find_examples()
+needs_examples = pytest.mark.skipif(EXAMPLES is None, reason="examples/ not found above tests/")
+NODE = ["--node-memory", "16Gi", "--page-size", "4096"]
+
+
+def cli(*args: str, stdin: bytes | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
+    """Run the command line as an operator would; stdout/stderr as text, stdin a pipe or /dev/null."""
+    env = dict(os.environ, COLUMNS="100",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(CODE_ROOT), os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, "-m", "memqos_systemd", *map(str, args)], input=stdin,
+                          stdin=None if stdin is not None else subprocess.DEVNULL, capture_output=True,
+                          env=env, timeout=timeout, cwd=str(CODE_ROOT))
+
+
+def ok_json(*args: str, stdin: bytes | None = None) -> dict:
+    p = cli("plan", *args, stdin=stdin)
+    err = p.stderr.decode()
+    assert p.returncode == 0, err
+    assert "Traceback" not in err
+    return json.loads(p.stdout)
+
+
+def one_error_line(p: subprocess.CompletedProcess) -> str:
+    """Bad input: exit 2, nothing on stdout, exactly one line on stderr, no traceback."""
+    err = p.stderr.decode()
+    assert p.returncode == 2, (p.returncode, err)
+    assert "Traceback" not in err
+    assert p.stdout == b""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("memqos-systemd: error: "), lines[0]
+    return lines[0]
+
+
+# ====================================================================== the example node, by hand
+# examples/config.yaml: TieredReservation, factor 0.9, hierarchy effective, kubeReserved 1Gi,
+# systemReserved 512Mi, evictionHard memory.available 100Mi, all three enforced on /kube.slice
+# and /system.slice.
+CAPACITY = 16 * Gi                                   # 17179869184
+ALLOCATABLE = 16 * Gi - 1 * Gi - 512 * Mi - 100 * Mi  # 15464398848
+INF = "infinity"
+
+
+def _high(req: int, limit: int) -> int:
+    """floor((req + 0.9 (limit - req)) / 4096) * 4096, in exact integers."""
+    return (req * 10 + 9 * (limit - req)) // 10 // 4096 * 4096
+
+
+def _pod(uid: str, qos: str = "burstable") -> str:
+    middle = "kubepods" if qos == "guaranteed" else f"kubepods-{qos}"
+    return f"{middle}-pod{uid.replace('-', '_')}.slice"
+
+
+def _scope(cid: str) -> str:
+    return f"cri-containerd-{cid}.scope"
+
+
+LEDGER, CHECKOUT, INDEXER = "payments/ledger-db-0", "payments/checkout-api-7d9c5b6f4-x2k8p", "search/indexer-5f8d9c7b6-qq4rt"
+THUMB, ETCD, FEATURE = "batch/thumbnailer-29154710-7hxzq", "kube-system/etcd-worker-3", "ml/feature-store-6c7d8e9f0-lm3np"
+# Burstable pod requests: checkout max(768Mi + 128Mi sidecar, 1Gi init 'migrate') = 1Gi; indexer 1Gi;
+# etcd 100Mi; feature-store pod-level 768Mi + overhead 64Mi = 832Mi. Sum 2980Mi.
+BURSTABLE_SUM = (1024 + 1024 + 100 + 832) * Mi
+assert BURSTABLE_SUM == 3124756480
+
+# unit -> (level, pod or None, MemoryMin, MemoryLow, MemoryHigh)
+EXPECTED = {
+    # effective hierarchy: MemoryMin = the Guaranteed pod's 2Gi, MemoryLow = the Burstable sum.
+    "kubepods.slice": ("node", None, 2 * Gi, BURSTABLE_SUM, INF),
+    "kube.slice": ("reserved", None, 1 * Gi, 0, INF),
+    "system.slice": ("reserved", None, 512 * Mi, 0, INF),
+    "kubepods-burstable.slice": ("qos", None, 0, BURSTABLE_SUM, INF),
+    "kubepods-besteffort.slice": ("qos", None, 0, 0, INF),
+    _pod("6a4f2e3b-1c9d-4a5e-8f7b-2d3e4f5a6b7c", "guaranteed"): ("pod", LEDGER, 2 * Gi, 0, INF),
+    _scope("71b91629faef90a4934e94a4b7ffdb6686df30c86c502252924c9937616e4762"): ("container", LEDGER, 2 * Gi, 0, INF),
+    _pod("8b3c7d2e-4f5a-6b7c-9d1e-3f4a5b6c7d8e"): ("pod", CHECKOUT, 0, 1 * Gi, INF),
+    # sidecar envoy: 128Mi, limit 256Mi -> 128Mi + 0.9 * 128Mi = 243.2Mi -> 255012864
+    _scope("84532b306f259587c364bd7301e0813963d5b84fd27c9338f0862dab8f0499d7"):
+        ("container", CHECKOUT, 0, 128 * Mi, _high(128 * Mi, 256 * Mi)),
+    # api: 768Mi, limit 1536Mi -> 1459.2Mi -> 1530081280
+    _scope("d737056eff789f916ba6eed388879a67ea8ae501eb9ccdd185ddcc9cd7daafb3"):
+        ("container", CHECKOUT, 0, 768 * Mi, _high(768 * Mi, 1536 * Mi)),
+    _pod("3f2e1d0c-9b8a-4765-b4c3-d2e1f0a9b8c7"): ("pod", INDEXER, 0, 1 * Gi, INF),
+    # no limit: towards allocatable
+    _scope("70fa78e5ae55563976b332a6da662e9877dc6ed6965f676453d8f4a35ebdf483"):
+        ("container", INDEXER, 0, 1 * Gi, _high(1 * Gi, ALLOCATABLE)),
+    _pod("c4d5e6f7-a8b9-4c0d-9e1f-2a3b4c5d6e7f", "besteffort"): ("pod", THUMB, 0, 0, INF),
+    _scope("05eeec2d70845694d3ba89ad9e1c34b6b4d806275c3c63b84241a40ae4591ca4"):
+        ("container", THUMB, 0, 0, _high(0, ALLOCATABLE)),
+    # a static pod: 32-hex UID, written as is
+    "kubepods-burstable-pod9d0b6e0f3a1c4b7e8f2d5a6c7b8e9f01.slice": ("pod", ETCD, 0, 100 * Mi, INF),
+    _scope("c38cbd92fce41312f3fbdce60510013b7f0d4004a03b45c8e762f98f1ed4006c"):
+        ("container", ETCD, 0, 100 * Mi, _high(100 * Mi, ALLOCATABLE)),
+    # pod-level limit 1Gi (+ 64Mi overhead = 1088Mi) gives the pod slice a MemoryHigh
+    _pod("5a6b7c8d-9e0f-4a1b-8c2d-3e4f5a6b7c8d"): ("pod", FEATURE, 0, 832 * Mi, _high(832 * Mi, 1088 * Mi)),
+    _scope("e93a4cf7dd38830f4276bfc50504fc5917e169df74c2c746e2072f93126dee04"):
+        ("container", FEATURE, 0, 256 * Mi, _high(256 * Mi, 512 * Mi)),
+    _scope("df182948e11b82eb818cbc79ba91b7c2e41f03473e09cfe1ecbcc8ee23225ae9"):
+        ("container", FEATURE, 0, 256 * Mi, _high(256 * Mi, 512 * Mi)),
+}
+assert _high(768 * Mi, 1536 * Mi) == 1530081280 and _high(0, ALLOCATABLE) == 13917958144
+
+
+def _check_contract(doc: dict) -> None:
+    """The shape issue #2 fixes, whatever the values."""
+    assert set(doc) == {"node", "units", "warnings"}
+    assert set(doc["node"]) == {"capacityBytes", "allocatableBytes"}
+    for v in doc["node"].values():
+        assert type(v) is int
+    assert isinstance(doc["warnings"], list) and all(isinstance(w, str) for w in doc["warnings"])
+    assert isinstance(doc["units"], list)
+    for u in doc["units"]:
+        assert u["level"] in ("node", "qos", "pod", "container", "reserved"), u
+        want = {"unit", "level", "MemoryMin", "MemoryLow", "MemoryHigh"}
+        if u["level"] in ("pod", "container"):
+            want.add("pod")
+            ns, _, name = u["pod"].partition("/")
+            assert ns and name and "/" not in name, u
+        assert set(u) == want, u
+        assert type(u["unit"]) is str
+        for key in ("MemoryMin", "MemoryLow"):
+            assert type(u[key]) is int and 0 <= u[key] < 2**64 - 1, u
+        high = u["MemoryHigh"]
+        assert high == "infinity" or (type(high) is int and 0 < high < 2**64 - 1), u
+    names = [u["unit"] for u in doc["units"]]
+    assert len(names) == len(set(names)), "a unit is listed twice"
+
+
+def _as_table(doc: dict) -> dict:
+    return {u["unit"]: (u["level"], u.get("pod"), u["MemoryMin"], u["MemoryLow"], u["MemoryHigh"]) for u in doc["units"]}
+
+
+@pytest.fixture
+def example_args():
+    if EXAMPLES is None:
+        pytest.skip("examples/ not found above tests/")
+    return ["--pods", str(EXAMPLES / "pods.json"), "--config", str(EXAMPLES / "config.yaml"), *NODE]
+
+
+@pytest.fixture
+def example_doc() -> dict:
+    if EXAMPLES is None:
+        pytest.skip("examples/ not found above tests/")
+    return json.loads((EXAMPLES / "pods.json").read_text())
+
+
+# ====================================================================== JSON contract
+def test_json_contract_on_the_example_node(example_args):
+    doc = ok_json(*example_args, "--output", "json")
+    _check_contract(doc)
+    assert doc["node"] == {"capacityBytes": CAPACITY, "allocatableBytes": ALLOCATABLE}
+    assert doc["warnings"] == []
+    assert _as_table(doc) == EXPECTED
+    # The Succeeded pod (batch/report-...) and the finished init container 'migrate' get nothing.
+    listed = json.dumps(doc)
+    assert "0e1f2a3b" not in listed and "report-29154650" not in listed
+    assert "3bc801a33ea83df4" not in listed
+
+
+def test_json_is_the_default_when_stdout_is_not_a_terminal(example_args):
+    assert ok_json(*example_args) == ok_json(*example_args, "--output", "json")
+
+
+def test_stdin_dash_reads_the_same_pods(example_args, example_doc):
+    args = list(example_args)
+    args[1] = "-"
+    assert ok_json(*args, stdin=json.dumps(example_doc).encode()) == ok_json(*example_args)
+
+
+def test_yaml_pods_file_and_yaml_on_stdin(example_args, example_doc, tmp_path):
+    path = tmp_path / "pods.yaml"
+    path.write_text(yaml.safe_dump(example_doc))
+    args = list(example_args)
+    args[1] = str(path)
+    expected = ok_json(*example_args)
+    assert ok_json(*args) == expected
+    args[1] = "-"
+    assert ok_json(*args, stdin=yaml.safe_dump(example_doc).encode()) == expected
+
+
+def test_a_list_of_pods_is_a_pod_list(example_args, example_doc, tmp_path):
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps(example_doc["items"]))
+    args = list(example_args)
+    args[1] = str(path)
+    assert ok_json(*args) == ok_json(*example_args)
+
+
+def test_a_single_pod(example_args, example_doc, tmp_path):
+    ledger = dict(example_doc["items"][0], kind="Pod", apiVersion="v1")
+    assert ledger["metadata"]["name"] == "ledger-db-0"
+    path = tmp_path / "pod.yaml"
+    path.write_text(yaml.safe_dump(ledger))
+    args = list(example_args)
+    args[1] = str(path)
+    doc = ok_json(*args)
+    _check_contract(doc)
+    keep = {"kubepods.slice", "kube.slice", "system.slice", "kubepods-burstable.slice", "kubepods-besteffort.slice",
+            _pod("6a4f2e3b-1c9d-4a5e-8f7b-2d3e4f5a6b7c", "guaranteed"),
+            _scope("71b91629faef90a4934e94a4b7ffdb6686df30c86c502252924c9937616e4762")}
+    want = {u: v for u, v in EXPECTED.items() if u in keep}
+    # Only the Guaranteed pod: nothing Burstable to protect with MemoryLow.
+    want["kubepods.slice"] = ("node", None, 2 * Gi, 0, INF)
+    want["kubepods-burstable.slice"] = ("qos", None, 0, 0, INF)
+    assert _as_table(doc) == want
+
+
+def test_node_memory_quantity_forms(example_args):
+    args = list(example_args)
+    i = args.index("--node-memory")
+    args[i + 1] = str(CAPACITY)  # plain bytes
+    assert ok_json(*args)["node"] == {"capacityBytes": CAPACITY, "allocatableBytes": ALLOCATABLE}
+    args[i + 1] = "16384Mi"
+    assert ok_json(*args)["node"]["capacityBytes"] == CAPACITY
+
+
+def test_no_config_means_builtin_defaults(example_doc, tmp_path):
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps(example_doc))
+    doc = ok_json("--pods", str(path), *NODE)
+    _check_contract(doc)
+    # defaults: policy None (no protection), evictionHard 100Mi, no reserved slices
+    assert doc["node"] == {"capacityBytes": CAPACITY, "allocatableBytes": CAPACITY - 100 * Mi}
+    assert {u["level"] for u in doc["units"]} == {"node", "qos", "pod", "container"}
+    assert all(u["MemoryMin"] == 0 and u["MemoryLow"] == 0 for u in doc["units"])
+
+
+def test_rejected_pods_are_warnings_and_exit_0(tmp_path):
+    bad = {"kind": "PodList", "items": [
+        {"metadata": {"name": "odd", "namespace": "ns", "uid": "not-a-uuid"},
+         "spec": {"containers": [{"name": "c", "resources": {"requests": {"memory": "1Gi"}}}]},
+         "status": {"phase": "Running", "qosClass": "Burstable"}}]}
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps(bad))
+    doc = ok_json("--pods", str(path), *NODE)
+    _check_contract(doc)
+    assert len(doc["warnings"]) == 1 and "ns/odd" in doc["warnings"][0] and "not-a-uuid" in doc["warnings"][0]
+    assert not any("not_a_uuid" in u["unit"] or u["level"] == "pod" for u in doc["units"])
+
+
+# ====================================================================== table
+def _table_mentions_every_unit(text: str, doc: dict) -> None:
+    for u in doc["units"]:
+        name = u["unit"]
+        if name.endswith(".scope"):
+            # 64-hex container IDs are shortened to 12 for people
+            head, _, rest = name.rpartition("-")
+            assert f"{head}-{rest[:12]}" in text, name
+        else:
+            assert name in text, name
+        if "pod" in u:
+            assert u["pod"] in text
+
+
+def test_table_lists_every_unit(example_args):
+    p = cli("plan", *example_args, "--output", "table")
+    assert p.returncode == 0, p.stderr
+    text = p.stdout.decode()
+    _table_mentions_every_unit(text, ok_json(*example_args))
+    assert text.startswith("node: capacity 16Gi, allocatable ")
+    assert "policy TieredReservation" in text
+    for column in ("UNIT", "LEVEL", "POD", "MemoryMin", "MemoryLow", "MemoryHigh"):
+        assert column in text
+    assert "{" not in text  # not JSON
+
+
+def test_table_is_the_default_on_a_terminal(example_args):
+    env = dict(os.environ, PYTHONPATH=str(CODE_ROOT))
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "memqos_systemd", "plan", *example_args], stdout=slave,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, cwd=str(CODE_ROOT))
+        os.close(slave)
+        slave = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the other end is closed
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()
+        proc.stderr.close()
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
+    text = b"".join(chunks).decode()
+    assert text.startswith("node: capacity 16Gi")
+    _table_mentions_every_unit(text, ok_json(*example_args))
+
+
+# ====================================================================== --help
+SUBCOMMANDS = {
+    "plan": ["--pods", "--config", "--node-memory", "--page-size", "--output", "stdin", "never systemd"],
+    "apply": ["--config", "--once", "--dry-run", "SetUnitProperties"],
+    "run": ["--config", "SIGTERM", "SIGHUP"],
+    "status": ["--config", "--output", "DRIFT"],
+    "reset": ["--config", "--dry-run", "infinity"],
+    "check": ["--config", "cgroup v2"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(SUBCOMMANDS))
+def test_help_of_each_subcommand(command):
+    p = cli(command, "--help")
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.decode()
+    assert out.startswith(f"usage: memqos-systemd {command}")
+    for word in SUBCOMMANDS[command]:
+        assert word in out, (command, word)
+    assert p.stderr == b""
+
+
+def test_top_level_help_lists_every_command_and_exit_codes():
+    p = cli("--help")
+    assert p.returncode == 0
+    out = p.stdout.decode()
+    for command in SUBCOMMANDS:
+        assert f"\n    {command}" in out, command
+    assert "Exit status: 0 success, 1 runtime failure" in out and "2 bad input" in out
+
+
+def test_version():
+    p = cli("--version")
+    assert p.returncode == 0
+    assert p.stdout.decode().startswith(f"memqos-systemd {memqos_systemd.__version__}")
+
+
+# ====================================================================== bad input: exit 2, one line
+def _write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def _bad_cases(tmp_path: Path) -> dict:
+    pods = str(EXAMPLES / "pods.json")
+    cfg = str(EXAMPLES / "config.yaml")
+    missing = str(tmp_path / "no-such-pods.json")
+    return {
+        # case: (argv, [strings the one error line must contain])
+        "missing pods file": (["--pods", missing, *NODE], ["--pods", missing, "No such file"]),
+        "missing config file": (["--pods", pods, "--config", str(tmp_path / "nope.yaml"), *NODE],
+                                ["nope.yaml", "cannot read config"]),
+        "invalid YAML pods": (["--pods", _write(tmp_path, "bad.yaml", "items: [\n  {kind: Pod\n"), *NODE],
+                              ["--pods", "bad.yaml", "not JSON or YAML", "line"]),
+        "invalid YAML config": (["--pods", pods, "--config", _write(tmp_path, "c.yaml", "a: [b\n"), *NODE],
+                                ["c.yaml", "not valid YAML", "line"]),
+        "node memory 12Q": (["--pods", pods, "--node-memory", "12Q", "--page-size", "4096"], ["--node-memory", "12Q"]),
+        "node memory 0": (["--pods", pods, "--node-memory", "0", "--page-size", "4096"], ["--node-memory", "'0'"]),
+        "page size 3000": (["--pods", pods, "--node-memory", "16Gi", "--page-size", "3000"],
+                           ["--page-size", "3000", "power of two"]),
+        "page size abc": (["--pods", pods, "--node-memory", "16Gi", "--page-size", "abc"], ["--page-size", "'abc'"]),
+        "throttling factor 1.5": (["--pods", pods, *NODE, "--config",
+                                   _write(tmp_path, "f.yaml", "memoryThrottlingFactor: 1.5\n")],
+                                  ["memoryThrottlingFactor", "1.5", "(0, 1]"]),
+        "unknown config key": (["--pods", pods, *NODE, "--config",
+                                _write(tmp_path, "k.yaml", "memoryThrotlingFactor: 0.5\n")],
+                               ["memoryThrotlingFactor", "not a known key"]),
+        "config key in the wrong case": (["--pods", pods, *NODE, "--config",
+                                          _write(tmp_path, "case.yaml", "MemoryReservationPolicy: None\n")],
+                                         ["MemoryReservationPolicy", "did you mean memoryReservationPolicy"]),
+        "wrong policy": (["--pods", pods, *NODE, "--config",
+                          _write(tmp_path, "p.yaml", "memoryReservationPolicy: Hard\n")],
+                         ["memoryReservationPolicy", "'Hard'"]),
+        "a Deployment": (["--pods", _write(tmp_path, "deploy.yaml", "apiVersion: apps/v1\nkind: Deployment\n"
+                                                                    "metadata: {name: web}\nspec: {replicas: 3}\n"), *NODE],
+                         ["kind", "Deployment"]),
+        "reservations bigger than the node": (["--pods", pods, *NODE, "--config", _write(
+            tmp_path, "big.yaml", "kubeReserved: {memory: 10Gi}\nsystemReserved: {memory: 6Gi}\n")],
+            ["allocatable", "negative", "kubeReserved 10737418240", "systemReserved 6442450944"]),
+        "empty stdin": (["--pods", "-", *NODE], ["--pods", "standard input", "empty"]),
+        "JSON nested too deeply": (["--pods", _write(tmp_path, "deep.json", "[" * 100_000 + "]" * 100_000), *NODE],
+                                   ["--pods", "deep.json", "nested too deeply"]),
+        "reserved cgroup that is kubepods.slice": (["--pods", pods, *NODE, "--config", _write(
+            tmp_path, "r.yaml", "memoryReservationPolicy: HardReservation\nkubeReserved: {memory: 1Gi}\n"
+                                "kubeReservedCgroup: /kubepods.slice\nenforceNodeAllocatable: [pods, kube-reserved]\n")],
+            ["kubeReservedCgroup", "'/kubepods.slice'"]),
+        "cgroupRoot with ..": (["--pods", pods, *NODE, "--config", _write(tmp_path, "root.yaml", "cgroupRoot: /a/..\n")],
+                               ["cgroupRoot", "'..'"]),
+        "pods not a list": (["--pods", _write(tmp_path, "items.json", '{"kind": "PodList", "items": "x"}'), *NODE],
+                            ["items"]),
+        "example config with the example pods, too small a node": (
+            ["--pods", pods, "--config", cfg, "--node-memory", "1Gi", "--page-size", "4096"],
+            ["allocatable", "negative", "capacity 1073741824"]),
+    }
+
+
+BAD_CASES = ["missing pods file", "missing config file", "invalid YAML pods", "invalid YAML config", "node memory 12Q",
+             "node memory 0", "page size 3000", "page size abc", "throttling factor 1.5", "unknown config key",
+             "config key in the wrong case", "wrong policy", "a Deployment", "reservations bigger than the node",
+             "empty stdin", "JSON nested too deeply", "reserved cgroup that is kubepods.slice", "cgroupRoot with ..",
+             "pods not a list", "example config with the example pods, too small a node"]
+
+
+@needs_examples
+@pytest.mark.parametrize("case", BAD_CASES)
+def test_bad_input_exits_2_with_one_line_naming_field_and_value(case, tmp_path):
+    argv, needles = _bad_cases(tmp_path)[case]
+    line = one_error_line(cli("plan", *argv, stdin=b"" if "-" in argv else None))
+    for needle in needles:
+        assert needle in line, (case, needle, line)
+
+
+def test_bad_case_list_is_complete(tmp_path):
+    if EXAMPLES is None:
+        pytest.skip("examples/ not found above tests/")
+    assert sorted(_bad_cases(tmp_path)) == sorted(BAD_CASES)
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan"],                                           # --pods is required
+    ["plan", "--pods", "x.json", "--output", "xml"],    # not a choice
+    ["frobnicate"],
+    [],
+])
+def test_usage_errors_exit_2_without_traceback(argv):
+    p = cli(*argv)
+    assert p.returncode == 2
+    err = p.stderr.decode()
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("memqos-systemd")
+    assert "error:" in err

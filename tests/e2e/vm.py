@@ -432,10 +432,12 @@ def main(argv=None):
     ap.add_argument("--transport", choices=("disk", "9p"))
     ap.add_argument("--keep", action="store_true", help="keep overlay and share images")
     ap.add_argument("--memory", default="1G,slots=2,maxmem=2G")
+    ap.add_argument("--deb", action="append",
+                    help="install this .deb in the guest (default: build/deb/*.deb)")
     args = ap.parse_args(argv)
     image = build_image()
     with tempfile.TemporaryDirectory(prefix="mqe2e-payload-") as payload:
-        build_payload(payload, scenarios=args.scenarios or None)
+        build_payload(payload, scenarios=args.scenarios or None, debs=args.deb)
         try:
             results = run_vm(payload, args.timeout, memory=args.memory, image=image,
                              transport=args.transport, keep=args.keep or None)

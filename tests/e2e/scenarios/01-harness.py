@@ -32,6 +32,8 @@ pid_after = unit_property(KUBELET_UNIT, "MainPID", "org.freedesktop.systemd1.Ser
 check(pid_before != pid_after and pid_after > 0, f"kubelet restarted ({pid_before} -> {pid_after})")
 write_pods([be])
 check_eq(len(kubelet_get_pods()["items"]), 1, "/pods follows the pods file after restart")
+kubelet_restart(down_seconds=0.5)
+check_eq(len(kubelet_get_pods()["items"]), 1, "kubelet back after a stop/start restart")
 
 with open(PODS_FILE + ".status", "w") as f:
     f.write("503")

@@ -125,6 +125,12 @@ class Daemon:
             self._unknown_units.pop(name, None)
 
     def _on_job_removed(self, unit: str, result: str) -> None:
+        if result == "done" and self.naming.parse_unit(unit) is not None:
+            # UnitNew comes when a unit is loaded, before its start job has run; a pod or
+            # container unit is only written once it is running, so look again now.
+            self._refresh_units.add(unit)
+            self.wake()
+            return
         if unit == KUBELET_UNIT and result == "done":
             log.info("kubelet.service (re)started: re-reading units and pods")
             self._want_full_refresh = True

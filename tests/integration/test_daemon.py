@@ -336,3 +336,22 @@ def test_throttle_events_of_containers_reach_the_metrics(fake_systemd, tmp_path)
             value = h.metrics.registry.get_sample_value("memqos_container_memory_high_events_total", {"unit": BCTR})
             assert value == 42
     run(body())
+
+
+def test_unit_that_starts_after_unit_new_gets_its_properties_when_its_job_is_done(fake_systemd, tmp_path):
+    """systemd sends UnitNew when a transient unit is loaded, before its start job has run.
+
+    Seen on real systemd 252: the pod slice was still inactive when UnitNew arrived, the write
+    was (rightly) refused, and nothing looked again until the next resync.
+    """
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, GCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, {**NEWCOMER}]) as h:
+            fake_systemd.add_unit(NPOD, active_state="inactive")
+            await h.settle()
+            assert (h.memory(NPOD) or {}).get("MemoryLow") == 0  # not running yet: not written
+            fake_systemd.set_active_state(NPOD, "active")
+            fake_systemd.emit_job_removed(NPOD, "done")
+            await until(lambda: h.memory(NPOD)["MemoryLow"] == 128 * MI)
+    run(body())

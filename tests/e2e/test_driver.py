@@ -76,3 +76,28 @@ def test_image_key_is_stable():
     keys = {subprocess.run(["bash", script, "--key"], capture_output=True, text=True,
                            check=True).stdout.strip() for _ in range(2)}
     assert len(keys) == 1 and len(keys.pop()) == 16
+
+
+def test_busctl_argument_encoding():
+    sys.path.insert(0, os.path.join(HERE, "guest"))
+    import memqos_e2e as e
+
+    assert e._split_sig("ssa(sv)a(sa(sv))") == ["s", "s", "a(sv)", "a(sa(sv))"]
+    args = []
+    body = ["x.scope", "fail", e._props({"Description": "a b", "PIDs": [5, 6],
+                                          "Delegate": True, "MemoryMax": 10}), []]
+    for t, v in zip(e._split_sig("ssa(sv)a(sa(sv))"), body):
+        args += e._busctl_args(t, v)
+    assert args == ["x.scope", "fail", "4", "Description", "s", "a b", "PIDs", "au", "2", "5",
+                    "6", "Delegate", "b", "true", "MemoryMax", "t", "10", "0"]
+    assert e.unit_path("kubepods-burstable-podab_c.slice") == \
+        "/org/freedesktop/systemd1/unit/kubepods_2dburstable_2dpodab_5fc_2eslice"
+    assert e.unit_path("-.slice") == "/org/freedesktop/systemd1/unit/_2d_2eslice"
+    assert e.pod_slice_name("1-2", "Guaranteed") == "kubepods-pod1_2.slice"
+    assert e.pod_slice_name("1-2", "BestEffort") == "kubepods-besteffort-pod1_2.slice"
+    assert e._parent_slice("kubepods-burstable-pod1_2.slice") == "kubepods-burstable.slice"
+    assert e._parent_slice("kubepods.slice") == "-.slice"
+    pod = e.make_pod("p", [{"name": "c", "requests": {"memory": "1Gi", "cpu": "1"},
+                            "limits": {"memory": "1Gi", "cpu": "1"}}])
+    assert pod["status"]["qosClass"] == "Guaranteed"
+    assert pod["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")

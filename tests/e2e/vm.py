@@ -26,6 +26,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 BUILD_SCRIPT = os.path.join(HERE, "build-image.sh")
 CTL_PORT_NAME = "org.memqos.e2e.0"
 SHARE_LABEL = "MQSHARE"
+MAX_BOOTS = 10
 DEFAULT_APPEND = ("root=/dev/vda rw console=ttyS0 panic=1 quiet loglevel=4 "
                   "systemd.unified_cgroup_hierarchy=1 systemd.show_status=error")
 
@@ -67,13 +68,27 @@ def image_is_cached():
 
 
 def build_image(log=None):
-    """Build or reuse the cached image; return its directory. Build output goes to log (a file
-    object) or stderr."""
+    """Build or reuse the cached image; return its directory. The build's output goes to log (a
+    file object) or to build-<time>.log in the cache; its tail is in the VMError on failure."""
     env = dict(os.environ, PATH=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
-    p = subprocess.run(["bash", BUILD_SCRIPT], stdout=subprocess.PIPE, stderr=log or sys.stderr,
-                       text=True, env=env)
+    cache = os.environ.get("MEMQOS_E2E_CACHE", "/var/cache/memqos-e2e")
+    log_path = None
+    if log is None:
+        os.makedirs(cache, exist_ok=True)
+        log_path = os.path.join(cache, time.strftime("build-%Y%m%d-%H%M%S.log"))
+        log = open(log_path, "w")
+    try:
+        p = subprocess.run(["bash", BUILD_SCRIPT], stdout=subprocess.PIPE, stderr=log,
+                           text=True, env=env)
+    finally:
+        if log_path:
+            log.close()
     if p.returncode != 0:
-        raise VMError(f"build-image.sh failed (exit {p.returncode})")
+        raise VMError(f"build-image.sh failed (exit {p.returncode})"
+                      + (f"; log {log_path}" if log_path else ""),
+                      serial_tail=_tail(log_path, 40) if log_path else "")
+    if log_path:
+        os.unlink(log_path)  # nothing to keep from a successful build or a cache hit
     return p.stdout.strip().splitlines()[-1]
 
 
@@ -208,6 +223,7 @@ class VM:
         self.serial_log = serial_log
         self._qmp = qmp
         self.timing = {}
+        self.boots = 0  # 1 during the first boot; +1 for each reboot the guest asked for
         self._dimms = 0
         self._lock = threading.Lock()
 
@@ -239,8 +255,9 @@ class _Control(threading.Thread):
     def _handle(self, msg):
         op = msg.get("op")
         if op == "booted":
-            self.vm.timing["booted_s"] = round(time.monotonic() - self.t0, 1)
-            self.vm.timing["guest_uptime_at_driver_start_s"] = msg.get("uptime")
+            suffix = "" if self.vm.boots <= 1 else str(self.vm.boots)
+            self.vm.timing["booted_s" + suffix] = round(time.monotonic() - self.t0, 1)
+            self.vm.timing["guest_uptime_at_driver_start_s" + suffix] = msg.get("uptime")
             if self.on_booted:
                 def hook():
                     try:
@@ -297,9 +314,10 @@ def run_vm(payload_dir, timeout, memory="1G,slots=2,maxmem=2G", qmp=True, on_boo
            append=""):
     """Boot the guest with payload_dir as its payload; return the results directory.
 
-    timeout: hard limit in seconds for the whole VM run; on expiry qemu is killed and VMTimeout
-    is raised (partial results, if any, are in e.results_dir). on_booted(vm) runs in a thread once
-    the guest driver started (vm.qmp(...), vm.hotplug_memory(...)). handlers: {op: fn(vm, msg)}
+    timeout: hard limit in seconds for the whole VM run (all boots); on expiry qemu is killed and
+    VMTimeout is raised (partial results, if any, are in e.results_dir). on_booted(vm) runs in a
+    thread each time the guest driver started (vm.boots tells which boot; vm.qmp(...),
+    vm.hotplug_memory(...)). handlers: {op: fn(vm, msg)}
     for extra guest requests. transport: 'disk' (default, MEMQOS_E2E_TRANSPORT) or '9p'.
     keep: keep the overlay and share images (default: MEMQOS_E2E_KEEP=1).
     """
@@ -347,7 +365,8 @@ def run_vm(payload_dir, timeout, memory="1G,slots=2,maxmem=2G", qmp=True, on_boo
         "qemu-system-x86_64", "-name", "memqos-e2e",
         "-accel", "tcg,thread=multi", "-cpu", "max", "-smp", str(smp), "-m", memory,
         "-nodefaults", "-no-user-config", "-display", "none", "-vga", "none", "-no-reboot",
-        "-serial", f"file:{serial_log}",
+        # append=on: every boot of a run (see reboot support) goes into the one serial.log
+        "-chardev", f"file,id=mqserial,path={serial_log},append=on", "-serial", "chardev:mqserial",
         "-kernel", os.path.join(image, "vmlinuz"), "-initrd", os.path.join(image, "initrd.img"),
         "-append", f"{DEFAULT_APPEND} memqos.transport={transport} {append}".strip(),
         "-drive", f"file={overlay},if=virtio,format=qcow2,cache=unsafe,discard=unmap",
@@ -362,33 +381,57 @@ def run_vm(payload_dir, timeout, memory="1G,slots=2,maxmem=2G", qmp=True, on_boo
     with open(os.path.join(run_dir, "qemu-cmdline.txt"), "w") as f:
         f.write(" ".join(cmd) + "\n")
 
-    qmp_client = QMP(qmp_sock) if qmp else None
-    vm = VM(run_dir, results_dir, serial_log, qmp_client)
+    vm = VM(run_dir, results_dir, serial_log, None)
     vm.timing = timing
     t0 = time.monotonic()
-    with open(os.path.join(run_dir, "qemu.log"), "w") as qlog:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=qlog,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    control = _Control(ctl_sock, vm, proc, on_booted, handlers or {}, t0)
-    control.start()
+    deadline = t0 + timeout
     timed_out = False
+    hook_errors = []
+    qlog = open(os.path.join(run_dir, "qemu.log"), "w")
     try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+        # One qemu per boot: the guest's reboot (memqos_e2e.reboot()) ends qemu (-no-reboot);
+        # if the guest left a pending .resume.json, boot the same overlay and share again.
+        while True:
+            vm.boots += 1
+            qmp_client = QMP(qmp_sock) if qmp else None
+            vm._qmp = qmp_client
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=qlog,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            control = _Control(ctl_sock, vm, proc, on_booted, handlers or {}, t0)
+            control.start()
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if qmp_client:
-            qmp_client.close()
+                timed_out = True
+            finally:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+                    try:
+                        proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+                if qmp_client:
+                    qmp_client.close()
+                control.join(timeout=5)
+                for sock in (qmp_sock, ctl_sock):
+                    if os.path.exists(sock):
+                        os.unlink(sock)
+            if control.error is not None:
+                hook_errors.append(control.error)
+            if timed_out or _share_file(transport, share_img, share_dir, "summary.json"):
+                break
+            if not _share_file(transport, share_img, share_dir, ".resume.json"):
+                break
+            if vm.boots >= MAX_BOOTS:
+                break
+            timing[f"boot{vm.boots}_end_s"] = round(time.monotonic() - t0, 1)
+    finally:
+        qlog.close()
         shutil.rmtree(sockdir, ignore_errors=True)
     timing["qemu_s"] = round(time.monotonic() - t0, 1)
     timing["qemu_exit"] = proc.returncode
+    timing["boots"] = vm.boots
 
     if transport == "disk":
         t_x = time.monotonic()
@@ -417,9 +460,22 @@ def run_vm(payload_dir, timeout, memory="1G,slots=2,maxmem=2G", qmp=True, on_boo
     if not os.path.exists(os.path.join(results_dir, "summary.json")):
         raise VMError(f"guest powered off without finishing (qemu exit {proc.returncode}); "
                       f"run dir {run_dir}", run_dir, results_dir, tail)
-    if control.error is not None:
-        raise VMError(f"on_booted hook failed: {control.error!r}", run_dir, results_dir)
+    if hook_errors:
+        raise VMError(f"on_booted hook failed: {hook_errors[0]!r}", run_dir, results_dir)
     return results_dir
+
+
+def _share_file(transport, share_img, share_dir, name):
+    """Content of results/<name> on the share ('' if absent), read while qemu is not running."""
+    if transport == "9p":
+        try:
+            with open(os.path.join(share_dir, "results", name)) as f:
+                return f.read()
+        except OSError:
+            return ""
+    p = subprocess.run(["debugfs", "-R", f"cat /results/{name}", share_img],
+                       capture_output=True, text=True)
+    return p.stdout.strip()
 
 
 def main(argv=None):

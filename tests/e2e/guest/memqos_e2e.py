@@ -21,7 +21,7 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 UINT64_MAX = (1 << 64) - 1
 KUBELET_UNIT = "kubelet.service"
 KUBELET_ADDR = ("127.0.0.1", 10255)
-KUBELET_DIR = "/run/memqos-e2e-kubelet"
+KUBELET_DIR = "/var/lib/memqos-e2e-kubelet"  # on the root overlay: survives reboot()
 PODS_FILE = os.path.join(KUBELET_DIR, "pods.json")
 GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
 CTL_PORT = os.environ.get("MEMQOS_E2E_CTL", "/dev/virtio-ports/org.memqos.e2e.0")
@@ -33,8 +33,9 @@ __all__ = [
     "read_cgroup_file", "unit_path", "ensure_qos_slices", "pod_slice_name", "create_pod_slice",
     "delete_pod_slice", "create_container_scope", "delete_container_scope", "new_pod_uid",
     "new_container_id", "make_pod", "write_pods", "start_pod", "stop_pod", "kubelet_start",
-    "kubelet_stop", "kubelet_restart", "kubelet_get_pods", "host_request", "host_qmp",
-    "hotplug_memory", "online_memory_blocks", "UINT64_MAX", "PODS_FILE", "KUBELET_UNIT",
+    "kubelet_stop", "kubelet_restart", "kubelet_get_pods", "kubelet_enable", "kubelet_disable",
+    "host_request", "host_qmp", "hotplug_memory", "online_memory_blocks", "reboot",
+    "boot_number", "UINT64_MAX", "PODS_FILE", "KUBELET_UNIT",
 ]
 
 
@@ -73,12 +74,15 @@ def skip(reason):
 
 
 # --------------------------------------------------------------------------- D-Bus / systemd
-# Calls go through busctl: a C client that starts in a fraction of the time python3 needs to
-# import dbus-next under TCG, and independent of the library the daemon itself uses.
+# Two interchangeable transports. Python scenarios use dbus-next (one ~1.5 s import under TCG,
+# then ~30 ms a call); the `e2e` command line uses busctl (no import, ~0.3 s a call), which suits
+# shell scenarios that start a new process for every step. MEMQOS_E2E_DBUS=busctl|dbus-next
+# overrides. Both take the same values: variants as (signature, value), structs as tuples/lists.
 
 SD_DEST = "org.freedesktop.systemd1"
 SD_PATH = "/org/freedesktop/systemd1"
 SD_MANAGER = "org.freedesktop.systemd1.Manager"
+BACKEND = os.environ.get("MEMQOS_E2E_DBUS", "dbus-next")
 
 
 class SystemdError(RuntimeError):
@@ -136,12 +140,61 @@ def _busctl(*args):
     return json.loads(p.stdout) if p.stdout.strip() else None
 
 
-def _call(path, interface, member, signature="", body=(), destination=SD_DEST):
+def _busctl_call(path, interface, member, signature, body, destination):
     args = []
     for t, v in zip(_split_sig(signature), body):
         args += _busctl_args(t, v)
     reply = _busctl("call", destination, path, interface, member, signature, *args)
     return reply["data"] if reply else []
+
+
+def _to_dbus_next(t, value):
+    from dbus_next import Variant
+
+    c = t[0]
+    if c == "a":
+        return [_to_dbus_next(t[1:], v) for v in value]
+    if c == "(":
+        return [_to_dbus_next(tt, v) for tt, v in zip(_split_sig(t[1:-1]), value)]
+    if c == "v":
+        sig, v = value
+        return Variant(sig, _to_dbus_next(sig, v))
+    return value
+
+
+_dn = {"loop": None, "bus": None}
+
+
+def _dbus_next_call(path, interface, member, signature, body, destination):
+    import asyncio
+
+    from dbus_next import BusType, Message, MessageType
+    from dbus_next.aio import MessageBus
+
+    async def go():
+        if _dn["bus"] is None or not _dn["bus"].connected:
+            _dn["bus"] = await MessageBus(bus_type=BusType.SYSTEM).connect()
+        return await _dn["bus"].call(Message(
+            destination=destination, path=path, interface=interface, member=member,
+            signature=signature,
+            body=[_to_dbus_next(t, v) for t, v in zip(_split_sig(signature), body)]))
+
+    if _dn["loop"] is None:
+        _dn["loop"] = asyncio.new_event_loop()
+    reply = _dn["loop"].run_until_complete(go())
+    if reply.message_type == MessageType.ERROR:
+        raise SystemdError(f"{member}: {reply.error_name}: {reply.body[0] if reply.body else ''}")
+    return reply.body
+
+
+def _call(path, interface, member, signature="", body=(), destination=SD_DEST):
+    global BACKEND
+    if BACKEND == "dbus-next":
+        try:
+            return _dbus_next_call(path, interface, member, signature, body, destination)
+        except ImportError:
+            BACKEND = "busctl"
+    return _busctl_call(path, interface, member, signature, body, destination)
 
 
 def unit_path(name):
@@ -188,9 +241,13 @@ def _unit_iface(name):
 def unit_property(name, prop, interface=None):
     """Read a property of a unit (loads the unit if needed). interface defaults by suffix for
     type-specific properties; common ones (ActiveState, ...) use org.freedesktop.systemd1.Unit."""
-    reply = _busctl("get-property", SD_DEST, unit_path(name), interface or _unit_iface(name),
-                    prop)
-    return reply["data"]
+    iface = interface or _unit_iface(name)
+    if BACKEND == "busctl":
+        return _busctl("get-property", SD_DEST, unit_path(name), iface, prop)["data"]
+    (v,) = _call(unit_path(name), "org.freedesktop.DBus.Properties", "Get", "ss", [iface, prop])
+    if isinstance(v, dict):  # busctl's JSON for a variant (dbus-next was not importable)
+        return v.get("data")
+    return v.value if hasattr(v, "value") else v
 
 
 def active_state(name):
@@ -480,6 +537,51 @@ def kubelet_start(pods=None, timeout=30.0):
         raise SystemdError("kubelet stand-in did not start listening")
 
 
+_PERSISTENT_UNIT = "/etc/systemd/system/" + KUBELET_UNIT
+_PERSISTENT_STUB = "/usr/local/lib/memqos-e2e/kubelet_stub.py"
+
+
+def kubelet_enable(pods=None):
+    """Install the stand-in as a real, enabled kubelet.service (unit file in /etc, stub copied
+    out of the payload) so it also starts at boot, e.g. across reboot(); and start it now."""
+    if pods is not None:
+        write_pods(pods)
+    elif not os.path.exists(PODS_FILE):
+        write_pods([])
+    os.makedirs(os.path.dirname(_PERSISTENT_STUB), exist_ok=True)
+    with open(os.path.join(GUEST_DIR, "kubelet_stub.py")) as src, \
+            open(_PERSISTENT_STUB, "w") as dst:
+        dst.write(src.read())
+    if unit_exists(KUBELET_UNIT):
+        stop_unit(KUBELET_UNIT)
+    with open(_PERSISTENT_UNIT, "w") as f:
+        f.write(f"""[Unit]
+Description=kubelet stand-in (memqos e2e, enabled)
+
+[Service]
+ExecStart=/usr/bin/python3 {_PERSISTENT_STUB} --pods-file {PODS_FILE} --address {KUBELET_ADDR[0]} --port {KUBELET_ADDR[1]}
+KillMode=mixed
+
+[Install]
+WantedBy=multi-user.target
+""")
+    subprocess.run(["systemctl", "daemon-reload"], check=True)
+    subprocess.run(["systemctl", "enable", "--now", KUBELET_UNIT], check=True,
+                   stderr=subprocess.DEVNULL)
+    if not wait_for(_port_open, 30):
+        raise SystemdError("enabled kubelet stand-in did not start listening")
+
+
+def kubelet_disable():
+    """Undo kubelet_enable(): stop, disable and remove the unit file."""
+    subprocess.run(["systemctl", "disable", "--now", KUBELET_UNIT], stderr=subprocess.DEVNULL)
+    for path in (_PERSISTENT_UNIT, _PERSISTENT_STUB):
+        if os.path.exists(path):
+            os.unlink(path)
+    subprocess.run(["systemctl", "daemon-reload"], check=True)
+    subprocess.run(["systemctl", "reset-failed", KUBELET_UNIT], stderr=subprocess.DEVNULL)
+
+
 def kubelet_stop():
     stop_unit(KUBELET_UNIT)
     subprocess.run(["systemctl", "reset-failed", KUBELET_UNIT], stderr=subprocess.DEVNULL)
@@ -559,6 +661,30 @@ def hotplug_memory(size_mib=512):
     """Hot-add a pc-dimm of size_mib (the VM needs free slots/maxmem; default 1G,slots=2,maxmem=2G).
     Debian leaves the new memory blocks offline: see online_memory_blocks()."""
     return host_request("hotplug-memory", size_mib=int(size_mib))
+
+
+def reboot():
+    """Reboot the guest and continue this scenario after it: the scenario runs again from the
+    top with MEMQOS_E2E_BOOT incremented (1 on its first run), its earlier output kept, so it
+    branches on boot_number(). Does not return."""
+    results = os.environ["MEMQOS_E2E_RESULTS"]
+    state = {"scenario": os.environ["MEMQOS_E2E_SCENARIO"], "boot": boot_number() + 1}
+    tmp = os.path.join(results, ".resume.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(results, ".resume.json"))
+    os.sync()
+    print(f"rebooting (next: boot {state['boot']})", flush=True)
+    subprocess.run(["systemctl", "reboot"], check=True)
+    while True:
+        time.sleep(60)
+
+
+def boot_number():
+    """1 on a scenario's first boot, 2 after its first reboot(), ..."""
+    return int(os.environ.get("MEMQOS_E2E_BOOT", "1"))
 
 
 def online_memory_blocks():

@@ -100,8 +100,11 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
     if dry_run:
         print(f"dry run: {len(changes)} call(s) would be made; nothing changed", file=sys.stderr)
         return EXIT_OK
+    if not result.ok:
+        _err(summarize(result))
+        return EXIT_FAILURE
     print(summarize(result), file=sys.stderr)
-    return EXIT_OK if result.ok else EXIT_FAILURE
+    return EXIT_OK
 
 
 # ------------------------------------------------------------------ reset
@@ -130,8 +133,11 @@ async def _reset(cfg: Config, *, dry_run: bool) -> int:
     if dry_run:
         print(f"dry run: {len(changes)} call(s) would be made; nothing changed", file=sys.stderr)
         return EXIT_OK
+    if not result.ok:
+        _err(f"reset: {summarize(result)}")
+        return EXIT_FAILURE
     print(f"reset: {summarize(result)}", file=sys.stderr)
-    return EXIT_OK if result.ok else EXIT_FAILURE
+    return EXIT_OK
 
 
 # ------------------------------------------------------------------ status

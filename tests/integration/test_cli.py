@@ -1,0 +1,559 @@
+"""The operator commands as an operator runs them: `python3 -m memqos_systemd apply|reset|status|check|run`
+in a real subprocess, talking to the recording systemd stand-in on a private dbus-daemon
+(DBUS_SYSTEM_BUS_ADDRESS points the system bus there).
+
+Issue #3's operator surface: exit 0 ok, 1 runtime failure (pod source or systemd unreachable),
+2 bad input; failures are one clear line on stderr, never a traceback; --dry-run sends nothing.
+
+The node's capacity is this machine's MemTotal (apply has no --node-memory), so the values
+expected in "systemd" are what `memqos-systemd plan` prints for the same pods and config on
+this machine; tests/unit/test_cli_plan.py checks those values by hand on a 16Gi node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import memqos_systemd
+from memqos_systemd.node import check_node, read_meminfo
+
+pytestmark = pytest.mark.integration
+
+INF = 2**64 - 1
+DEFAULTS = {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": INF}
+CODE_ROOT = Path(memqos_systemd.__file__).resolve().parent.parent
+FAKE_VERSION = "252.36-1~deb12u1"  # FakeSystemd's default Version
+CALL = re.compile(r"SetUnitProperties (\S+) runtime=true((?: (?:MemoryMin|MemoryLow|MemoryHigh)=(?:\d+|infinity))+)")
+
+
+def _find_examples() -> Path | None:
+    for d in Path(__file__).resolve().parents:
+        if (d / "examples" / "pods.json").is_file():
+            return d / "examples"
+    return None
+
+
+EXAMPLES = _find_examples()
+RESERVED = ("kube.slice", "system.slice")  # examples/config.yaml enforces both
+LEDGER_POD = "kubepods-pod6a4f2e3b_1c9d_4a5e_8f7b_2d3e4f5a6b7c.slice"
+LEDGER_SCOPE = "cri-containerd-71b91629faef90a4934e94a4b7ffdb6686df30c86c502252924c9937616e4762.scope"
+INDEXER_POD = "kubepods-burstable-pod3f2e1d0c_9b8a_4765_b4c3_d2e1f0a9b8c7.slice"
+INDEXER_SCOPE = "cri-containerd-70fa78e5ae55563976b332a6da662e9877dc6ed6965f676453d8f4a35ebdf483.scope"
+
+
+def parse_call_line(line: str) -> tuple[str, dict]:
+    m = CALL.fullmatch(line)
+    assert m, f"not a SetUnitProperties line: {line!r}"
+    props = {}
+    for pair in m.group(2).split():
+        name, value = pair.split("=")
+        props[name] = INF if value == "infinity" else int(value)
+    return m.group(1), props
+
+
+def no_traceback(p: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in p.stderr and "Traceback" not in p.stdout, p.stderr
+
+
+def one_error_line(p: subprocess.CompletedProcess, code: int) -> str:
+    no_traceback(p)
+    assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("memqos-systemd: error: "), lines[0]
+    return lines[0]
+
+
+def free_port() -> int:
+    """A 127.0.0.1 port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Node:
+    """The example node (examples/) as files in tmp_path, and the CLI pointed at the fake's bus."""
+
+    def __init__(self, fake, tmp_path: Path):
+        if EXAMPLES is None:
+            pytest.skip("examples/ not found above tests/")
+        self.fake = fake
+        self.tmp = tmp_path
+        self.address = fake.address if fake is not None else f"unix:path={tmp_path}/no-bus-here"
+        self.pods_doc = json.loads((EXAMPLES / "pods.json").read_text())
+        self.pods_path = tmp_path / "pods.json"
+        self.pods_path.write_text(json.dumps(self.pods_doc))
+        self.base_config = yaml.safe_load((EXAMPLES / "config.yaml").read_text())
+        if read_meminfo() < 4 << 30:
+            # A small test machine: keep allocatable positive (the example reserves 1.6Gi).
+            self.base_config.update(kubeReserved={"memory": "64Mi"}, systemReserved={"memory": "32Mi"})
+        self.config = self.write_config(podsFile=str(self.pods_path))
+        self.cgroup = tmp_path / "cgroup"
+        self.cgroup.mkdir()
+
+    def write_config(self, name: str = "config.yaml", **changes) -> Path:
+        path = self.tmp / name
+        path.write_text(yaml.safe_dump({**self.base_config, **changes}))
+        return path
+
+    def cli(self, *args, config: Path | None = None, address: str | None = None) -> subprocess.CompletedProcess:
+        env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=address or self.address, MEMQOS_CGROUP_FS=str(self.cgroup),
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(CODE_ROOT), os.environ.get("PYTHONPATH")])))
+        env.pop("JOURNAL_STREAM", None)
+        env.pop("NOTIFY_SOCKET", None)
+        argv = [sys.executable, "-m", "memqos_systemd", *map(str, args)]
+        if config is not None or (args and args[0] != "plan"):
+            argv += ["--config", str(config or self.config)]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
+                              timeout=60, cwd=str(self.tmp))
+
+    def plan(self) -> dict[str, dict]:
+        """unit -> the properties `plan` says it should hold on this machine (MemTotal, OS page size),
+        for examples/ as they are (computed once: it depends on nothing else)."""
+        if not _PLAN:
+            p = self.cli("plan", "--pods", EXAMPLES / "pods.json", "--output", "json", config=self.config)
+            assert p.returncode == 0, p.stderr
+            _PLAN.update({u["unit"]: {"level": u["level"], "MemoryMin": u["MemoryMin"], "MemoryLow": u["MemoryLow"],
+                                      "MemoryHigh": INF if u["MemoryHigh"] == "infinity" else u["MemoryHigh"]}
+                          for u in json.loads(p.stdout)["units"]})
+        return dict(_PLAN)
+
+    def start_kubelet_units(self, plan: dict[str, dict]) -> None:
+        """Load what the kubelet and containerd would have started: every planned unit but the
+        reserved slices (left for SetUnitProperties to create), at systemd's defaults."""
+        for unit in plan:
+            if unit not in RESERVED:
+                self.fake.add_unit(unit)
+
+    def start_applied(self, plan: dict[str, dict]) -> None:
+        """A node `apply` has already brought to the plan: every planned unit holds its values."""
+        for unit, props in plan.items():
+            self.fake.add_unit(unit, transient=unit not in RESERVED, memory=want(props))
+
+    def memory(self, unit: str) -> dict | None:
+        u = self.fake.unit(unit)
+        return None if u is None else dict(u.memory)
+
+    def sets(self) -> list[tuple[str, dict]]:
+        out = []
+        for call in self.fake.calls_to("SetUnitProperties"):
+            assert call.args[1] is True, "runtime=false would survive a reboot"
+            out.append((call.args[0], {name: value.value for name, value in call.args[2]}))
+        return out
+
+    def kernel(self, cgroup: str, values: dict) -> None:
+        d = self.cgroup / cgroup
+        d.mkdir(parents=True, exist_ok=True)
+        for prop, fname in (("MemoryMin", "memory.min"), ("MemoryLow", "memory.low"), ("MemoryHigh", "memory.high")):
+            v = values[prop]
+            (d / fname).write_text("max\n" if v == INF else f"{v}\n")
+
+
+_PLAN: dict[str, dict] = {}
+
+
+def want(props: dict) -> dict:
+    return {k: props[k] for k in DEFAULTS}
+
+
+@pytest.fixture
+def node(fake_systemd, tmp_path) -> Node:
+    return Node(fake_systemd, tmp_path)
+
+
+# ====================================================================== apply --once
+def test_dry_run_prints_the_calls_and_sends_nothing_then_apply_sends_them_then_a_steady_node_sends_none(node):
+    plan = node.plan()
+    assert len(plan) == 19  # 2 QoS + node + 2 reserved + 6 pods + 8 containers (see test_cli_plan)
+    node.start_kubelet_units(plan)
+    node.fake.clear_calls()
+
+    dry = node.cli("apply", "--once", "--dry-run")
+    no_traceback(dry)
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+    calls = [parse_call_line(line) for line in lines]
+    assert lines and len(lines) == len(calls)
+    assert dry.stderr.strip().splitlines()[-1] == f"dry run: {len(lines)} call(s) would be made; nothing changed"
+    # Nothing was sent, nothing was created, every unit still holds systemd's defaults.
+    assert node.fake.calls_to("SetUnitProperties") == []
+    assert node.fake.created == []
+    assert all(node.memory(u) == DEFAULTS for u in plan if u not in RESERVED)
+    assert node.memory("kube.slice") is None
+    # Every unit whose plan differs from the defaults is named; nothing else is.
+    assert {u for u, _ in calls} == {u for u, p in plan.items() if want(p) != DEFAULTS}
+
+    applied = node.cli("apply", "--once")
+    no_traceback(applied)
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout == ""  # the calls are only echoed by --dry-run
+    assert applied.stderr.strip().splitlines()[-1] == f"{len(calls)} change(s) applied"
+    # Exactly the calls the dry run announced, in the same order.
+    sent = node.sets()
+    assert sent == calls
+    for unit, props in plan.items():
+        assert node.memory(unit) == want(props), unit
+    assert sorted(node.fake.created) == sorted(RESERVED)  # systemd made the reserved slices
+    # Protection grows parents first: the node slice, the QoS slice, the pod, its container.
+    lows = [u for u, p in sent if "MemoryLow" in p and p["MemoryLow"] > 0]
+    assert lows.index("kubepods.slice") < lows.index("kubepods-burstable.slice") < lows.index(INDEXER_POD) \
+        < lows.index(INDEXER_SCOPE)
+    mins = [u for u, p in sent if p.get("MemoryMin", 0) > 0]
+    assert mins.index("kubepods.slice") < mins.index(LEDGER_POD) < mins.index(LEDGER_SCOPE)
+
+    node.fake.clear_calls()
+    again = node.cli("apply", "--once")
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.strip().splitlines()[-1] == "0 change(s) applied"
+    assert node.fake.calls_to("SetUnitProperties") == []
+
+
+def test_a_deleted_pod_is_brought_back_to_defaults_children_first(node):
+    plan = node.plan()
+    node.start_kubelet_units(plan)
+    assert node.cli("apply", "--once").returncode == 0
+    # The indexer pod is deleted from the API but its units are still there (the kubelet is slow).
+    node.pods_doc["items"] = [p for p in node.pods_doc["items"] if p["metadata"]["name"] != "indexer-5f8d9c7b6-qq4rt"]
+    node.pods_path.write_text(json.dumps(node.pods_doc))
+    node.fake.clear_calls()
+    p = node.cli("apply", "--once")
+    assert p.returncode == 0, p.stderr
+    order = [u for u, _ in node.sets()]
+    assert node.memory(INDEXER_POD) == DEFAULTS and node.memory(INDEXER_SCOPE) == DEFAULTS
+    assert node.memory("kubepods-burstable.slice")["MemoryLow"] == plan["kubepods-burstable.slice"]["MemoryLow"] - 2**30
+    # Shrinking: children before their parents.
+    assert order.index(INDEXER_SCOPE) < order.index(INDEXER_POD) < order.index("kubepods-burstable.slice") \
+        < order.index("kubepods.slice")
+
+
+def test_an_empty_pod_list_while_pod_slices_exist_lowers_no_protection(node):
+    plan = node.plan()
+    node.start_applied(plan)
+    node.pods_path.write_text(json.dumps({"kind": "PodList", "apiVersion": "v1", "items": []}))
+    node.fake.clear_calls()
+    p = node.cli("apply", "--once")
+    no_traceback(p)
+    assert p.returncode == 0, p.stderr
+    assert "lists no pods but pod slices exist; not lowering anything" in p.stderr
+    # Every protection stays; what may go is a throttle (MemoryHigh raised to infinity), never lowered.
+    for unit, props in node.sets():
+        assert set(props) == {"MemoryHigh"} and props["MemoryHigh"] == INF, (unit, props)
+    for unit, props in plan.items():
+        held = node.memory(unit)
+        assert (held["MemoryMin"], held["MemoryLow"]) == (props["MemoryMin"], props["MemoryLow"]), unit
+        assert held["MemoryHigh"] >= props["MemoryHigh"], unit
+
+
+def _broken_sources(node: Node) -> dict:
+    garbage = node.tmp / "garbage.bin"
+    garbage.write_bytes(bytes(range(256)) * 4)
+    truncated = node.tmp / "truncated.json"
+    truncated.write_text(json.dumps(node.pods_doc)[:5000])
+    deployment = node.tmp / "deployment.yaml"
+    deployment.write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n")
+    port = free_port()
+    return {
+        "missing podsFile": ({"podsFile": str(node.tmp / "gone.json")}, ["gone.json", "No such file"]),
+        "binary garbage": ({"podsFile": str(garbage)}, ["garbage.bin", "not UTF-8"]),
+        "half-written JSON": ({"podsFile": str(truncated)}, ["truncated.json", "not valid JSON or YAML"]),
+        "a Deployment": ({"podsFile": str(deployment)}, ["deployment.yaml", "Deployment"]),
+        "kubelet on a closed port": ({"kubelet": {"url": f"http://127.0.0.1:{port}/pods", "timeout": "3s"}},
+                                     [f"127.0.0.1:{port}", "connection refused"]),
+    }
+
+
+@pytest.mark.parametrize("case", ["missing podsFile", "binary garbage", "half-written JSON", "a Deployment",
+                                  "kubelet on a closed port"])
+def test_apply_with_a_broken_pod_source_exits_1_and_sends_nothing(node, case):
+    plan = node.plan()
+    node.start_applied(plan)
+    node.fake.clear_calls()
+    changes, needles = _broken_sources(node)[case]
+    config = node.write_config("broken.yaml", **changes)
+    # (--dry-run fails the same way; checked once, for the first case)
+    for args in (["apply", "--once"], ["apply", "--once", "--dry-run"])[:2 if case == "missing podsFile" else 1]:
+        p = node.cli(*args, config=config)
+        line = one_error_line(p, 1)
+        assert line.endswith("; nothing changed"), line
+        for needle in needles:
+            assert needle in line, (needle, line)
+        assert p.stdout == ""
+    assert node.fake.calls_to("SetUnitProperties") == []
+    for unit, props in plan.items():
+        assert node.memory(unit) == want(props), unit
+
+
+ACCESS_DENIED = "org.freedesktop.DBus.Error.AccessDenied"
+
+
+def test_apply_refused_by_systemd_midway_exits_1_and_the_next_apply_finishes(node):
+    plan = node.plan()
+    node.start_kubelet_units(plan)
+    node.fake.clear_calls()
+    node.fake.fail_next("SetUnitProperties", ACCESS_DENIED, "Access denied")
+    p = node.cli("apply", "--once")
+    line = one_error_line(p, 1)
+    # The first call (the node slice, parents first) was refused; nothing after it was sent.
+    assert line.startswith("memqos-systemd: error: 0 change(s) applied, stopped at kubepods.slice: "), line
+    assert "access denied" in line and "change(s) not sent" in line
+    assert len(node.sets()) == 1  # the refused call only
+    assert all(node.memory(u) == DEFAULTS for u in plan if u not in RESERVED)
+
+    again = node.cli("apply", "--once")
+    assert again.returncode == 0, again.stderr
+    for unit, props in plan.items():
+        assert node.memory(unit) == want(props), unit
+
+
+def test_apply_with_bad_config_exits_2_and_sends_nothing(node):
+    node.start_kubelet_units(node.plan())
+    node.fake.clear_calls()
+    config = node.write_config("bad.yaml", podsFile=str(node.pods_path), memoryThrottlingFactor=1.5)
+    line = one_error_line(node.cli("apply", "--once", config=config), 2)
+    assert "memoryThrottlingFactor: 1.5" in line
+    assert node.fake.calls == []
+
+
+@pytest.mark.parametrize("command", [["apply", "--once", "--dry-run"], ["reset"], ["status", "--output", "json"]])
+def test_systemd_unreachable_exits_1_with_one_line(tmp_path, command):
+    node = Node(None, tmp_path)  # DBUS_SYSTEM_BUS_ADDRESS: a socket that does not exist
+    p = node.cli(*command)
+    line = one_error_line(p, 1)
+    assert "cannot reach systemd" in line and "No such file" in line, line
+    assert p.stdout == ""
+
+
+@pytest.mark.parametrize("command", [["apply", "--once"], ["reset"]])
+def test_bus_up_but_systemd_not_on_it_exits_1_with_one_line(dbus_daemon, tmp_path, command):
+    node = Node(None, tmp_path)
+    line = one_error_line(node.cli(*command, address=dbus_daemon.address), 1)
+    assert "systemd" in line, line
+
+
+# ====================================================================== reset
+def test_reset_dry_run_then_reset_brings_our_units_to_defaults_children_first(node):
+    plan = node.plan()
+    node.start_applied(plan)
+    # Not ours: a getty slice with its own values, and a slice that only looks like a pod slice.
+    getty = {"MemoryMin": 64 << 20, "MemoryLow": 128 << 20, "MemoryHigh": 1 << 30}
+    node.fake.add_unit("system-getty.slice", memory=getty)
+    node.fake.add_unit("kubepods-burstable-podnot_a_uid.slice", memory=getty)
+    node.fake.clear_calls()
+
+    dry = node.cli("reset", "--dry-run")
+    no_traceback(dry)
+    assert dry.returncode == 0, dry.stderr
+    calls = [parse_call_line(line) for line in dry.stdout.splitlines()]
+    assert dry.stderr.strip().splitlines()[-1] == f"dry run: {len(calls)} call(s) would be made; nothing changed"
+    assert node.fake.calls_to("SetUnitProperties") == []
+    assert {u for u, _ in calls} == {u for u, p in plan.items() if want(p) != DEFAULTS}
+    for unit, props in calls:
+        assert props == {k: v for k, v in DEFAULTS.items() if plan[unit][k] != v}, unit
+
+    p = node.cli("reset")
+    no_traceback(p)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.strip() == f"reset: {len(calls)} change(s) applied"
+    assert node.sets() == calls
+    for unit in plan:
+        assert node.memory(unit) == DEFAULTS, unit
+    assert node.memory("system-getty.slice") == getty
+    assert node.memory("kubepods-burstable-podnot_a_uid.slice") == getty
+    # Children before parents: every container, then every pod, then the QoS slices, then the top.
+    rank = {"container": 0, "pod": 1, "qos": 2, "node": 3, "reserved": 3}
+    ranks = [rank[plan[u]["level"]] for u, _ in calls]
+    assert ranks == sorted(ranks)
+
+    node.fake.clear_calls()
+    again = node.cli("reset")
+    assert again.returncode == 0 and again.stderr.strip() == "reset: 0 change(s) applied"
+    assert node.fake.calls_to("SetUnitProperties") == []
+
+
+def test_reset_refused_by_systemd_exits_1_with_one_line(node):
+    plan = node.plan()
+    node.start_applied(plan)
+    node.fake.clear_calls()
+    node.fake.fail_next("SetUnitProperties", ACCESS_DENIED, "Access denied")
+    line = one_error_line(node.cli("reset"), 1)
+    assert line.startswith("memqos-systemd: error: reset: 0 change(s) applied, stopped at "), line
+    assert "access denied" in line
+    assert len(node.sets()) == 1
+    for unit, props in plan.items():
+        assert node.memory(unit) == want(props), unit
+
+
+def test_reset_warns_when_the_service_is_running(node):
+    node.start_applied(node.plan())
+    node.fake.add_unit("memqos-systemd.service", active_state="active")
+    p = node.cli("reset")
+    no_traceback(p)
+    assert p.returncode == 0
+    assert "memqos-systemd.service is running and will re-apply its plan; stop it first" in p.stderr
+    assert node.memory("kubepods.slice") == DEFAULTS
+
+
+# ====================================================================== status
+def test_status_json_shows_desired_systemd_kernel_and_flags_drift(node):
+    plan = node.plan()
+    node.start_kubelet_units(plan)
+    # An orphan of ours: a pod slice the pod source no longer lists, still holding values.
+    orphan = "kubepods-burstable-pod11111111_2222_4333_8444_555555555555.slice"
+    node.fake.add_unit(orphan, memory={"MemoryLow": 1 << 20})
+    assert node.cli("apply", "--once").returncode == 0
+    assert node.memory(orphan) == DEFAULTS  # apply resets orphans
+    # Drift in systemd: someone ran `systemctl set-property kubepods-burstable.slice MemoryLow=1M`.
+    node.fake.remove_unit("kubepods-burstable.slice")
+    node.fake.add_unit("kubepods-burstable.slice", memory={**want(plan["kubepods-burstable.slice"]), "MemoryLow": 1 << 20})
+    # The kernel agrees with systemd for kubepods.slice, and not for the ledger's container scope.
+    node.kernel("kubepods.slice", want(plan["kubepods.slice"]))
+    ledger_cgroup = f"kubepods.slice/{LEDGER_POD}/{LEDGER_SCOPE}"
+    node.kernel(ledger_cgroup, {**want(plan[LEDGER_SCOPE]), "MemoryMin": 0})
+
+    node.fake.clear_calls()
+    p = node.cli("status", "--output", "json")
+    no_traceback(p)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert set(doc) == {"units", "drift"}
+    rows = {r["unit"]: r for r in doc["units"]}
+    for r in doc["units"]:
+        assert set(r) == {"unit", "level", "cgroup", "desired", "systemd", "kernel", "drift"}
+    assert set(plan) <= set(rows)
+
+    top = rows["kubepods.slice"]
+    assert top["level"] == "node" and top["cgroup"] == "kubepods.slice"
+    assert top["desired"] == top["systemd"] == top["kernel"] == want(plan["kubepods.slice"])
+    assert top["drift"] is False
+
+    qos = rows["kubepods-burstable.slice"]
+    assert qos["desired"] == want(plan["kubepods-burstable.slice"])
+    assert qos["systemd"]["MemoryLow"] == 1 << 20
+    assert qos["kernel"] is None  # no cgroup files for it
+    assert qos["drift"] is True
+
+    scope = rows[LEDGER_SCOPE]
+    assert scope["level"] == "container" and scope["cgroup"] == ledger_cgroup
+    assert scope["desired"] == scope["systemd"] == want(plan[LEDGER_SCOPE])
+    assert scope["kernel"]["MemoryMin"] == 0  # systemd holds 2Gi; the kernel does not
+    assert scope["drift"] is True
+
+    assert rows[orphan]["level"] == "unplanned" and rows[orphan]["desired"] is None
+    assert rows[orphan]["systemd"] == DEFAULTS and rows[orphan]["drift"] is False
+    # The reserved slices were created by apply and hold their reservation.
+    assert rows["kube.slice"]["systemd"] == want(plan["kube.slice"]) and rows["kube.slice"]["drift"] is False
+    assert doc["drift"] == sum(r["drift"] for r in doc["units"]) == 2
+
+    table = node.cli("status", "--output", "table")
+    assert table.returncode == 0, table.stderr
+    drift_lines = [line for line in table.stdout.splitlines() if line.endswith("DRIFT")]
+    assert sorted(line.split()[0] for line in drift_lines) == sorted(["kubepods-burstable.slice", LEDGER_SCOPE])
+    assert f"{len(rows)} unit(s), 2 with drift" in table.stdout
+    assert node.fake.calls_to("SetUnitProperties") == []  # status only reads
+
+
+def test_status_with_a_broken_pod_source_still_shows_systemd(node):
+    plan = node.plan()
+    node.start_applied(plan)
+    config = node.write_config("broken.yaml", podsFile=str(node.tmp / "gone.json"))
+    p = node.cli("status", "--output", "json", config=config)
+    no_traceback(p)
+    assert p.returncode == 0
+    assert "gone.json" in p.stderr and "showing what systemd and the kernel hold only" in p.stderr
+    rows = {r["unit"]: r for r in json.loads(p.stdout)["units"]}
+    assert rows["kubepods.slice"]["systemd"] == want(plan["kubepods.slice"])
+    assert rows["kubepods.slice"]["desired"] is None
+
+
+# ====================================================================== check
+def _this_host_cgroup_error():
+    return next((f for f in check_node() if f.what == "cgroup v2" and f.level == "error"), None)
+
+
+def test_check_reports_the_fake_systemd_and_this_hosts_findings(node):
+    p = node.cli("check")
+    no_traceback(p)
+    assert p.stderr == ""
+    lines = p.stdout.splitlines()
+    assert f"ok    D-Bus: connected to systemd {FAKE_VERSION}" in lines
+    assert f"ok    pods: file {node.pods_path} answered with 6 pods" in lines
+    assert any(line.startswith("ok    config: policy TieredReservation, hierarchy effective; set: ") for line in lines)
+    # Whatever this machine is, check says what check_node says about it, one line each.
+    host = check_node(systemd=FAKE_VERSION)
+    for f in host:
+        assert f"{f.level:5} {f.what}: {f.detail}" in lines, f
+    for line in lines:
+        assert line.split(" ", 1)[0] in ("ok", "warn", "error"), line
+    assert p.returncode == (1 if any(f.level == "error" for f in host) else 0)
+
+
+def test_check_on_a_host_without_unified_cgroup_v2_exits_1_naming_it(node):
+    problem = _this_host_cgroup_error()
+    if problem is None:
+        pytest.skip("this host has the unified cgroup v2 hierarchy")
+    p = node.cli("check")
+    no_traceback(p)
+    assert p.returncode == 1
+    errors = [line for line in p.stdout.splitlines() if line.startswith("error")]
+    assert errors == [f"error cgroup v2: {problem.detail}"]
+    assert "systemd.unified_cgroup_hierarchy=1" in errors[0]
+
+
+def test_check_with_systemd_unreachable_exits_1(tmp_path):
+    node = Node(None, tmp_path)
+    p = node.cli("check")
+    no_traceback(p)
+    assert p.returncode == 1
+    errors = [line for line in p.stdout.splitlines() if line.startswith("error")]
+    assert errors[0].startswith("error D-Bus: cannot reach systemd: ")
+
+
+def test_check_warns_about_the_kubelets_memoryqos_gate_and_a_dead_kubelet(node):
+    kubelet_config = node.tmp / "kubelet.yaml"
+    kubelet_config.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+                              "featureGates: {MemoryQoS: true}\n")
+    port = free_port()
+    config = node.write_config("gate.yaml", kubeletConfigFile=str(kubelet_config),
+                               kubelet={"url": f"http://127.0.0.1:{port}/pods", "timeout": "3s"})
+    p = node.cli("check", config=config)
+    no_traceback(p)
+    warns = [line for line in p.stdout.splitlines() if line.startswith("warn")]
+    assert any("MemoryQoS feature gate is on" in w and "fight" in w for w in warns), p.stdout
+    assert any(w.startswith(f"warn  pods: kubelet http://127.0.0.1:{port}/pods: connection refused") for w in warns)
+
+
+@pytest.mark.parametrize("changes, commands, needle", [
+    ({"hierarchy": "flat"}, ["apply", "reset", "status", "check", "run"], "hierarchy: 'flat'"),
+    # A reserved cgroup that is one of the pod slices: reset used to die with a traceback here,
+    # after it had reached systemd.
+    ({"kubeReservedCgroup": "/kubepods.slice"}, ["reset", "apply"], "kubeReservedCgroup: '/kubepods.slice'"),
+], ids=["wrong value", "reserved slice is kubepods.slice"])
+def test_bad_config_is_exit_2_for_the_daemon_commands(node, changes, commands, needle):
+    node.start_applied(node.plan())
+    node.fake.clear_calls()
+    config = node.write_config("bad.yaml", podsFile=str(node.pods_path), **changes)
+    for command in commands:
+        line = one_error_line(node.cli(command, config=config), 2)
+        assert needle in line and str(config) in line, (command, line)
+    assert node.fake.calls == []
+
+
+# ====================================================================== run
+def test_run_on_a_host_without_unified_cgroup_v2_exits_1_with_one_log_line(node):
+    problem = _this_host_cgroup_error()
+    if problem is None:
+        pytest.skip("this host has the unified cgroup v2 hierarchy; run would start the service")
+    p = node.cli("run")
+    no_traceback(p)
+    assert p.returncode == 1
+    assert p.stderr.strip().splitlines() == [f"error: preflight: cgroup v2: {problem.detail}"]
+    assert node.fake.calls_to("SetUnitProperties") == []

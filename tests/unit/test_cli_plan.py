@@ -303,7 +303,10 @@ def test_table_lists_every_unit(example_args):
 
 def test_table_is_the_default_on_a_terminal(example_args):
     env = dict(os.environ, PYTHONPATH=str(CODE_ROOT))
-    master, slave = pty.openpty()
+    try:
+        master, slave = pty.openpty()
+    except OSError as e:  # a build chroot without /dev/ptmx
+        pytest.skip(f"no pseudo-terminal: {e}")
     try:
         proc = subprocess.Popen([sys.executable, "-m", "memqos_systemd", "plan", *example_args], stdout=slave,
                                 stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, cwd=str(CODE_ROOT))

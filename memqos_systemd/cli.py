@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from . import __version__
 from .config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
-from .plan import INFINITY, NodeFacts, Plan, PlanError, UnitPlan, plan
+from .plan import INFINITY, MAX_PAGE_SIZE, NodeFacts, Plan, PlanError, UnitPlan, plan
 from .pods import PodsError, parse_pods
 from .quantity import QuantityError, format_bytes, parse_bytes
 
@@ -101,8 +101,8 @@ def _page_size(arg: str | None) -> int:
         value = int(arg)
     except ValueError:
         raise UsageError(f"--page-size: {arg!r} is not a whole number of bytes") from None
-    if value <= 0 or value & (value - 1):
-        raise UsageError(f"--page-size: {arg} must be a positive power of two")
+    if value <= 0 or value & (value - 1) or value > MAX_PAGE_SIZE:
+        raise UsageError(f"--page-size: {arg} must be a power of two up to {MAX_PAGE_SIZE} (e.g. 4096)")
     return value
 
 

@@ -54,8 +54,14 @@ def naming_for(config: Config) -> Naming:
 
 
 def grow_only(changes: list[Change]) -> list[Change]:
-    """While holding, only changes that raise values are sent (never lower a protection)."""
-    return [c for c in changes if c.direction == "grow"]
+    """While holding, only raised protections are sent: no MemoryMin/MemoryLow goes down, and no
+    MemoryHigh moves either way (suspect pod data must not lift or add a throttle)."""
+    out = []
+    for c in changes:
+        props = {k: v for k, v in c.props.items() if k != "MemoryHigh"}
+        if c.direction == "grow" and props:
+            out.append(Change(c.unit, c.level, props, c.direction))
+    return out
 
 
 @dataclass

@@ -29,6 +29,7 @@ __all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "allocatabl
 
 # systemd's `infinity` for MemoryHigh (uint64 max).
 INFINITY = 2**64 - 1
+MAX_PAGE_SIZE = 1 << 30  # the largest page any kernel uses (1 GiB huge pages)
 LEVELS = ("node", "reserved", "qos", "pod", "container")
 
 
@@ -122,8 +123,8 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
     """The desired MemoryMin/MemoryLow/MemoryHigh of every unit we manage."""
     if node.capacity <= 0:
         raise PlanError(f"node memory capacity {node.capacity} must be positive")
-    if node.page_size <= 0 or node.page_size & (node.page_size - 1):
-        raise PlanError(f"page size {node.page_size} must be a positive power of two")
+    if node.page_size <= 0 or node.page_size & (node.page_size - 1) or node.page_size > MAX_PAGE_SIZE:
+        raise PlanError(f"page size {node.page_size} must be a power of two up to {MAX_PAGE_SIZE}")
     alloc = allocatable(config, node.capacity)
     policy = config.memory_reservation_policy
     factor = config.memory_throttling_factor

@@ -111,9 +111,13 @@ def test_scenario(e2e_run, scenario, capsys):
     results = e2e_run["results"]
     path = os.path.join(results, scenario + ".json") if results else None
     if not path or not os.path.exists(path):
-        if e2e_run["error"]:
-            pytest.fail(f"no result for {scenario}: {e2e_run['error']}", pytrace=False)
-        pytest.fail(f"no result for {scenario} in {results}", pytrace=False)
+        partial = ""
+        log = os.path.join(results, scenario + ".log") if results else None
+        if log and os.path.exists(log):  # it was running when the VM died or timed out
+            with open(log, errors="replace") as f:
+                partial = "\n--- its output so far ---\n" + "\n".join(f.read().splitlines()[-40:])
+        pytest.fail(f"no result for {scenario}: {e2e_run['error'] or 'not run'}{partial}",
+                    pytrace=False)
     with open(path) as f:
         r = json.load(f)
     lines = [f"CHECK {'ok' if c['ok'] else 'fail'} {c['what']}" for c in r["checks"]]
@@ -141,3 +145,26 @@ def test_scenario(e2e_run, scenario, capsys):
         tail = "\n".join((r.get("stderr") or r.get("stdout") or "").splitlines()[-30:])
         pytest.fail(f"{scenario}: " + ", ".join(problems) + (f"\n{tail}" if tail else ""),
                     pytrace=False)
+
+
+def test_payload_debs_installed(e2e_run):
+    """The .deb files of the payload (build/deb/*.deb) installed offline in the guest."""
+    results = e2e_run["results"]
+    path = os.path.join(results, "install.json") if results else None
+    if not path or not os.path.exists(path):
+        pytest.fail(f"no install.json: {e2e_run['error']}", pytrace=False)
+    with open(path) as f:
+        info = json.load(f)
+    if not info["debs"]:
+        pytest.skip("no .deb in the payload (make deb puts it in build/deb/)")
+    bad = [d for d in info["debs"] if not d["ok"]]
+    for d in info["debs"]:
+        print(f"{d['deb']}: {'ok' if d['ok'] else 'FAILED'} with {d['method']} in {d['seconds']} s")
+    if bad:
+        pytest.fail("not installed: " + ", ".join(d["deb"] for d in bad) + "\n"
+                    + "\n".join(e for d in bad for e in d.get("errors", []))[-3000:],
+                    pytrace=False)
+    fallback = [d["deb"] for d in info["debs"] if d["method"] != "apt-get"]
+    if fallback:
+        pytest.fail(f"apt-get refused {fallback} offline (dpkg -i worked): a Depends is missing "
+                    "from tests/e2e/image/packages.txt", pytrace=False)

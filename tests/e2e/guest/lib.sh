@@ -32,7 +32,11 @@ wait_until() {
 # skip REASON: end the scenario as skipped.
 skip() { echo "SKIP $*"; exit 77; }
 
-# need_deb: skip unless the payload's .deb files were installed.
+# need_deb: skip if the payload has no .deb; fail if it has one that did not install.
 need_deb() {
-  [ "${MEMQOS_E2E_DEB_INSTALLED:-0}" = 1 ] || skip "no .deb installed (run 'make deb' first: build/deb/*.deb)"
+  [ -n "${MEMQOS_E2E_DEBS:-}" ] || skip "no .deb in the payload (make deb puts it in build/deb/)"
+  if [ "${MEMQOS_E2E_DEB_INSTALLED:-0}" != 1 ]; then
+    echo "CHECK fail the payload's .deb installed (see install.log in the results)"
+    exit 1
+  fi
 }

@@ -27,7 +27,7 @@ GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
 CTL_PORT = os.environ.get("MEMQOS_E2E_CTL", "/dev/virtio-ports/org.memqos.e2e.0")
 
 __all__ = [
-    "check", "check_eq", "wait_for", "skip", "log",
+    "check", "check_eq", "wait_for", "skip", "log", "need_deb",
     "SystemdError", "start_transient_unit", "stop_unit", "unit_exists", "unit_property",
     "active_state", "set_unit_properties", "control_group", "cgroup_path", "read_memory",
     "read_cgroup_file", "unit_path", "ensure_qos_slices", "pod_slice_name", "create_pod_slice",
@@ -71,6 +71,15 @@ def skip(reason):
     """End the scenario as skipped (exit code 77, SKIP line)."""
     print(f"SKIP {reason}", flush=True)
     sys.exit(77)
+
+
+def need_deb():
+    """Skip the scenario if the payload has no .deb; fail it if one did not install."""
+    if not os.environ.get("MEMQOS_E2E_DEBS"):
+        skip("no .deb in the payload (make deb puts it in build/deb/)")
+    if os.environ.get("MEMQOS_E2E_DEB_INSTALLED") != "1":
+        check(False, "the payload's .deb installed (see install.log in the results)")
+        sys.exit(1)
 
 
 # --------------------------------------------------------------------------- D-Bus / systemd

@@ -234,10 +234,10 @@ mv "$tmp" "$out"
 log "built $out in $((end - start)) s (kernel $kver)"
 # Keep the cache bounded (~0.75 GiB an image): this image plus the two newest others (other
 # checkouts may still use those).
-ls -1dt "$cache"/*/ 2>/dev/null | sed 's:/$::' | grep -vxF "$out" | tail -n +3 |
-  while read -r old; do
-    [ -f "$old/image.json" ] || continue
-    log "pruning old image $old"
-    safe_remove "$old" || true
-  done
+others=$(ls -1dt "$cache"/*/ 2>/dev/null | sed 's:/$::' | grep -vxF "$out" || true)
+for old in $(printf '%s\n' "$others" | tail -n +3); do
+  [ -f "$old/image.json" ] || continue
+  log "pruning old image $old"
+  safe_remove "$old" || true
+done
 echo "$out"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import __version__
+from .documents import DocumentError, decode
 from .config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
 from .plan import INFINITY, MAX_PAGE_SIZE, NodeFacts, Plan, PlanError, UnitPlan, plan
 from .pods import PodsError, parse_pods
@@ -56,25 +57,10 @@ def _read_pods(arg: str) -> Any:
         raise UsageError(f"--pods {arg}: cannot read: {e.strerror or e}") from None
     if len(data) > MAX_PODS_INPUT:
         raise UsageError(f"--pods {where}: larger than {MAX_PODS_INPUT >> 20} MiB")
-    text = data.lstrip()
-    if not text:
-        raise UsageError(f"--pods {where}: empty")
     try:
-        if text[:1] in (b"{", b"["):
-            return json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        pass  # YAML is a superset of JSON; let it report the error position
-    except RecursionError:
-        raise UsageError(f"--pods {where}: nested too deeply") from None
-    try:
-        return yaml.safe_load(data)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise UsageError(f"--pods {where}: not JSON or YAML{at}: {problem}") from None
-    except RecursionError:
-        raise UsageError(f"--pods {where}: nested too deeply") from None
+        return decode(data)
+    except DocumentError as e:
+        raise UsageError(f"--pods {where}: {e}") from None
 
 
 def _node_memory(arg: str | None) -> int:

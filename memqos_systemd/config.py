@@ -21,6 +21,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from .documents import DocumentError, decode
+from .naming import valid_slice_name
 from .quantity import QuantityError, parse_bytes, parse_quantity
 
 __all__ = [
@@ -107,7 +109,7 @@ def _show(value: Any) -> str:
     # Maps and lists go through the YAML dumper, which keeps aliases as aliases: str() of an
     # alias bomb ("billion laughs") would expand it and never return.
     if isinstance(value, (dict, list)):
-        text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+        text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().replace("\n", "\\n")
     else:
         text = repr(value) if isinstance(value, str) else str(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -190,8 +192,7 @@ def _cgroup_path(src, key, value) -> str:
 
 def _reserved_cgroup(src, key, value) -> str:
     value = _cgroup_path(src, key, value)
-    last = value.rstrip("/").rsplit("/", 1)[-1]
-    if not re.fullmatch(r"[A-Za-z0-9:_.\\-]+\.slice", last) or last.startswith("-"):
+    if not valid_slice_name(value.rstrip("/").rsplit("/", 1)[-1]):
         raise _fail(src, key, value, "must name a systemd slice (its last element must end in .slice, e.g. /kube.slice)")
     return value
 
@@ -367,15 +368,12 @@ def read_yaml(path: str | Path, what: str = "config") -> Any:
         raise ConfigError(f"{p}: cannot read {what}: {e.strerror or e}") from None
     if len(data) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{p}: {what} is larger than {MAX_CONFIG_BYTES} bytes")
+    if not data.strip():
+        return None  # an empty config file means the defaults
     try:
-        return yaml.safe_load(data)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{p}: not valid YAML{where}: {problem}") from None
-    except RecursionError:
-        raise ConfigError(f"{p}: not valid YAML: nested too deeply") from None
+        return decode(data)
+    except DocumentError as e:
+        raise ConfigError(f"{p}: {e}") from None
 
 
 def kubelet_config_subset(doc: Any, src: str) -> tuple[dict, bool]:

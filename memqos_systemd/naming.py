@@ -29,6 +29,13 @@ _ROOT_PART = re.compile(r"[A-Za-z0-9_.:]+")
 _QOS = {"Guaranteed": None, "Burstable": "burstable", "BestEffort": "besteffort"}
 
 
+def _q(value: object) -> str:
+    """A value quoted for a message: one line, bounded (UIDs and IDs come from outside)."""
+    text = value if isinstance(value, str) else repr(value)
+    shown = repr(text[:81])[1:-1]
+    return f"'{shown[:79]}…'" if len(shown) > 80 else f"'{shown}'"
+
+
 class NamingError(ValueError):
     """A name that is not one of ours (the message says which and why)."""
 
@@ -40,12 +47,12 @@ def valid_pod_uid(uid: object) -> bool:
 def parse_container_id(raw: object) -> tuple[str, str]:
     """`containerd://<64 hex>` -> ("containerd", id). Raises NamingError otherwise."""
     if not isinstance(raw, str) or "://" not in raw:
-        raise NamingError(f"containerID {raw!r} is not <runtime>://<id>")
+        raise NamingError(f"containerID {_q(raw)} is not <runtime>://<id>")
     runtime, _, cid = raw.partition("://")
     if runtime not in RUNTIME_SCOPE_PREFIX:
-        raise NamingError(f"containerID {raw!r}: runtime {runtime!r} is not one of {', '.join(RUNTIME_SCOPE_PREFIX)}")
+        raise NamingError(f"containerID {_q(raw)}: runtime {_q(runtime)} is not one of {', '.join(RUNTIME_SCOPE_PREFIX)}")
     if not _CONTAINER_ID.fullmatch(cid):
-        raise NamingError(f"containerID {raw!r}: id is not 64 lowercase hex digits")
+        raise NamingError(f"containerID {_q(raw)}: id is not 64 lowercase hex digits")
     return runtime, cid
 
 
@@ -58,9 +65,18 @@ def container_scope(raw_container_id: str) -> str:
 def reserved_slice(cgroup_path: str) -> str:
     """`/kube.slice` -> `kube.slice`; `/a.slice/a-b.slice` -> `a-b.slice` (the leaf)."""
     last = cgroup_path.rstrip("/").rsplit("/", 1)[-1]
-    if not last.endswith(".slice") or not re.fullmatch(r"[A-Za-z0-9:_.\\-]+", last) or last in ("-.slice",):
-        raise NamingError(f"reserved cgroup {cgroup_path!r} does not end in a systemd slice name")
+    if not valid_slice_name(last):
+        raise NamingError(f"reserved cgroup {_q(cgroup_path)} does not end in a systemd slice name")
     return last
+
+
+# A slice name systemd accepts and places where its name says: '-' separates levels, so no
+# part may be empty ('a-.slice', 'a--b.slice', '-a.slice' are refused); no escapes.
+_SLICE_NAME = re.compile(r"[A-Za-z0-9:_.]+(?:-[A-Za-z0-9:_.]+)*\.slice")
+
+
+def valid_slice_name(name: object) -> bool:
+    return isinstance(name, str) and len(name) <= 255 and bool(_SLICE_NAME.fullmatch(name))
 
 
 def _escape(part: str) -> str:
@@ -131,7 +147,7 @@ class Naming:
 
     def pod_slice(self, qos: str, uid: str) -> str:
         if not valid_pod_uid(uid):
-            raise NamingError(f"pod UID {uid!r} is not a UUID (or a static pod's 32-hex UID)")
+            raise NamingError(f"pod UID {_q(uid)} is not a UUID (or a static pod's 32-hex UID)")
         level = _QOS[qos]
         middle = self._prefix if level is None else f"{self._prefix}-{level}"
         return f"{middle}-pod{_escape(uid)}.slice"

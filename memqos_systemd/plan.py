@@ -15,6 +15,7 @@ so every number can be table-tested. Where the numbers come from:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -22,8 +23,8 @@ from fractions import Fraction
 
 from .config import Config
 from .naming import Naming, NamingError, container_scope, reserved_slice
-from .pods import Pod
-from .quantity import format_bytes
+from .pods import Pod, one_line
+from .quantity import MAX_BYTES, format_bytes
 
 __all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "allocatable", "memory_high", "plan"]
 
@@ -153,11 +154,11 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
         try:
             pod_unit = naming.pod_slice(pod.qos, pod.uid)
         except NamingError as e:
-            warnings.append(f"pod {pod.key}: {e}; not planned")
+            warnings.append(f"pod {pod.display}: {e}; not planned")
             continue
         if pod_unit in seen_units:
             # Two pods with one UID (parse_pods drops such copies; callers may not).
-            warnings.append(f"pod {pod.key}: {pod_unit} is claimed twice; not planned")
+            warnings.append(f"pod {pod.display}: {pod_unit} is claimed twice; not planned")
             continue
         seen_units.add(pod_unit)
         kind = _protection(policy, pod.qos)
@@ -170,10 +171,10 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
             try:
                 scope = container_scope(c.container_id)
             except NamingError as e:
-                warnings.append(f"pod {pod.key} container {c.name!r}: {e}; not planned")
+                warnings.append(f"pod {pod.display} container {one_line(c.name)!r}: {e}; not planned")
                 continue
             if scope in seen_units:
-                warnings.append(f"pod {pod.key} container {c.name!r}: {scope} is claimed twice; not planned")
+                warnings.append(f"pod {pod.display} container {one_line(c.name)!r}: {scope} is claimed twice; not planned")
                 continue
             seen_units.add(scope)
             cmin, clow = _amounts(kind, c.request)
@@ -185,7 +186,7 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
             need_min = sum(c.memory_min for c in children)
             need_low = sum(c.memory_low for c in children)
             if need_min > pmin or need_low > plow:
-                warnings.append(f"pod {pod.key}: containers request more than the pod ({request} bytes);"
+                warnings.append(f"pod {pod.display}: containers request more than the pod ({request} bytes);"
                                 f" pod slice raised to cover them")
                 pmin, plow = max(pmin, need_min), max(plow, need_low)
         phigh = INFINITY
@@ -226,8 +227,16 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
             root_units.append(UnitPlan(name, "node", parent, node_min, node_low, INFINITY))
             parent = name
     node_unit = UnitPlan(node_slice, "node", parent, node_min, node_low, INFINITY)
-    units = (*root_units, node_unit, *reserved_units, *qos_units, *pod_units, *container_units)
+    units = _fit((*root_units, node_unit, *reserved_units, *qos_units, *pod_units, *container_units))
     return Plan(node.capacity, alloc, units, tuple(warnings))
+
+
+def _fit(units: tuple[UnitPlan, ...]) -> tuple[UnitPlan, ...]:
+    """Every value a uint64 systemd accepts: absurd requests summed past 2**63-1 are held there."""
+    if all(u.memory_min <= MAX_BYTES and u.memory_low <= MAX_BYTES for u in units):
+        return units
+    return tuple(dataclasses.replace(u, memory_min=min(u.memory_min, MAX_BYTES), memory_low=min(u.memory_low, MAX_BYTES))
+                 for u in units)
 
 
 def _capacity_guard(node: NodeFacts, config: Config, node_slice: str, node_min: int,

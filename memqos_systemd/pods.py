@@ -56,8 +56,19 @@ class Pod:
         return f"{self.namespace}/{self.name}"
 
     @property
+    def display(self) -> str:
+        """The key as it may appear in a log line: one line, bounded."""
+        return one_line(self.key)
+
+    @property
     def request(self) -> int:
         return pod_request(self)
+
+
+def one_line(text: str, limit: int = 160) -> str:
+    """Untrusted text for a log line: control characters escaped, at most `limit` characters."""
+    shown = repr(text[: limit + 1])[1:-1]
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
 def pod_request(pod: Pod) -> int:
@@ -287,7 +298,7 @@ def parse_pods(doc: Any) -> tuple[list[Pod], list[str]]:
         if pod is None:
             continue
         if pod.uid in seen:
-            warnings.append(f"pod {pod.key}: metadata.uid {pod.uid!r} appears twice; later copy skipped")
+            warnings.append(f"pod {pod.display}: metadata.uid {one_line(pod.uid)!r} appears twice; later copy skipped")
             continue
         seen.add(pod.uid)
         pods.append(pod)

@@ -20,22 +20,12 @@ import stat
 import time
 from typing import Any, Callable
 
-import yaml
-
+from ..documents import DocumentError, decode
 from . import MAX_RESPONSE_BYTES, Snapshot, SourceError, snapshot_from_doc
 
 __all__ = ["FileSource"]
 
 _UNSET = object()
-
-
-class _NoAliasLoader(yaml.SafeLoader):
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, "YAML aliases (*ref) are not allowed in a pods file",
-                                              event.start_mark)
-        return super().compose_node(parent, index)
 
 
 class FileSource:
@@ -107,28 +97,10 @@ class FileSource:
             os.close(fd)
 
     def _decode(self, data: bytes) -> Any:
-        if not data.strip():
-            raise SourceError(f"{self.name}: file is empty (half-written?)", "decode")
         try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise SourceError(f"{self.name}: not UTF-8 text (byte {e.start})", "decode") from None
-        try:
-            return json.loads(text)
-        except ValueError:
-            pass
-        except RecursionError:
-            raise SourceError(f"{self.name}: not valid JSON: nested too deeply", "decode") from None
-        try:
-            return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-            raise SourceError(f"{self.name}: not valid JSON or YAML{where}: {problem}"
-                              f" (half-written?)", "decode") from None
-        except RecursionError:
-            raise SourceError(f"{self.name}: not valid YAML: nested too deeply", "decode") from None
+            return decode(data)
+        except DocumentError as e:
+            raise SourceError(f"{self.name}: {e} (half-written?)", "decode") from None
 
 
 def _key(st: os.stat_result) -> tuple:

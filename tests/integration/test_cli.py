@@ -264,7 +264,7 @@ def _broken_sources(node: Node) -> dict:
     return {
         "missing podsFile": ({"podsFile": str(node.tmp / "gone.json")}, ["gone.json", "No such file"]),
         "binary garbage": ({"podsFile": str(garbage)}, ["garbage.bin", "not UTF-8"]),
-        "half-written JSON": ({"podsFile": str(truncated)}, ["truncated.json", "not valid JSON or YAML"]),
+        "half-written JSON": ({"podsFile": str(truncated)}, ["truncated.json", "not valid YAML (or JSON)"]),
         "a Deployment": ({"podsFile": str(deployment)}, ["deployment.yaml", "Deployment"]),
         "kubelet on a closed port": ({"kubelet": {"url": f"http://127.0.0.1:{port}/pods", "timeout": "3s"}},
                                      [f"127.0.0.1:{port}", "connection refused"]),

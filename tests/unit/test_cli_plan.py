@@ -386,7 +386,7 @@ def _bad_cases(tmp_path: Path) -> dict:
         "missing config file": (["--pods", pods, "--config", str(tmp_path / "nope.yaml"), *NODE],
                                 ["nope.yaml", "cannot read config"]),
         "invalid YAML pods": (["--pods", _write(tmp_path, "bad.yaml", "items: [\n  {kind: Pod\n"), *NODE],
-                              ["--pods", "bad.yaml", "not JSON or YAML", "line"]),
+                              ["--pods", "bad.yaml", "not valid YAML (or JSON)", "line"]),
         "invalid YAML config": (["--pods", pods, "--config", _write(tmp_path, "c.yaml", "a: [b\n"), *NODE],
                                 ["c.yaml", "not valid YAML", "line"]),
         "node memory 12Q": (["--pods", pods, "--node-memory", "12Q", "--page-size", "4096"], ["--node-memory", "12Q"]),

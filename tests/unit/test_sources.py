@@ -230,7 +230,7 @@ def test_file_directory(tmp_path):
 
 @pytest.mark.parametrize("text,expect", [
     ("a: &x [1]\nb: *x\n", "aliases"),
-    ("!!python/object/apply:os.system ['true']\n", "not valid JSON or YAML"),
+    ("!!python/object/apply:os.system ['true']\n", "not valid YAML (or JSON)"),
     ("[" * 100000, "nested too deeply"),
 ])
 def test_file_hostile_yaml(tmp_path, text, expect):

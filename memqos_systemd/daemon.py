@@ -30,6 +30,8 @@ from .node import read_memory_events
 from .notify import Notifier, watchdog_interval
 from .plan import NodeFacts, Plan, PlanError, plan
 from .reconcile import Change, diff
+from .snapshot import carry_over
+from .sources import Snapshot
 from .systemd import SystemdError
 
 log = logging.getLogger("memqos_systemd")
@@ -126,9 +128,13 @@ class Daemon:
         self.wake()
 
     def _on_unit_removed(self, name: str) -> None:
-        if self.applier is not None and self.naming.parse_unit(name) is not None:
+        ref = self.naming.parse_unit(name)
+        if self.applier is not None and ref is not None:
             self.applier.forget(name)
             self._unknown_units.pop(name, None)
+            if ref.level == "pod":
+                self._want_fetch = True  # a pod kept only because its slice ran can go now
+                self.wake()
 
     def _on_job_removed(self, unit: str, result: str) -> None:
         if result == "done" and self.naming.parse_unit(unit) is not None:
@@ -227,24 +233,29 @@ class Daemon:
         self._warn_once("pods", snap.warnings)
         if self.out.metrics:
             self.out.metrics.source_ok(snap)
-        if self.snapshot is not None and self.snapshot.pods and not snap.pods:
-            if await self._pod_units_remain(self.snapshot):
-                if self.holding_reason != "suspect empty pod list":
-                    log.warning("pod source returned 0 pods while %d were running and their slices still exist;"
-                                " holding the last snapshot until the slices are gone", len(self.snapshot.pods))
-                self.holding_reason = "suspect empty pod list"
-                return
-        self.snapshot = snap
+        live = self._live_pod_uids()
+        if self.snapshot is None and not snap.pods and live:
+            # The first answer says "no pods" while pod slices run: believe it once they are gone.
+            if self.holding_reason != "suspect empty pod list":
+                log.warning("pod source returned 0 pods while %d pod slices exist; only raising values until"
+                            " the slices are gone", len(live))
+            self.holding_reason = "suspect empty pod list"
+            return
+        pods, carried = carry_over(snap.pods, self.snapshot.pods if self.snapshot else (), live)
+        self._warn_once("carried", [
+            f"pod {p.display} is no longer listed by the pod source but its slice still exists;"
+            f" keeping its protection until the slice is gone" for p in carried])
+        self.snapshot = Snapshot(tuple(pods), snap.warnings, snap.source, snap.fetched_at)
         self.holding_reason = None
 
-    async def _pod_units_remain(self, snapshot) -> bool:
-        await self.applier.refresh_all()
-        uids = {p.uid for p in snapshot.pods}
+    def _live_pod_uids(self) -> set[str]:
+        """UIDs of the pods whose slices systemd has loaded (from the cache of what it holds)."""
+        uids = set()
         for name, held in self.applier.observed.items():
             ref = self.naming.parse_unit(name)
-            if held is not None and ref is not None and ref.level == "pod" and ref.uid in uids:
-                return True
-        return False
+            if held is not None and ref is not None and ref.level == "pod":
+                uids.add(ref.uid)
+        return uids
 
     def _read_capacity(self) -> None:
         try:
@@ -276,9 +287,6 @@ class Daemon:
         planned = desired.by_unit()
         now = self.out.clock()
         self._unknown_units = {n: t for n, t in self._unknown_units.items() if n not in planned and t > now}
-        if self._want_full_refresh:
-            await self.applier.refresh_all(u.unit for u in desired.units)
-            self._want_full_refresh = False
         for name in sorted(self._refresh_units):
             await self.applier.refresh_unit(name)
         self._refresh_units.clear()
@@ -383,6 +391,9 @@ class Daemon:
             self._want_full_refresh = True
             self._read_capacity()
             self._next_resync = now + self.config.resync_interval
+        if self._want_full_refresh:
+            await self.applier.refresh_all()
+            self._want_full_refresh = False
         if self._want_fetch or now >= self._next_poll or self._source_changed():
             await self._fetch()
             self._next_poll = self.out.clock() + self.config.kubelet.poll_interval

@@ -231,7 +231,8 @@ def test_no_snapshot_at_start_only_raises(fake_systemd, tmp_path):
     run(body())
 
 
-def test_sudden_empty_pod_list_is_held_until_the_slices_are_gone(fake_systemd, tmp_path):
+def test_pods_dropped_by_the_source_keep_protection_until_their_slices_are_gone(fake_systemd, tmp_path):
+    """A sudden empty (or shorter) pod list while the pods' slices still run lowers nothing."""
     start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, BPOD, GCTR, BCTR)
 
     async def body():
@@ -240,15 +241,31 @@ def test_sudden_empty_pod_list_is_held_until_the_slices_are_gone(fake_systemd, t
             h.source.items = []
             h.daemon._want_fetch = True
             await h.settle()
+            assert len(h.daemon.snapshot.pods) == 2  # carried over: their slices still run
+            assert fake_systemd.calls_to("SetUnitProperties") == []
+            # One pod really goes away: its slices are removed, and only its share is released.
+            for unit in (BCTR, BPOD):
+                fake_systemd.remove_unit(unit)
+            await until(lambda: h.memory("kubepods.slice")["MemoryLow"] == 0)
+            assert h.memory("kubepods.slice")["MemoryMin"] == 512 * MI
+            assert h.memory(GPOD)["MemoryMin"] == 512 * MI
+    run(body())
+
+
+def test_first_answer_empty_while_pod_slices_run_is_not_believed(fake_systemd, tmp_path):
+    """The daemon restarts and the pod source's first answer is an empty list: hold."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD)
+    for unit in ("kubepods.slice", "kubepods-burstable.slice", BPOD):
+        fake_systemd.remove_unit(unit)
+        fake_systemd.add_unit(unit, memory={"MemoryLow": 256 * MI})
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, []) as h:
             assert h.daemon.holding_reason == "suspect empty pod list"
             assert fake_systemd.calls_to("SetUnitProperties") == []
-            # The pods really go away: slices removed, then the empty list is believed.
-            for unit in (GCTR, BCTR, GPOD, BPOD):
-                fake_systemd.remove_unit(unit)
-            h.daemon._want_fetch = True
-            await h.settle()
-            assert h.daemon.holding_reason is None
-            assert h.memory("kubepods.slice") == {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": UINT64_MAX}
+            fake_systemd.remove_unit(BPOD)
+            await until(lambda: h.daemon.holding_reason is None)
+            await until(lambda: h.memory("kubepods.slice")["MemoryLow"] == 0)
     run(body())
 
 

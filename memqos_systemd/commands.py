@@ -79,32 +79,16 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
     desired = _desired(cfg, snapshot)
     for w in desired.warnings:
         _warn(w)
-    try:
-        systemd = await _connect()
-    except SystemdError as e:
-        _err(f"cannot reach systemd: {e}; nothing changed")
-        return EXIT_FAILURE
-    try:
-        applier = Applier(systemd, naming_for(cfg))
+
+    async def changes(systemd, applier: Applier) -> list:
         await applier.refresh_all(u.unit for u in desired.units)
-        changes = diff(desired, applier.observed, applier.naming)
+        found = diff(desired, applier.observed, applier.naming)
         if not snapshot.pods and await _pod_units_present(applier):
             _warn("the pod source lists no pods but pod slices exist; not lowering anything")
-            changes = grow_only(changes)
-        result = await applier.apply(changes, dry_run=dry_run, echo=print)
-    except SystemdError as e:
-        _err(f"systemd: {e}")
-        return EXIT_FAILURE
-    finally:
-        await systemd.close()
-    if dry_run:
-        print(f"dry run: {len(changes)} call(s) would be made; nothing changed", file=sys.stderr)
-        return EXIT_OK
-    if not result.ok:
-        _err(summarize(result))
-        return EXIT_FAILURE
-    print(summarize(result), file=sys.stderr)
-    return EXIT_OK
+            found = grow_only(found)
+        return found
+
+    return await _send(cfg, changes, dry_run=dry_run, label="")
 
 
 # ------------------------------------------------------------------ reset
@@ -113,17 +97,25 @@ def reset(args, cfg: Config) -> int:
 
 
 async def _reset(cfg: Config, *, dry_run: bool) -> int:
+    async def changes(systemd, applier: Applier) -> list:
+        if await systemd.unit_state(SERVICE) in ("active", "activating", "reloading"):
+            _warn(f"{SERVICE} is running and will re-apply its plan; stop it first: systemctl stop {SERVICE}")
+        await applier.refresh_all()
+        return reset_plan(applier.observed, applier.naming)
+
+    return await _send(cfg, changes, dry_run=dry_run, label="reset: ")
+
+
+async def _send(cfg: Config, make_changes, *, dry_run: bool, label: str) -> int:
+    """Connect, compute the changes against what systemd holds, send them (or print them)."""
     try:
         systemd = await _connect()
     except SystemdError as e:
         _err(f"cannot reach systemd: {e}; nothing changed")
         return EXIT_FAILURE
     try:
-        if await systemd.unit_state(SERVICE) in ("active", "activating", "reloading"):
-            _warn(f"{SERVICE} is running and will re-apply its plan; stop it first: systemctl stop {SERVICE}")
         applier = Applier(systemd, naming_for(cfg))
-        await applier.refresh_all()
-        changes = reset_plan(applier.observed, applier.naming)
+        changes = await make_changes(systemd, applier)
         result = await applier.apply(changes, dry_run=dry_run, echo=print)
     except SystemdError as e:
         _err(f"systemd: {e}")
@@ -134,9 +126,9 @@ async def _reset(cfg: Config, *, dry_run: bool) -> int:
         print(f"dry run: {len(changes)} call(s) would be made; nothing changed", file=sys.stderr)
         return EXIT_OK
     if not result.ok:
-        _err(f"reset: {summarize(result)}")
+        _err(f"{label}{summarize(result)}")
         return EXIT_FAILURE
-    print(f"reset: {summarize(result)}", file=sys.stderr)
+    print(f"{label}{summarize(result)}", file=sys.stderr)
     return EXIT_OK
 
 

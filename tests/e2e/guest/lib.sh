@@ -40,3 +40,13 @@ need_deb() {
     exit 1
   fi
 }
+
+# pause_memqos: if memqos-systemd.service runs (the payload's .deb starts it), stop it for the
+# rest of this scenario and start it again on exit. For scenarios that check systemd or the
+# harness itself and must not race the daemon's own SetUnitProperties.
+pause_memqos() {
+  if systemctl is-active -q memqos-systemd.service 2>/dev/null; then
+    systemctl stop memqos-systemd.service
+    trap 'systemctl start memqos-systemd.service' EXIT
+  fi
+}

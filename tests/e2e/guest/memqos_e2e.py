@@ -27,7 +27,7 @@ GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
 CTL_PORT = os.environ.get("MEMQOS_E2E_CTL", "/dev/virtio-ports/org.memqos.e2e.0")
 
 __all__ = [
-    "check", "check_eq", "wait_for", "skip", "log", "need_deb",
+    "check", "check_eq", "wait_for", "skip", "log", "need_deb", "pause_memqos",
     "SystemdError", "start_transient_unit", "stop_unit", "unit_exists", "unit_property",
     "active_state", "set_unit_properties", "control_group", "cgroup_path", "read_memory",
     "read_cgroup_file", "unit_path", "ensure_qos_slices", "pod_slice_name", "create_pod_slice",
@@ -80,6 +80,17 @@ def need_deb():
     if os.environ.get("MEMQOS_E2E_DEB_INSTALLED") != "1":
         check(False, "the payload's .deb installed (see install.log in the results)")
         sys.exit(1)
+
+
+def pause_memqos():
+    """If memqos-systemd.service runs, stop it until this scenario exits (then start it again):
+    for checks of systemd or the harness that must not race the daemon."""
+    import atexit
+
+    if subprocess.run(["systemctl", "is-active", "-q", "memqos-systemd.service"]).returncode:
+        return
+    subprocess.run(["systemctl", "stop", "memqos-systemd.service"], check=True)
+    atexit.register(subprocess.run, ["systemctl", "start", "memqos-systemd.service"])
 
 
 # --------------------------------------------------------------------------- D-Bus / systemd
@@ -516,67 +527,88 @@ def _port_open(addr=KUBELET_ADDR):
         return False
 
 
-def kubelet_start(pods=None, timeout=30.0):
-    """Run the /pods stand-in on 127.0.0.1:10255 as the transient unit kubelet.service. If pods
-    is given, write it first; otherwise keep (or create an empty) pods file."""
-    if pods is not None:
-        write_pods(pods)
-    elif not os.path.exists(PODS_FILE):
-        write_pods([])
-    if unit_exists(KUBELET_UNIT):
-        return
-    cmd = ["systemd-run", "--quiet", f"--unit={KUBELET_UNIT}",
-           "--description=kubelet stand-in (memqos e2e)", "-p", "KillMode=mixed",
-           "/usr/bin/python3", os.path.join(GUEST_DIR, "kubelet_stub.py"), "--pods-file",
-           PODS_FILE, "--address", KUBELET_ADDR[0], "--port", str(KUBELET_ADDR[1])]
-    deadline = time.monotonic() + timeout
-    while True:
-        # A stopped transient unit often stays loaded (its file in /run/systemd/transient), and
-        # systemd-run then refuses the name: start that unit again instead, as after a reboot.
-        subprocess.run(["systemctl", "reset-failed", KUBELET_UNIT], stderr=subprocess.DEVNULL)
-        loaded = unit_property(KUBELET_UNIT, "LoadState", "org.freedesktop.systemd1.Unit")
-        p = subprocess.run(["systemctl", "start", KUBELET_UNIT] if loaded == "loaded" else cmd,
-                           capture_output=True, text=True)
-        if p.returncode == 0:
-            break
-        if time.monotonic() > deadline:
-            raise SystemdError(f"starting kubelet.service: {p.stderr.strip()}")
-        time.sleep(0.3)
-    if not wait_for(_port_open, max(1.0, deadline - time.monotonic())):
-        raise SystemdError("kubelet stand-in did not start listening")
-
-
+# The stand-in is a regular unit named kubelet.service, as on a real node: a runtime unit in
+# /run/systemd/system for kubelet_start() (gone at reboot), or an enabled one in /etc for
+# kubelet_enable(). Not a transient unit (systemd-run): the daemon's unit has
+# Before=kubelet.service, which keeps kubelet.service loaded for good, and systemd remembers a
+# loaded unit as transient across daemon-reload and deletes its unit file when it is freed at
+# shutdown -- even a file later written to /etc (seen in the guest: an enabled kubelet.service
+# lost across reboot()).
+_RUNTIME_UNIT = "/run/systemd/system/" + KUBELET_UNIT
 _PERSISTENT_UNIT = "/etc/systemd/system/" + KUBELET_UNIT
 _PERSISTENT_STUB = "/usr/local/lib/memqos-e2e/kubelet_stub.py"
 
 
-def kubelet_enable(pods=None):
-    """Install the stand-in as a real, enabled kubelet.service (unit file in /etc, stub copied
-    out of the payload) so it also starts at boot, e.g. across reboot(); and start it now."""
+def _kubelet_unit_text(stub, note):
+    return f"""[Unit]
+Description=kubelet stand-in (memqos e2e, {note})
+
+[Service]
+ExecStart=/usr/bin/python3 {stub} --pods-file {PODS_FILE} --address {KUBELET_ADDR[0]} --port {KUBELET_ADDR[1]}
+KillMode=mixed
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def _write_unit(path, text):
+    """Write a unit file; True if it changed (a daemon-reload is needed)."""
+    try:
+        with open(path) as f:
+            if f.read() == text:
+                return False
+    except FileNotFoundError:
+        pass
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    return True
+
+
+def _ensure_pods_file(pods):
     if pods is not None:
         write_pods(pods)
     elif not os.path.exists(PODS_FILE):
         write_pods([])
+
+
+def kubelet_start(pods=None, timeout=30.0):
+    """Run the /pods stand-in on 127.0.0.1:10255 as kubelet.service. If pods is given, write it
+    first; otherwise keep (or create an empty) pods file."""
+    _ensure_pods_file(pods)
+    if unit_exists(KUBELET_UNIT):
+        return
+    if not os.path.exists(_PERSISTENT_UNIT):  # else the enabled one (kubelet_enable) is used
+        if _write_unit(_RUNTIME_UNIT, _kubelet_unit_text(
+                os.path.join(GUEST_DIR, "kubelet_stub.py"), "runtime")):
+            subprocess.run(["systemctl", "daemon-reload"], check=True)
+    subprocess.run(["systemctl", "reset-failed", KUBELET_UNIT], stderr=subprocess.DEVNULL)
+    p = subprocess.run(["systemctl", "start", KUBELET_UNIT], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemdError(f"systemctl start {KUBELET_UNIT}: {p.stderr.strip()}")
+    if not wait_for(_port_open, timeout):
+        raise SystemdError("kubelet stand-in did not start listening")
+
+
+def kubelet_enable(pods=None):
+    """Install the stand-in as an enabled kubelet.service (unit file in /etc, stub copied out
+    of the payload) so it also starts at boot, e.g. across reboot(); and start it now."""
+    _ensure_pods_file(pods)
     os.makedirs(os.path.dirname(_PERSISTENT_STUB), exist_ok=True)
     with open(os.path.join(GUEST_DIR, "kubelet_stub.py")) as src, \
             open(_PERSISTENT_STUB, "w") as dst:
         dst.write(src.read())
     if unit_exists(KUBELET_UNIT):
         stop_unit(KUBELET_UNIT)
-    with open(_PERSISTENT_UNIT, "w") as f:
-        f.write(f"""[Unit]
-Description=kubelet stand-in (memqos e2e, enabled)
-
-[Service]
-ExecStart=/usr/bin/python3 {_PERSISTENT_STUB} --pods-file {PODS_FILE} --address {KUBELET_ADDR[0]} --port {KUBELET_ADDR[1]}
-KillMode=mixed
-
-[Install]
-WantedBy=multi-user.target
-""")
+    if os.path.exists(_RUNTIME_UNIT):
+        os.unlink(_RUNTIME_UNIT)
+    _write_unit(_PERSISTENT_UNIT, _kubelet_unit_text(_PERSISTENT_STUB, "enabled"))
     subprocess.run(["systemctl", "daemon-reload"], check=True)
-    subprocess.run(["systemctl", "enable", "--now", KUBELET_UNIT], check=True,
-                   stderr=subprocess.DEVNULL)
+    p = subprocess.run(["systemctl", "enable", "--now", KUBELET_UNIT], capture_output=True,
+                       text=True)
+    if p.returncode != 0:
+        raise SystemdError(f"systemctl enable --now {KUBELET_UNIT}: {p.stderr.strip()}")
     if not wait_for(_port_open, 30):
         raise SystemdError("enabled kubelet stand-in did not start listening")
 

@@ -7,6 +7,8 @@ import os
 
 from memqos_e2e import *
 
+pause_memqos()  # the pod slice properties below must not race the daemon's
+
 pod = make_pod("web", [{"name": "app", "requests": {"memory": "100Mi"},
                         "limits": {"memory": "200Mi"}}])
 check_eq(pod["status"]["qosClass"], "Burstable", "make_pod derives QoS")

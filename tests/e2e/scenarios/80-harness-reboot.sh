@@ -5,6 +5,7 @@
 # e2e-timeout: 240
 set -euo pipefail
 . "$MEMQOS_E2E_GUEST/lib.sh"
+pause_memqos  # it would set kubepods.slice itself
 
 marker=/var/lib/memqos-e2e-reboot-marker
 case $MEMQOS_E2E_BOOT in

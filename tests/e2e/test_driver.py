@@ -101,3 +101,23 @@ def test_busctl_argument_encoding():
                             "limits": {"memory": "1Gi", "cpu": "1"}}])
     assert pod["status"]["qosClass"] == "Guaranteed"
     assert pod["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
+
+
+def test_missing_prerequisites_are_named(monkeypatch):
+    monkeypatch.setattr(e2e_vm.shutil, "which", lambda tool, path=None: None)
+    missing = e2e_vm.missing_prerequisites(need_build=True)
+    assert "qemu-system-x86_64 not found" in missing and "debootstrap not found" in missing
+    assert not any("debootstrap" in m for m in e2e_vm.missing_prerequisites(need_build=False))
+
+
+def test_unavailable_skips_or_fails_under_ci(monkeypatch):
+    import pytest
+
+    import test_e2e
+
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception):
+        test_e2e._unavailable("no qemu")
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception):
+        test_e2e._unavailable("no qemu")

@@ -305,6 +305,14 @@ class _Control(threading.Thread):
                 break
 
 
+def _prune_runs(root, keep):
+    """Delete all but the newest `keep` run directories (logs and results; a few MB at most)."""
+    runs = sorted((e for e in os.scandir(root) if e.is_dir() and e.name.startswith("run-")),
+                  key=lambda e: e.stat().st_mtime, reverse=True)
+    for entry in runs[max(keep - 1, 0):]:
+        shutil.rmtree(entry.path, ignore_errors=True)
+
+
 def _runs_root():
     return os.environ.get("MEMQOS_E2E_RUNS", "/var/tmp/memqos-e2e-runs")
 
@@ -327,6 +335,7 @@ def run_vm(payload_dir, timeout, memory="1G,slots=2,maxmem=2G", qmp=True, on_boo
         keep = os.environ.get("MEMQOS_E2E_KEEP") == "1"
     if run_dir is None:
         os.makedirs(_runs_root(), exist_ok=True)
+        _prune_runs(_runs_root(), keep=int(os.environ.get("MEMQOS_E2E_KEEP_RUNS", 20)))
         run_dir = tempfile.mkdtemp(prefix=time.strftime("run-%Y%m%d-%H%M%S-"), dir=_runs_root())
     os.makedirs(run_dir, exist_ok=True)
     serial_log = os.path.join(run_dir, "serial.log")

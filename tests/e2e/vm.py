@@ -463,11 +463,14 @@ def run_vm(payload_dir, timeout, memory="1G,slots=2,maxmem=2G", qmp=True, on_boo
         json.dump(timing, f, indent=1)
 
     tail = _tail(serial_log)
+    qemu_tail = _tail(os.path.join(run_dir, "qemu.log"), 20)
+    if qemu_tail:  # qemu's own complaints (bad option, missing file) say more than the guest
+        tail = f"{tail}\n--- qemu.log ---\n{qemu_tail}"
     if timed_out:
         raise VMTimeout(f"VM did not finish within {timeout} s (killed); run dir {run_dir}",
                         run_dir, results_dir, tail)
     if not os.path.exists(os.path.join(results_dir, "summary.json")):
-        raise VMError(f"guest powered off without finishing (qemu exit {proc.returncode}); "
+        raise VMError(f"qemu exited ({proc.returncode}) before the guest finished; "
                       f"run dir {run_dir}", run_dir, results_dir, tail)
     if hook_errors:
         raise VMError(f"on_booted hook failed: {hook_errors[0]!r}", run_dir, results_dir)

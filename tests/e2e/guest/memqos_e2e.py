@@ -716,6 +716,11 @@ def reboot():
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, os.path.join(results, ".resume.json"))
+    # The journal is volatile: keep this boot's, the driver saves only the last boot's.
+    with open(os.path.join(results, f"journal-{state['scenario']}-boot{boot_number()}.txt"),
+              "w") as f:
+        subprocess.run(["journalctl", "-b", "--no-pager", "-o", "short-monotonic"], stdout=f,
+                       stderr=subprocess.STDOUT)
     os.sync()
     print(f"rebooting (next: boot {state['boot']})", flush=True)
     subprocess.run(["systemctl", "reboot"], check=True)

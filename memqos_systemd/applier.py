@@ -75,7 +75,11 @@ class Applier:
         self.observed = fresh
 
     async def refresh_unit(self, unit: str) -> None:
-        self.observed[unit] = await self._get(unit)
+        value = await self._get(unit)
+        if value is None:
+            self.forget(unit)  # gone again: nothing to remember (the plan's names read as None anyway)
+        else:
+            self.observed[unit] = value
 
     def forget(self, unit: str) -> None:
         self.observed.pop(unit, None)

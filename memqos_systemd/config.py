@@ -101,8 +101,10 @@ class Config:
 
 # ---------------------------------------------------------------- helpers
 
-def _fail(src: str, key: str, value: Any, why: str) -> ConfigError:
-    return ConfigError(f"{src}: {key}: {_show(value)} {why}")
+def _fail(src: str, key: object, value: Any, why: str) -> ConfigError:
+    # Keys come from the file too: an unknown one is shown like a value, on one bounded line.
+    shown_key = key if isinstance(key, str) and key.isprintable() and len(key) <= 80 else _show(key)
+    return ConfigError(f"{src}: {shown_key}: {_show(value)} {why}")
 
 
 def _show(value: Any) -> str:

@@ -132,6 +132,7 @@ class Daemon:
         if self.applier is not None and ref is not None:
             self.applier.forget(name)
             self._unknown_units.pop(name, None)
+            self._refresh_units.discard(name)
             if ref.level == "pod":
                 self._want_fetch = True  # a pod kept only because its slice ran can go now
                 self.wake()

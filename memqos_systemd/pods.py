@@ -113,9 +113,9 @@ def _quantity(rl: dict, name: str, where: str) -> Fraction | None:
     try:
         q = parse_quantity(rl[name])
     except QuantityError:
-        raise _BadPod(f"{where}{name}: {rl[name]!r} is not a quantity") from None
+        raise _BadPod(f"{where}{name}: {one_line(repr(rl[name]), 80)} is not a quantity") from None
     if q < 0:
-        raise _BadPod(f"{where}{name}: {rl[name]!r} is negative")
+        raise _BadPod(f"{where}{name}: {one_line(repr(rl[name]), 80)} is negative")
     return q
 
 

@@ -89,6 +89,7 @@ _UNIT = "org.freedesktop.systemd1.Unit"
 _PROPERTIES = "org.freedesktop.DBus.Properties"
 _BUS_NAME = "org.freedesktop.DBus"
 _BUS_PATH = "/org/freedesktop/DBus"
+_MAX_REMOVALS_TRACKED = 10000
 _CGROUP_INTERFACE = {".slice": "org.freedesktop.systemd1.Slice", ".scope": "org.freedesktop.systemd1.Scope"}
 
 _SIGNAL_MATCH = f"type='signal',sender='{_SYSTEMD}',path='{_MANAGER_PATH}',interface='{_MANAGER}'"
@@ -225,6 +226,9 @@ class Systemd:
         self._subscribed = False
         self._systemd_owner: str | None = None
         self._events: asyncio.Queue[tuple[str, tuple]] = asyncio.Queue()
+        # UnitRemoved as read off the bus: unit -> sequence number (see set_memory_if_loaded).
+        self._removal_seq = 0
+        self._removed_at: dict[str, int] = {}
         self._dispatcher: asyncio.Task | None = None
         self._background: set[asyncio.Future] = set()
         self._watcher = asyncio.ensure_future(self._watch_disconnect())
@@ -436,12 +440,16 @@ class Systemd:
         """
         _check_unit(unit, cgroup=True)
         _check_props(unit, props)
+        started = self._removal_seq
         status = await self._status(f"check {unit} before setting memory properties", unit)
         if status is None:
             raise NoSuchUnit(f"{unit}: not loaded; not setting properties (that would create it)")
         _, load, active = status
         if load != "loaded" or active not in ACTIVE_STATES:
             raise NoSuchUnit(f"{unit}: {load}, {active}; not setting properties on a unit that is not running")
+        if self._removed_at.get(unit, -1) > started:
+            # UnitRemoved was read while we checked: the answer above is already stale.
+            raise NoSuchUnit(f"{unit}: removed while being checked; not setting properties")
         await self.set_memory(unit, props, runtime=runtime)
 
     # ---- signals ----------------------------------------------------------------------
@@ -503,7 +511,16 @@ class Systemd:
         if msg.member == "UnitNew" and msg.signature == "so":
             self._events.put_nowait(("on_unit_new", (msg.body[0],)))
         elif msg.member == "UnitRemoved" and msg.signature == "so":
-            self._events.put_nowait(("on_unit_removed", (msg.body[0],)))
+            # Counted as the message is read, before any handler runs: set_memory_if_loaded
+            # compares the count around its check.
+            name = msg.body[0]
+            self._removal_seq += 1
+            self._removed_at[name] = self._removal_seq
+            if len(self._removed_at) > _MAX_REMOVALS_TRACKED:
+                # Only removals during a check (milliseconds) matter: forget the older half.
+                keep = self._removal_seq - _MAX_REMOVALS_TRACKED // 2
+                self._removed_at = {n: q for n, q in self._removed_at.items() if q > keep}
+            self._events.put_nowait(("on_unit_removed", (name,)))
         elif msg.member == "JobRemoved" and msg.signature == "uoss":
             self._events.put_nowait(("on_job_removed", (msg.body[2], msg.body[3])))
         elif msg.member == "Reloading" and msg.signature == "b":

@@ -106,6 +106,10 @@ class KubeletSource:
     def _fetch(self, token: str | None) -> Snapshot:
         body = self._get(token)
         fetched_at = self._clock()
+        if token and token[:_MIN_PREFIX].encode() in body:
+            # A server that echoes the token into a pod's name or namespace would have it carried
+            # into warnings the planner writes later: scrub it before anything reads the body.
+            body = redact(body.decode("utf-8", "replace"), token).encode()
         try:
             doc = json.loads(body)
         except ValueError as e:

@@ -689,10 +689,6 @@ def test_churn_of_200_pods_never_writes_to_a_removed_unit_and_leaks_nothing(fake
     run(body(), timeout=120)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="daemon.py: _on_unit_removed does not discard the unit from _refresh_units, so a unit that "
-                          "came and went between two reconciles is refreshed after its removal and left in "
-                          "applier.observed as None until the next full resync (resyncInterval)")
 def test_units_that_came_and_went_leave_nothing_in_the_cache(fake_systemd, tmp_path):
     start_units(fake_systemd, None, *BASE_UNITS)
 
@@ -742,10 +738,6 @@ class _RemovedOnRead:
             self._removed[name] = len(self._fake._calls)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="systemd.py/applier.py: set_memory_if_loaded acts on its GetUnit/ActiveState check even "
-                          "when the UnitRemoved that followed that answer has already been delivered (and the unit "
-                          "forgotten) before SetUnitProperties is sent; on a pod slice that re-creates it")
 def test_no_write_after_the_daemon_heard_unit_removed(fake_systemd, tmp_path):
     """The unit goes right after systemd told the daemon it was active, and the daemon's loop is
     busy for 0.1 s before it writes: by then it has read and handled the UnitRemoved (and
@@ -907,9 +899,6 @@ def kubelet_echoing_the_token(tmp_path):
     server.server_close()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="KubeletSource redacts the token from its errors and parse warnings only; a pod that parses "
-                          "but cannot be planned is warned about by plan.py with its raw name, and the daemon logs it")
 def test_the_token_never_reaches_the_daemons_log(fake_systemd, tmp_path, kubelet_echoing_the_token, caplog):
     url, token_file, answers = kubelet_echoing_the_token
     start_units(fake_systemd, None, *BASE_UNITS, GUARANTEED)

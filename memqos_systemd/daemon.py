@@ -295,8 +295,8 @@ class Daemon:
         if self.holding_reason is not None:
             held = len(changes)
             changes = grow_only(changes)
-            if held != len(changes):
-                log.info("holding (%s): %d lowering change(s) not sent", self.holding_reason, held - len(changes))
+            self._warn_once("holding", [f"holding ({self.holding_reason}): {held - len(changes)} change(s) that would"
+                                        f" lower a protection or move a MemoryHigh not sent"] if held != len(changes) else [])
         result = await self.applier.apply(changes)
         if changes:
             log.info("reconcile: %s", summarize(result))

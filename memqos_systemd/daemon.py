@@ -156,6 +156,11 @@ class Daemon:
             self._want_full_refresh = True
             self.wake()
 
+    def _on_systemd_returned(self) -> None:
+        log.info("systemd is back on the bus (re-executed?): re-reading units")
+        self._want_full_refresh = True
+        self.wake()
+
     def _on_disconnect(self) -> None:
         self._disconnected = True
         self.wake()
@@ -183,7 +188,8 @@ class Daemon:
         self.systemd = await self.out.connect(self.out.bus_address)
         self.systemd.on_disconnect(self._on_disconnect)
         await self.systemd.subscribe(on_unit_new=self._on_unit_new, on_unit_removed=self._on_unit_removed,
-                                     on_job_removed=self._on_job_removed, on_reloading=self._on_reloading)
+                                     on_job_removed=self._on_job_removed, on_reloading=self._on_reloading,
+                                     on_returned=self._on_systemd_returned)
         self._disconnected = False
         on_call = self.out.metrics.dbus_call if self.out.metrics else None
         self.applier = Applier(self.systemd, self.naming, on_call=on_call)

@@ -455,7 +455,8 @@ class Systemd:
     # ---- signals ----------------------------------------------------------------------
 
     async def subscribe(self, *, on_unit_new: Callback | None = None, on_unit_removed: Callback | None = None,
-                        on_job_removed: Callback | None = None, on_reloading: Callback | None = None) -> None:
+                        on_job_removed: Callback | None = None, on_reloading: Callback | None = None,
+                        on_returned: Callback | None = None) -> None:
         """Manager.Subscribe() and deliver its signals to the given handlers.
 
         on_unit_new(name), on_unit_removed(name), on_job_removed(unit, result),
@@ -465,7 +466,7 @@ class Systemd:
         Calling subscribe again replaces the handlers.
         """
         handlers = {"on_unit_new": on_unit_new, "on_unit_removed": on_unit_removed,
-                    "on_job_removed": on_job_removed, "on_reloading": on_reloading}
+                    "on_job_removed": on_job_removed, "on_reloading": on_reloading, "on_returned": on_returned}
         for name, handler in handlers.items():
             if handler is not None and not callable(handler):
                 raise TypeError(f"{name} must be callable")
@@ -532,6 +533,10 @@ class Systemd:
             await self._subscribe_call()
         except SystemdError as err:
             log.warning("%s", err)
+            return
+        # systemd re-executed (or restarted) and is back on the bus: whatever it holds now
+        # should be read again.
+        self._events.put_nowait(("on_returned", ()))
 
     async def _dispatch(self) -> None:
         while True:

@@ -438,8 +438,10 @@ def test_resubscribes_when_systemd_comes_back_on_the_bus(fake_systemd):
     async def body():
         seen = []
         done = asyncio.Event()
+        returned = asyncio.Event()
         async with client(fake_systemd) as sd:
-            await sd.subscribe(on_unit_new=lambda name: (seen.append(name), done.set()))
+            await sd.subscribe(on_unit_new=lambda name: (seen.append(name), done.set()),
+                               on_returned=returned.set)
             fake_systemd.disconnect()
             with pytest.raises(BusClosed):  # systemd is not on the bus: a restart is under way
                 await sd.version()
@@ -448,6 +450,7 @@ def test_resubscribes_when_systemd_comes_back_on_the_bus(fake_systemd):
                 if fake_systemd.subscribers:
                     break
                 await asyncio.sleep(0.02)
+            await asyncio.wait_for(returned.wait(), 2)  # the owner of the daemon is told to re-read
             fake_systemd.add_unit("after.slice")
             await asyncio.wait_for(done.wait(), 2)
             assert sd.connected

@@ -42,6 +42,8 @@ BACKOFF_MAX = 30.0
 # (a container scope exists a moment before the kubelet reports its ID; init
 # container scopes are never planned at all).
 UNKNOWN_UNIT_PATIENCE = 10.0
+# After a daemon-reload or re-exec, how long systemd is left to settle before we read again.
+SYSTEMD_SETTLE = 1.0
 # How often memory.events of the containers is read for the throttling metric.
 THROTTLE_READ_INTERVAL = 15.0
 
@@ -110,6 +112,7 @@ class Daemon:
         self._next_resync = 0.0
         self._fast_poll = 0.0
         self._disconnected = False
+        self._quiet_until = 0.0  # no reads or writes before this (systemd reloading)
         self._warned: dict[str, set[str]] = {}
 
     # ------------------------------------------------------------ events
@@ -151,13 +154,20 @@ class Daemon:
             self.wake()
 
     def _on_reloading(self, active: bool) -> None:
-        if not active:
-            log.info("systemd finished reloading: re-reading units")
-            self._want_full_refresh = True
-            self.wake()
+        if active:
+            # Mid-reload, units read back half-loaded (defaults, or not loaded at all): neither
+            # read nor write until systemd says it is done, and a moment after.
+            self._quiet_until = float("inf")
+            return
+        log.info("systemd finished reloading: re-reading units")
+        self._after_systemd_change()
 
     def _on_systemd_returned(self) -> None:
         log.info("systemd is back on the bus (re-executed?): re-reading units")
+        self._after_systemd_change()
+
+    def _after_systemd_change(self) -> None:
+        self._quiet_until = self.out.clock() + SYSTEMD_SETTLE
         self._want_full_refresh = True
         self.wake()
 
@@ -394,6 +404,8 @@ class Daemon:
                 self.systemd = None
             await self._connect()
             log.info("connected to systemd %s", await self.systemd.version())
+        if now < self._quiet_until:
+            return  # systemd is reloading or has just come back: see _on_reloading
         if now >= self._next_resync:
             self._want_full_refresh = True
             self._read_capacity()
@@ -422,6 +434,11 @@ class Daemon:
             self._fast_poll = 0.0
         if getattr(self.source, "changed", None):
             timeout = min(timeout, 1.0)  # podsFile: notice edits within a second
+        if now < self._quiet_until:
+            # Wake when the quiet time ends (a reload that never reports its end still ends at
+            # the next resync: Reloading(false) lost would otherwise stop us for good).
+            self._quiet_until = min(self._quiet_until, now + self.config.resync_interval)
+            timeout = min(timeout, self._quiet_until - now)
         await self._sleep(max(timeout, 0.0))
 
     async def _sleep(self, seconds: float) -> None:

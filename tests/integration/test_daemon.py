@@ -372,3 +372,25 @@ def test_unit_that_starts_after_unit_new_gets_its_properties_when_its_job_is_don
             fake_systemd.emit_job_removed(NPOD, "done")
             await until(lambda: h.memory(NPOD)["MemoryLow"] == 128 * MI)
     run(body())
+
+
+def test_nothing_is_read_or_written_while_systemd_reloads(fake_systemd, tmp_path):
+    """Seen on systemd 252: units read mid daemon-reload look unset, and the daemon 'fixed' them."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE]) as h:
+            fake_systemd.emit_reloading(True)
+            await until(lambda: h.daemon._quiet_until == float("inf"))
+            fake_systemd.clear_calls()
+            # Mid-reload the slice reads back as if nothing were set.
+            fake_systemd.remove_unit("kubepods-burstable.slice")
+            fake_systemd.add_unit("kubepods-burstable.slice")
+            h.daemon.wake()
+            await asyncio.sleep(0.3)
+            assert fake_systemd.calls_to("SetUnitProperties") == []
+            assert fake_systemd.calls_to("GetUnit") == []
+            # Reload done: the daemon reads again after a moment, and repairs what is really missing.
+            fake_systemd.emit_reloading(False)
+            await until(lambda: h.memory("kubepods-burstable.slice")["MemoryLow"] == 256 * MI)
+    run(body())

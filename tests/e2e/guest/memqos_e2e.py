@@ -747,3 +747,366 @@ def online_memory_blocks():
                 f.write("online")
             n += 1
     return n
+
+
+# --------------------------------------------------------------------------- the daemon
+# Helpers for the daemon scenarios (10-79): its config, reload, metrics, journal, `plan`, and the
+# kernel's memory.* files of every unit a plan names. Appended; nothing above depends on them.
+
+MEMQOS_UNIT = "memqos-systemd.service"
+MEMQOS_CONFIG = "/etc/memqos-systemd/config.yaml"
+METRICS_URL = "http://127.0.0.1:9759/metrics"
+# The shipped config, saved by the first memqos_write_config() of a boot (a scenario killed by
+# its timeout cannot restore it; the next one then still knows the original).
+_CONFIG_BACKUP = "/var/lib/memqos-e2e/config.yaml.orig"
+PAGE_SIZE = 4096
+
+__all__ += [
+    "MEMQOS_UNIT", "MEMQOS_CONFIG", "METRICS_URL", "PAGE_SIZE", "metrics", "metric",
+    "mem_total_bytes", "service_show", "memqos_write_config", "memqos_restore_config",
+    "memqos_reload", "memqos_plan", "plan_expected", "slice_cgroup_dir", "unit_cgroup_dir",
+    "kernel_memory", "compare_kernel", "wait_kernel", "journal_cursor", "journal_since",
+    "sample_pods", "sample_config", "start_reserved_slices", "unit_loaded", "fmt_bytes",
+    "deb_path", "systemctl", "reset_reserved_slices",
+]
+
+
+def systemctl(*args, check=False):
+    """Run systemctl; returns the CompletedProcess (text, stdout+stderr captured)."""
+    return subprocess.run(["systemctl", *args], capture_output=True, text=True, check=check)
+
+
+def service_show(prop, unit=MEMQOS_UNIT):
+    """`systemctl show -P prop unit` as a string."""
+    return systemctl("show", "-P", prop, unit).stdout.strip()
+
+
+def fmt_bytes(n):
+    if n is None:
+        return "absent"
+    if n == UINT64_MAX:
+        return "max"
+    if n and n % (1 << 20) == 0:
+        return f"{n >> 20}Mi"
+    return str(n)
+
+
+def metrics(url=METRICS_URL, timeout=5.0):
+    """The daemon's /metrics as {name: [(labels dict, value)]} (Prometheus text format)."""
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        text = r.read().decode()
+    out = {}
+    sample = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
+    label = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = sample.match(line)
+        if m:
+            labels = dict(label.findall(m.group(2) or ""))
+            out.setdefault(m.group(1), []).append((labels, float(m.group(3))))
+    return out
+
+
+def metric(name, _metrics=None, **labels):
+    """Sum of the samples of `name` whose labels include `labels` (0.0 if none; None if the
+    endpoint does not answer)."""
+    try:
+        data = _metrics if _metrics is not None else metrics()
+    except OSError:
+        return None
+    return sum(v for l, v in data.get(name, []) if all(l.get(k) == str(x) for k, x in labels.items()))
+
+
+def mem_total_bytes():
+    """MemTotal of /proc/meminfo in bytes (the capacity the daemon plans with)."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no MemTotal")
+
+
+def _yaml_dump(doc):
+    import yaml
+
+    return yaml.safe_dump(doc, default_flow_style=False, sort_keys=False)
+
+
+def memqos_write_config(doc, path=MEMQOS_CONFIG):
+    """Write the daemon's config (a dict, dumped as YAML, or a string), keeping the shipped file
+    to put back with memqos_restore_config() (registered to run at exit). Does not reload."""
+    import atexit
+
+    os.makedirs(os.path.dirname(_CONFIG_BACKUP), exist_ok=True)
+    if not os.path.exists(_CONFIG_BACKUP) and os.path.exists(path):
+        with open(path) as src, open(_CONFIG_BACKUP + ".tmp", "w") as dst:
+            dst.write(src.read())
+        os.replace(_CONFIG_BACKUP + ".tmp", _CONFIG_BACKUP)
+    if not _restore_registered:
+        atexit.register(memqos_restore_config)
+        _restore_registered.append(True)
+    text = doc if isinstance(doc, str) else _yaml_dump(doc)
+    with open(path + ".e2e-tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".e2e-tmp", path)
+    return text
+
+
+_restore_registered = []
+
+
+def memqos_restore_config(path=MEMQOS_CONFIG, reload=True):
+    """Put the shipped config back (if memqos_write_config changed it) and reload the service."""
+    if not os.path.exists(_CONFIG_BACKUP):
+        return False
+    with open(_CONFIG_BACKUP) as f:
+        orig = f.read()
+    try:
+        with open(path) as f:
+            same = f.read() == orig
+    except FileNotFoundError:
+        same = not os.path.isdir(os.path.dirname(path))  # package removed: nothing to restore
+    if not same:
+        with open(path + ".e2e-tmp", "w") as f:
+            f.write(orig)
+        os.replace(path + ".e2e-tmp", path)
+        if reload and systemctl("is-active", "-q", MEMQOS_UNIT).returncode == 0:
+            memqos_reload()
+    os.unlink(_CONFIG_BACKUP)
+    return True
+
+
+def memqos_reload(timeout=30.0):
+    """`systemctl reload memqos-systemd` and wait until the daemon has processed the SIGHUP
+    (memqos_config_reloads_total grows). Returns True if it did. systemd 252 has no
+    Type=notify-reload, so `systemctl reload` itself returns as soon as kill -HUP has run."""
+    def reloads():
+        return metric("memqos_config_reloads_total")
+
+    before = wait_for(lambda: reloads() is not None, timeout) and reloads()
+    p = systemctl("reload", MEMQOS_UNIT)
+    if p.returncode != 0:
+        raise SystemdError(f"systemctl reload {MEMQOS_UNIT}: {p.stderr.strip()}")
+    return bool(wait_for(lambda: (reloads() or 0) > (before or 0), timeout, 0.05))
+
+
+def memqos_plan(pods_file=PODS_FILE, config=MEMQOS_CONFIG, node_memory=None,
+                page_size=PAGE_SIZE):
+    """`memqos-systemd plan --output json` for the same pods and config as the daemon, at this
+    node's MemTotal (or node_memory) and page size."""
+    cmd = ["memqos-systemd", "plan", "--pods", pods_file, "--config", config, "--node-memory",
+           str(node_memory or mem_total_bytes()), "--page-size", str(page_size), "--output", "json"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}: {p.stderr.strip()}")
+    return json.loads(p.stdout)
+
+
+def plan_expected(plan_doc):
+    """{unit: {'min', 'low', 'high'}} from a plan document; 'infinity' as UINT64_MAX (the kernel's
+    'max', as read_memory/kernel_memory read it)."""
+    out = {}
+    for u in plan_doc["units"]:
+        high = u["MemoryHigh"]
+        out[u["unit"]] = {"min": u["MemoryMin"], "low": u["MemoryLow"],
+                          "high": UINT64_MAX if high == "infinity" else high}
+    return out
+
+
+def slice_cgroup_dir(name):
+    """The cgroup directory systemd gives a slice: a-b-c.slice -> /sys/fs/cgroup/a.slice/a-b.slice/
+    a-b-c.slice (no D-Bus call, so it loads nothing)."""
+    if name == "-.slice":
+        return CGROUP_ROOT
+    parts = name[: -len(".slice")].split("-")
+    return os.path.join(CGROUP_ROOT, *("-".join(parts[: i + 1]) + ".slice"
+                                       for i in range(len(parts))))
+
+
+_cg_cache = {}
+
+
+def unit_cgroup_dir(name):
+    """Slices: computed; other units: their ControlGroup over D-Bus (cached)."""
+    if name.endswith(".slice"):
+        return slice_cgroup_dir(name)
+    if name not in _cg_cache:
+        _cg_cache[name] = cgroup_path(name)
+    return _cg_cache[name]
+
+
+def kernel_memory(units):
+    """{unit: {'min','low','high'} from the kernel's files, or None if its cgroup is absent}."""
+    out = {}
+    for u in units:
+        try:
+            base = unit_cgroup_dir(u)
+            vals = {}
+            for key in ("min", "low", "high"):
+                with open(os.path.join(base, "memory." + key)) as f:
+                    vals[key] = _num(f.read().strip())
+            out[u] = vals
+        except (OSError, SystemdError):
+            out[u] = None
+    return out
+
+
+def compare_kernel(expected, observed=None):
+    """List of 'unit key kernel=X plan=Y' mismatches (empty: all equal)."""
+    observed = observed if observed is not None else kernel_memory(expected)
+    bad = []
+    for unit, want in expected.items():
+        have = observed.get(unit)
+        if have is None:
+            bad.append(f"{unit}: no cgroup")
+            continue
+        for k in ("min", "low", "high"):
+            if have[k] != want[k]:
+                bad.append(f"{unit} memory.{k} kernel={fmt_bytes(have[k])} plan={fmt_bytes(want[k])}")
+    return bad
+
+
+def wait_kernel(expected, timeout=20.0, interval=0.05):
+    """Poll until every unit's memory.min/low/high equal `expected`; returns (mismatches,
+    seconds waited)."""
+    start = time.monotonic()
+    bad = wait_for(lambda: not compare_kernel(expected), timeout, interval)
+    return ([] if bad else compare_kernel(expected)), time.monotonic() - start
+
+
+def journal_cursor():
+    """A mark for journal_since(): now, on the monotonic clock the journal stamps entries with.
+    (`journalctl -n 0 --show-cursor` gives a cursor after which the first entry of a unit is
+    skipped, seen in the guest; a time is simpler.)"""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+def journal_since(mark, unit=MEMQOS_UNIT, identifier=None):
+    """Messages of `unit` (or of a syslog identifier) of this boot logged at or after `mark`
+    (from journal_cursor(); None: the whole boot)."""
+    cmd = ["journalctl", "--no-pager", "-b", "-o", "json", "--output-fields",
+           "MESSAGE,__MONOTONIC_TIMESTAMP"]
+    cmd += ["-t", identifier] if identifier else ["-u", unit]
+    subprocess.run(["journalctl", "--sync"], capture_output=True)
+    out = []
+    for line in subprocess.run(cmd, capture_output=True, text=True).stdout.splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        msg = e.get("MESSAGE")
+        if isinstance(msg, list):  # non-UTF-8 messages come as byte arrays
+            msg = bytes(msg).decode("utf-8", "replace")
+        if mark is None or int(e.get("__MONOTONIC_TIMESTAMP", 0)) >= mark * 1e6:
+            out.append(msg or "")
+    return out
+
+
+def unit_loaded(name):
+    """True if systemd has the unit in memory, in any state, without loading it (ListUnits by
+    pattern never loads; a unit's object path would)."""
+    p = systemctl("list-units", "--all", "--plain", "--no-legend", "--no-pager", name)
+    return any(line.split()[0] == name for line in p.stdout.splitlines() if line.split())
+
+
+def sample_pods():
+    """A small kubelet-like node: a Guaranteed pod, a Burstable pod with a limited app container
+    and an unlimited sidecar, and a BestEffort pod."""
+    g = make_pod("db", [{"name": "postgres",
+                         "requests": {"memory": "96Mi", "cpu": "100m"},
+                         "limits": {"memory": "96Mi", "cpu": "100m"}}])
+    b = make_pod("web", [{"name": "app", "requests": {"memory": "48Mi"},
+                          "limits": {"memory": "160Mi"}},
+                         {"name": "sidecar", "requests": {"memory": "16Mi"}}])
+    be = make_pod("batch", [{"name": "job"}])
+    return [g, b, be]
+
+
+def sample_config(**overrides):
+    """The config the daemon scenarios run with: kubelet stand-in polled every second, kube.slice
+    and system.slice reserved and enforced."""
+    doc = {
+        "memoryReservationPolicy": "TieredReservation",
+        "hierarchy": "effective",
+        "kubeReserved": {"memory": "64Mi"},
+        "systemReserved": {"memory": "96Mi"},
+        "enforceNodeAllocatable": ["pods", "kube-reserved", "system-reserved"],
+        "kubeReservedCgroup": "/kube.slice",
+        "systemReservedCgroup": "/system.slice",
+        "kubelet": {"url": "http://127.0.0.1:10255/pods", "pollInterval": "1s", "timeout": "2s"},
+    }
+    doc.update(overrides)
+    return doc
+
+
+def start_reserved_slices():
+    """Something running in kube.slice (as the kubelet and containerd would be), so that slice
+    has a cgroup; system.slice always has one. Stopped at exit."""
+    import atexit
+
+    unit = "memqos-e2e-kube-daemon.service"
+    if systemctl("is-active", "-q", unit).returncode != 0:
+        systemctl("reset-failed", unit)
+        subprocess.run(["systemd-run", "--quiet", "--unit", unit, "--slice", "kube.slice",
+                        "--property", "Type=exec", "sleep", "infinity"], check=True)
+        atexit.register(systemctl, "stop", unit)
+    if not _reserved_reset_registered:
+        atexit.register(reset_reserved_slices)  # runs before the earlier-registered restore
+        _reserved_reset_registered.append(True)
+    return unit
+
+
+_reserved_reset_registered = []
+
+
+def reset_reserved_slices():
+    """Put the shipped config back (reload), then kube.slice and system.slice back to MemoryMin=0,
+    MemoryLow=0: the daemon leaves a slice alone once its config no longer names it reserved, so
+    the protection of the sample config would otherwise stay for the rest of the boot."""
+    memqos_restore_config()
+    for name in ("kube.slice", "system.slice"):
+        try:
+            set_unit_properties(name, MemoryMin=0, MemoryLow=0)
+        except SystemdError as e:
+            log(f"reset {name}: {e}")
+
+
+def deb_path():
+    """The payload's .deb as the driver staged it in the guest (for reinstalling)."""
+    import glob
+
+    found = sorted(glob.glob("/var/cache/memqos-e2e-debs/memqos-systemd_*.deb"))
+    return found[-1] if found else None
+
+
+def fresh_node(timeout=30.0):
+    """Start a daemon scenario from a node as the kubelet leaves it at start-up: the kubelet
+    stand-in running with no pods, the daemon's plan empty, kubepods.slice and its QoS slices
+    made by StartTransientUnit and no /run/systemd/system.control/kubepods* drop-in.
+
+    Needed because the driver's cleanup between scenarios (stop kubelet.service and
+    kubepods.slice, remove the control drop-ins, daemon-reload) races the running daemon: with
+    the kubelet gone it keeps its last pod list and may make kubepods.slice again right after,
+    as a plain slice whose control drop-in would then override later writes at every
+    daemon-reload (see 11-systemd-facts and 45-stale-dropins). Returns what it had to undo."""
+    import glob
+    import shutil
+
+    kubelet_start([])
+    wait_for(lambda: metric("memqos_pods") == 0, timeout, 0.2)  # the daemon saw the empty list
+    found = [p for p in glob.glob("/run/systemd/system.control/kubepods*")]
+    stray = unit_loaded("kubepods.slice") and service_show("Transient", "kubepods.slice") != "yes"
+    if found or stray:
+        systemctl("stop", "kubepods.slice")
+        for p in found:
+            shutil.rmtree(p, ignore_errors=True)
+        systemctl("daemon-reload")
+    ensure_qos_slices()
+    return found + (["kubepods.slice (not transient)"] if stray else [])
+
+
+__all__ += ["fresh_node"]

@@ -1,0 +1,133 @@
+#!/usr/bin/python3
+"""The .deb as an operator installs it (the driver ran `apt-get install ./memqos-systemd_*.deb`
+before the first scenario): enabled and active, so READY=1 arrived (Type=notify); its status
+text, watchdog and sandbox (systemd-analyze security/verify); a clean journal; metrics; `check`;
+`systemctl reload` (same PID) and `restart` (a new PID, READY again); a config with an unknown
+key fails the unit with exit 2 and is not restarted; an upgrade (the same .deb again) restarts
+it. Issue 4's "Done when" and docs/PACKAGING.md's list, items 1-6."""
+# e2e-timeout: 240
+import os
+import re
+import subprocess
+import time
+
+from memqos_e2e import *
+
+need_deb()
+
+BAD_WORDS = ("Permission denied", "Operation not permitted", "Read-only file system",
+             "Access denied", "Traceback", "cannot watch udev")
+
+
+def main_pid():
+    return int(service_show("MainPID") or 0)
+
+
+def wait_ready_line(cursor, timeout=60):
+    return wait_for(lambda: [l for l in journal_since(cursor) if l.startswith("ready:")], timeout)
+
+
+# --- install ---------------------------------------------------------------------------------
+status = subprocess.run(["dpkg-query", "-W", "-f", "${Status} ${Version}", "memqos-systemd"],
+                        capture_output=True, text=True).stdout
+check(status.startswith("install ok installed"), f"dpkg: memqos-systemd {status}")
+check_eq(systemctl("is-enabled", MEMQOS_UNIT).stdout.strip(), "enabled", "is-enabled")
+check_eq(systemctl("is-active", MEMQOS_UNIT).stdout.strip(), "active",
+         "is-active after install (Type=notify: READY=1 received)")
+check_eq(service_show("Type"), "notify", "Type")
+check_eq(service_show("NRestarts"), "0", "NRestarts")
+check_eq(service_show("WatchdogUSec"), "30s", "WatchdogUSec")
+status_text = service_show("StatusText")
+check(re.match(r"\d+ pods, kubepods min \d+ low \d+", status_text), f"StatusText {status_text!r}")
+ready = [l for l in journal_since(None) if l.startswith("ready:")]
+check(len(ready) >= 1, f"journal has the daemon's ready line: {ready[:1]}")
+t = service_show("ExecMainStartTimestampMonotonic"), service_show("ActiveEnterTimestampMonotonic")
+check(int(t[1]) - int(t[0]) < 30_000_000,
+      f"start to READY took {(int(t[1]) - int(t[0])) / 1e6:.2f} s (TimeoutStartSec=60s)")
+
+# --- sandbox ---------------------------------------------------------------------------------
+p = subprocess.run(["systemd-analyze", "security", "--no-pager", MEMQOS_UNIT],
+                   capture_output=True, text=True)
+m = re.search(r"Overall exposure level for \S+: ([0-9.]+) (\S+)", p.stdout + p.stderr)
+exposure = float(m.group(1)) if m else None
+check(exposure is not None and exposure <= 3.0,
+      f"systemd-analyze security exposure {exposure} {m.group(2) if m else p.stderr[-200:]} (<= 3.0)")
+p = subprocess.run(["systemd-analyze", "verify", "--man=no",
+                    "/lib/systemd/system/memqos-systemd.service"], capture_output=True, text=True)
+check(p.returncode == 0 and not (p.stdout + p.stderr).strip(),
+      f"systemd-analyze verify: exit {p.returncode}, output {(p.stdout + p.stderr).strip()[:300]!r}")
+
+journal = journal_since(None)
+bad = [l for l in journal if any(w in l for w in BAD_WORDS)]
+check(not bad, f"no sandbox denial, traceback or udev warning in the unit's journal: {bad[:3]}")
+
+m = metrics()
+check(m.get("memqos_build_info"), f"metrics on {METRICS_URL}: build {m.get('memqos_build_info')}")
+
+# `check` with a kubelet answering (the stand-in, no pods).
+kubelet_start([])
+p = subprocess.run(["memqos-systemd", "check"], capture_output=True, text=True)
+lines = [" ".join(l.split()) for l in p.stdout.splitlines()]
+errors = [l for l in lines if l.startswith("error")]
+check(p.returncode == 0 and not errors,
+      f"memqos-systemd check exit {p.returncode}: {len(lines)} findings, errors {errors}, "
+      f"warnings {[l for l in lines if l.startswith('warn')]}")
+
+# --- reload ----------------------------------------------------------------------------------
+pid = main_pid()
+cursor = journal_cursor()
+check(memqos_reload(), "systemctl reload: the daemon counted the reload (memqos_config_reloads_total)")
+check_eq(main_pid(), pid, "reload keeps MainPID")
+reloaded = [l for l in journal_since(cursor) if l.startswith("config reloaded")]
+check(reloaded, f"journal after reload: {reloaded[:1]}")
+
+# --- restart ---------------------------------------------------------------------------------
+cursor = journal_cursor()
+t0 = time.monotonic()
+p = systemctl("restart", MEMQOS_UNIT)
+took = time.monotonic() - t0
+check(p.returncode == 0, f"systemctl restart returned {p.returncode} after {took:.1f} s {p.stderr.strip()}")
+check_eq(systemctl("is-active", MEMQOS_UNIT).stdout.strip(), "active", "active after restart")
+new_pid = main_pid()
+check(new_pid not in (0, pid), f"restart started a new process ({pid} -> {new_pid})")
+ready = wait_ready_line(cursor, 5)
+check(ready, f"READY again after restart: {ready[:1] if ready else None}")
+check_eq(service_show("NRestarts"), "0", "NRestarts after a manual restart")
+stopped = [l for l in journal_since(cursor) if "protections left in place" in l]
+check(stopped, f"SIGTERM left protections in place: {stopped[:1]}")
+
+# --- a config it refuses: exit 2, failed, not restarted ------------------------------------------
+with open(MEMQOS_CONFIG) as f:
+    shipped = f.read()
+memqos_write_config(shipped + "\nnoSuchKey: 1\n")
+cursor = journal_cursor()
+systemctl("restart", MEMQOS_UNIT)
+failed = wait_for(lambda: systemctl("is-active", MEMQOS_UNIT).stdout.strip() == "failed", 30)
+check(failed, f"unknown config key: unit {systemctl('is-active', MEMQOS_UNIT).stdout.strip()}")
+check_eq(service_show("ExecMainStatus"), "2", "ExecMainStatus with an unknown key")
+time.sleep(3)  # RestartSec=2s: would have restarted by now
+check_eq(service_show("NRestarts"), "0", "not restarted (RestartPreventExitStatus=2)")
+msg = [l for l in journal_since(cursor) if "noSuchKey" in l]
+check(msg, f"the error names the key: {msg[:1]}")
+memqos_restore_config(reload=False)
+systemctl("reset-failed", MEMQOS_UNIT)
+check(systemctl("start", MEMQOS_UNIT).returncode == 0, "started again with the shipped config")
+
+# --- upgrade: the same .deb again ------------------------------------------------------------
+deb = deb_path()
+if deb:
+    pid = main_pid()
+    cursor = journal_cursor()
+    t0 = time.monotonic()
+    p = subprocess.run(["dpkg", "-i", deb], capture_output=True, text=True,
+                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+    took = time.monotonic() - t0
+    check(p.returncode == 0, f"dpkg -i of the same .deb (upgrade path) exit {p.returncode} in {took:.0f} s")
+    new_pid = main_pid()
+    check(systemctl("is-active", MEMQOS_UNIT).stdout.strip() == "active" and new_pid != pid,
+          f"upgrade restarted the service ({pid} -> {new_pid})")
+    check(wait_ready_line(cursor, 10), "READY after the upgrade")
+    with open(MEMQOS_CONFIG) as f:
+        check(f.read() == shipped, "upgrade kept the conffile")
+else:
+    check(False, "the staged .deb in /var/cache/memqos-e2e-debs")

@@ -1093,9 +1093,13 @@ def fresh_node(timeout=30.0):
     the kubelet gone it keeps its last pod list and may make kubepods.slice again right after,
     as a plain slice whose control drop-in would then override later writes at every
     daemon-reload (see 11-systemd-facts and 45-stale-dropins). Returns what it had to undo."""
+    import atexit
     import glob
     import shutil
 
+    if not _quiet_registered:
+        atexit.register(quiet_node)
+        _quiet_registered.append(True)
     kubelet_start([])
     wait_for(lambda: metric("memqos_pods") == 0, timeout, 0.2)  # the daemon saw the empty list
     found = [p for p in glob.glob("/run/systemd/system.control/kubepods*")]
@@ -1109,4 +1113,26 @@ def fresh_node(timeout=30.0):
     return found + (["kubepods.slice (not transient)"] if stray else [])
 
 
-__all__ += ["fresh_node"]
+_quiet_registered = []
+
+
+def quiet_node(timeout=20.0):
+    """Leave the node so the driver's cleanup does not race the daemon (registered by
+    fresh_node to run at exit): /pods empty, the pod slices stopped, and the daemon's plan
+    empty. Otherwise, with the kubelet stopped and kubepods.slice stopped by the driver, the
+    daemon re-creates kubepods.slice from its last pod list while systemd still has the stopped
+    transient unit, and gets "Unit kubepods.slice not found." (45-stale-dropins, step 2)."""
+    try:
+        write_pods([])
+        p = systemctl("list-units", "--all", "--plain", "--no-legend", "--no-pager",
+                      "kubepods-*pod*.slice")
+        for line in p.stdout.splitlines():
+            if line.split():
+                stop_unit(line.split()[0], wait=False)
+        if systemctl("is-active", "-q", MEMQOS_UNIT).returncode == 0:
+            wait_for(lambda: metric("memqos_pods") == 0, timeout, 0.2)
+    except Exception as e:  # best effort: the driver cleans up anyway
+        log(f"quiet_node: {e}")
+
+
+__all__ += ["fresh_node", "quiet_node"]

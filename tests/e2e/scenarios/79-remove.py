@@ -1,0 +1,92 @@
+#!/usr/bin/python3
+"""`apt remove memqos-systemd` leaves the node as the kubelet alone would; `apt purge` removes the
+config; installing the .deb again brings the service back (and this scenario leaves it so).
+
+On the sample node with TieredReservation, kube.slice and system.slice reserved (both running),
+every managed unit holds the plan. After `apt-get remove`: the service is stopped and its unit
+gone, every unit it managed (kubepods, QoS, pod, container and reserved slices) reads
+memory.min 0, memory.low 0, memory.high max in the kernel, the conffile is kept, nothing of the
+package is left under /usr (no __pycache__). After `apt-get purge`: /etc/memqos-systemd is
+gone. Then `apt-get install` of the same .deb: active again, protecting the pods with the
+shipped config. Last of the daemon scenarios: docs/PACKAGING.md items 8 and 9."""
+# e2e-timeout: 300
+import os
+import subprocess
+import time
+
+from memqos_e2e import *
+
+need_deb()
+deb = deb_path()
+ENV = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+
+pods = sample_pods()
+undone = fresh_node()  # a kubelet just started: its QoS slices, no pods yet
+log(f"fresh node: undid {undone}")
+kubelet_start(pods)
+for p in pods:
+    start_pod(p)
+start_reserved_slices()
+memqos_write_config(sample_config())
+check(memqos_reload(), "config: TieredReservation, reserved kube.slice and system.slice")
+expected = plan_expected(memqos_plan())
+bad, _ = wait_kernel(expected, 20)
+protected = {u: v for u, v in expected.items() if v["min"] or v["low"] or v["high"] != UINT64_MAX}
+check(not bad, f"before: {len(expected)} units equal plan, {len(protected)} of them with a value"
+               f" other than 0/0/max {bad}")
+
+
+def apt(*args):
+    t0 = time.monotonic()
+    p = subprocess.run(["apt-get", "-y", *args], capture_output=True, text=True, env=ENV)
+    return p, time.monotonic() - t0
+
+
+# --- remove ----------------------------------------------------------------------------------
+p, took = apt("remove", "memqos-systemd")
+warnings = [l for l in (p.stdout + p.stderr).splitlines() if "memqos-systemd: warning" in l]
+check(p.returncode == 0, f"apt-get remove: exit {p.returncode} in {took:.0f} s {p.stderr[-300:]}")
+check(not warnings, f"prerm printed no warning {warnings}")
+reset_line = [l for l in (p.stdout + p.stderr).splitlines() if l.startswith("reset:")]
+check(reset_line, f"prerm ran memqos-systemd reset: {reset_line}")
+check_eq(systemctl("is-active", MEMQOS_UNIT).stdout.strip(), "inactive", "service after remove")
+check_eq(service_show("LoadState"), "not-found", "unit file after remove")
+observed = kernel_memory(expected)
+defaults = {"min": 0, "low": 0, "high": UINT64_MAX}
+not_reset = [f"{u}: {v}" for u, v in observed.items() if v != defaults]
+check(not not_reset, f"every managed unit ({len(observed)}: kubepods, QoS, pods, containers, kube.slice,"
+                     f" system.slice) at memory.min 0, memory.low 0, memory.high max {not_reset}")
+kept = {}
+for base in ("/run/systemd/system.control", "/run/systemd/transient"):
+    d = f"{base}/kubepods.slice.d"
+    for f in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        kept[f"{d}/{f}"] = " ".join(l.strip() for l in open(f"{d}/{f}") if "=" in l)
+check(True, f"kubepods.slice drop-ins left after the reset: {kept or 'none'}")
+systemctl("daemon-reload")
+again = [f"{u}: {v}" for u, v in kernel_memory(expected).items() if v != defaults]
+check(not again, f"still 0/0/max after another daemon-reload {again}")
+check(os.path.exists(MEMQOS_CONFIG), f"conffile kept: {MEMQOS_CONFIG}")
+left = [x for x in ("/usr/bin/memqos-systemd", "/usr/lib/python3/dist-packages/memqos_systemd",
+                    "/lib/systemd/system/memqos-systemd.service") if os.path.exists(x)]
+check(not left, f"nothing of the package left under /usr and /lib {left}")
+st = subprocess.run(["dpkg-query", "-W", "-f", "${Status}", "memqos-systemd"], capture_output=True,
+                    text=True).stdout
+check_eq(st, "deinstall ok config-files", "dpkg status after remove")
+check(all(unit_exists(u) for u in expected if not u.startswith(("kube.", "system."))),
+      "the pods' slices and scopes still run")
+
+# --- purge -----------------------------------------------------------------------------------
+p, took = apt("purge", "memqos-systemd")
+check(p.returncode == 0, f"apt-get purge: exit {p.returncode} in {took:.0f} s")
+check(not os.path.exists(os.path.dirname(MEMQOS_CONFIG)), f"{os.path.dirname(MEMQOS_CONFIG)} gone")
+
+# --- install again (leaves the guest as the driver installed it) -------------------------------
+p, took = apt("install", "--no-install-recommends", deb)
+check(p.returncode == 0, f"apt-get install {os.path.basename(deb)} again: exit {p.returncode}"
+                         f" in {took:.0f} s")
+check_eq(systemctl("is-active", MEMQOS_UNIT).stdout.strip(), "active", "service after reinstall")
+check(os.path.exists(MEMQOS_CONFIG), "a fresh conffile")
+expected = plan_expected(memqos_plan())
+bad, took = wait_kernel(expected, 20)
+check(not bad, f"the reinstalled service protects the pods with the shipped config:"
+               f" {len(expected)} units equal plan {bad}")

@@ -304,9 +304,11 @@ class Daemon:
         planned = desired.by_unit()
         now = self.out.clock()
         self._unknown_units = {n: t for n, t in self._unknown_units.items() if n not in planned and t > now}
-        for name in sorted(self._refresh_units):
+        # Take the set before awaiting: a UnitNew or JobRemoved that arrives while we read must
+        # stay queued for the next round, not be cleared with the ones just read.
+        pending, self._refresh_units = self._refresh_units, set()
+        for name in sorted(pending):
             await self.applier.refresh_unit(name)
-        self._refresh_units.clear()
         changes = diff(desired, self.applier.observed_for(u.unit for u in desired.units), self.naming)
         if self.holding_reason is not None:
             held = len(changes)

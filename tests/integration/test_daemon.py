@@ -394,3 +394,23 @@ def test_nothing_is_read_or_written_while_systemd_reloads(fake_systemd, tmp_path
             fake_systemd.emit_reloading(False)
             await until(lambda: h.memory("kubepods-burstable.slice")["MemoryLow"] == 256 * MI)
     run(body())
+
+
+def test_units_announced_while_the_daemon_reads_are_not_forgotten(fake_systemd, tmp_path):
+    """Seen on systemd 252: a pod slice and its scope started back to back; the scope's UnitNew and
+    JobRemoved arrived while the daemon was reading the slice, and were cleared with it."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, GCTR)
+    newcomer = pod(N_UID, "n", "128Mi", "1Gi", "c" * 64, "Burstable")
+    scope = "cri-containerd-" + "c" * 64 + ".scope"
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, newcomer]) as h:
+            for _ in range(3):
+                fake_systemd.delay_next("GetUnit", 0.3)  # widen the window in which signals arrive
+            fake_systemd.add_unit(NPOD)
+            await asyncio.sleep(0.05)
+            fake_systemd.add_unit(scope)
+            fake_systemd.emit_job_removed(scope, "done")
+            await until(lambda: (h.memory(scope) or {}).get("MemoryLow") == 128 * MI)
+            assert h.memory(NPOD)["MemoryLow"] == 128 * MI
+    run(body())

@@ -42,16 +42,12 @@ GOAL_RSS = 40 << 20
 GOAL_CPU_PCT = 0.1
 
 
-# What the reaction run showed the first time (commit fda1d9d), and why; kept here so the
-# document says it whenever the figures still show it.
+# Shown under the reaction table whenever the daemon leaves slices of a burst to the resync.
 MISSED_NOTE = (
-    "Why most slices of the burst wait for the 60 s resync: `Daemon.reconcile` refreshes the units named "
-    "in `_refresh_units` one by one (awaiting D-Bus calls) and then clears the whole set, so the `UnitNew` "
-    "and `JobRemoved` events that arrive during those awaits are dropped; and a slice refreshed at its "
-    "`UnitNew`, before its start job ran, is refused by `set_memory_if_loaded` (inactive) and forgotten. "
-    "Only the next full refresh (`resyncInterval`, 60 s) finds those slices. In a burst almost every event "
-    "arrives during an await. (Taking the set before the awaits, `names = sorted(...); clear(); for ...`, "
-    "would keep them; not changed here: this benchmark only measures.)")
+    "The slices the daemon's event path missed got their value only at its next full re-read of systemd "
+    "(`resyncInterval`, 60 s). The first runs of this benchmark (at fda1d9d) showed that for all but one "
+    "slice of every burst: `Daemon.reconcile` cleared the set of units to re-read after awaiting the reads, "
+    "dropping the `UnitNew`/`JobRemoved` events that came in meanwhile (fixed in cd9c123).")
 
 
 def ms(s):

@@ -414,3 +414,23 @@ def test_units_announced_while_the_daemon_reads_are_not_forgotten(fake_systemd, 
             await until(lambda: (h.memory(scope) or {}).get("MemoryLow") == 128 * MI)
             assert h.memory(NPOD)["MemoryLow"] == 128 * MI
     run(body())
+
+
+def test_unit_signals_do_not_cut_the_retry_backoff_short(fake_systemd, tmp_path):
+    """Seen in the VM: kubepods.slice unloadable and a stream of UnitNew gave 157 failed calls in 3 s."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE]) as h:
+            for _ in range(50):
+                fake_systemd.fail_next("SetUnitProperties", "org.freedesktop.systemd1.NoSuchUnit")
+            fake_systemd.clear_calls()
+            h.source.items = [BURSTABLE, NEWCOMER]
+            h.daemon._want_fetch = True
+            h.daemon.wake()
+            for i in range(20):  # a storm of unit signals for 2 s
+                fake_systemd.add_unit(f"kubepods-besteffort-pod{i:032x}.slice")
+                await asyncio.sleep(0.1)
+            # Backoff 1 s, 2 s, ...: a handful of attempts in 2 s, not one per signal.
+            assert len(fake_systemd.calls_to("SetUnitProperties")) <= 4
+    run(body())

@@ -155,11 +155,19 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
             notes.append(f"*{cfg}*: B keeps {pct(f):.0f} % of its page cache against a streaming neighbour and "
                          f"{pct(a):.0f} % against an allocating one")
     if notes:
-        lines += ["Read: " + "; ".join(notes) + ". MemoryLow (Tiered) yields to the neighbour's anonymous memory "
-                  "before the OOM killer acts, by design of memory.low; MemoryMin (Hard) does not. `low` events are "
-                  "the kernel's count of reclaim that went below a cgroup's memory.low (memory.events has no such "
-                  "count for memory.min). Re-read: the time B took to read its file again after the pressure "
-                  "(a page cache hit is fast, a miss is a disk read through virtio under TCG).", ""]
+        lines += ["Read: " + "; ".join(notes) + "."]
+        t_a, h_a = find("effective / Tiered", "anon"), find("effective / Hard", "anon")
+        k_f, e_f = find("kubelet / Tiered", "file"), find("effective / Tiered", "file")
+        if k_f and e_f and pct(k_f) < 50 <= pct(e_f):
+            lines[-1] += (" With the KEP's literal layout (`hierarchy: kubelet`) the Burstable pod's MemoryLow is worth "
+                          "nothing to the kernel (`kubepods.slice` has no MemoryLow above it); the same values backed "
+                          "on every ancestor (`effective`) hold.")
+        if t_a and h_a and pct(t_a) < 50 and pct(h_a) >= 90:
+            lines[-1] += (" Against anonymous allocation MemoryLow (Tiered) yields before the OOM killer acts, as "
+                          "memory.low is defined to; MemoryMin (Hard) does not, and the OOM killer acts sooner.")
+        lines += ["`low` events: the kernel's count of reclaim below a cgroup's memory.low (memory.events has no "
+                  "such count for memory.min). B re-read: the time B took to read its file again afterwards (a page "
+                  "cache hit, or a disk read through virtio under TCG).", ""]
     if plot_name:
         lines += [f"![protection]({plot_name})", ""]
     h = r.get("high")

@@ -1131,6 +1131,14 @@ def quiet_node(timeout=20.0):
                 stop_unit(line.split()[0], wait=False)
         if systemctl("is-active", "-q", MEMQOS_UNIT).returncode == 0:
             wait_for(lambda: metric("memqos_pods") == 0, timeout, 0.2)
+        # Once a transient kubepods.slice has stopped, systemd 252 cannot load that name again
+        # until a daemon-reload: LoadState not-found, "Failed to open /run/systemd/transient/
+        # kubepods.slice", and SetUnitProperties answers "Unit kubepods.slice not found."
+        # (11-systemd-facts E). The driver reloads only when it removed a control drop-in, and
+        # 80-harness-reboot sets kubepods.slice first thing.
+        systemctl("stop", "kubepods.slice")
+        if service_show("LoadState", "kubepods.slice") == "not-found":
+            systemctl("daemon-reload")
     except Exception as e:  # best effort: the driver cleans up anyway
         log(f"quiet_node: {e}")
 

@@ -242,3 +242,30 @@ check(("UnitNew", late_pod) in got or ("JobRemoved", late_pod) in got,
       f"{[m for m, a in got if a == late_pod]}")
 for u in (scope, pod, late_pod):
     stop_unit(u)
+
+# --- E: a transient kubepods.slice, stopped ------------------------------------------------------
+# What the daemon meets when the kubelet's slices are stopped while it still plans pods, and what
+# any client setting kubepods.slice meets until the stopped unit is gone.
+ensure_qos_slices()
+stop_unit("kubepods.slice")
+time.sleep(2)
+stub = unit_loaded("kubepods.slice")
+st = show("kubepods.slice", "LoadState", "ActiveState", "Transient")
+err = None
+try:
+    set_unit_properties("kubepods.slice", MemoryMin=8 * MIB)
+except SystemdError as e:
+    err = str(e)
+check(True, f"E: 2 s after stopping the transient kubepods.slice: in list-units={stub}, a new load"
+            f" gives {st}; SetUnitProperties: {err or 'ok'}")
+systemctl("daemon-reload")
+err2 = None
+try:
+    set_unit_properties("kubepods.slice", MemoryMin=8 * MIB)
+except SystemdError as e:
+    err2 = str(e)
+st = show("kubepods.slice", "LoadState", "ActiveState", "Transient")
+check(err2 is None, f"E: after a daemon-reload SetUnitProperties on kubepods.slice: {err2 or 'ok'} ({st})")
+systemctl("stop", "kubepods.slice")
+shutil.rmtree(f"{CONTROL}/kubepods.slice.d", ignore_errors=True)
+systemctl("daemon-reload")

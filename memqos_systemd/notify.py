@@ -23,28 +23,34 @@ class Notifier:
         if address:
             # '@name' is a socket in the abstract namespace.
             self._address = "\0" + address[1:] if address.startswith("@") else address
+        self._last_status: str | None = None
 
     @property
     def enabled(self) -> bool:
         return self._address is not None
 
     def send(self, *fields: str) -> bool:
+        """One datagram, never blocking: a receiver that does not read (a hung PID 1) must not
+        stop the daemon; a message it cannot take now is dropped and reported as not sent."""
         if not self._address:
             return False
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK) as s:
                 s.connect(self._address)
-                s.sendall("\n".join(fields).encode())
+                s.send("\n".join(fields).encode())
             return True
         except OSError as e:
             logging.getLogger("memqos_systemd").debug("sd_notify failed: %s", e)
             return False
 
     def ready(self, status: str) -> None:
-        self.send("READY=1", f"STATUS={status}")
+        if self.send("READY=1", f"STATUS={status}"):
+            self._last_status = status
 
     def status(self, status: str) -> None:
-        self.send(f"STATUS={status}")
+        """STATUS=, sent only when it differs from the last one systemd took."""
+        if status != self._last_status and self.send(f"STATUS={status}"):
+            self._last_status = status
 
     def watchdog(self) -> None:
         self.send("WATCHDOG=1")

@@ -29,7 +29,7 @@ from .naming import Naming, NamingError, plan_cgroup_paths
 from .node import read_memory_events
 from .notify import Notifier, watchdog_interval
 from .plan import NodeFacts, Plan, PlanError, plan
-from .reconcile import Change, diff
+from .reconcile import DEFAULTS, Change, diff
 from .snapshot import carry_over
 from .sources import Snapshot
 from .systemd import SystemdError
@@ -115,6 +115,8 @@ class Daemon:
         self._quiet_until = 0.0  # no reads or writes before this (systemd reloading)
         self._stop_event = asyncio.Event()
         self._warned: dict[str, set[str]] = {}
+        # Reserved slices dropped from the config by a reload, still to be brought to the defaults.
+        self._retired: set[str] = set()
 
     # ------------------------------------------------------------ events
     def wake(self) -> None:
@@ -231,6 +233,11 @@ class Daemon:
             self.notifier.send("READY=1")
             return
         source_changed = (config.pods_file, config.kubelet) != (self.config.pods_file, self.config.kubelet)
+        dropped = set(self.naming.reserved_slices()) - set(naming.reserved_slices())
+        for name in sorted(dropped):
+            log.info("%s is no longer a reserved cgroup in the config: bringing it back to"
+                     " MemoryMin=0 MemoryLow=0 MemoryHigh=infinity", name)
+        self._retired = (self._retired | dropped) - set(naming.reserved_slices())
         self.config, self.naming = config, naming
         if self.applier is not None:
             self.applier.naming = naming
@@ -326,7 +333,8 @@ class Daemon:
         except SystemdError:
             self._refresh_units |= pending  # read them again after the retry
             raise
-        changes = diff(desired, self.applier.observed_for(u.unit for u in desired.units), self.naming)
+        observed = self.applier.observed_for([*(u.unit for u in desired.units), *self._retired])
+        changes = diff(desired, observed, self.naming, retired=self._retired)
         if self.holding_reason is not None:
             held = len(changes)
             changes = grow_only(changes)
@@ -338,6 +346,8 @@ class Daemon:
         if self.out.metrics:
             self.out.metrics.set_plan(desired)
             self.out.metrics.observe_reconcile(self.out.clock() - started, len(result.applied))
+        # A retired slice is ours to reset once; after that it is the operator's again.
+        self._retired = {n for n in self._retired if self.applier.observed.get(n) not in (None, DEFAULTS)}
         if not result.ok:
             raise SystemdError(f"apply stopped at {result.failed.unit}: {result.error}")
         node = desired.node_unit()
@@ -430,7 +440,7 @@ class Daemon:
             self._read_capacity()
             self._next_resync = now + self.config.resync_interval
         if self._want_full_refresh:
-            await self.applier.refresh_all()
+            await self.applier.refresh_all(self._retired)
             self._want_full_refresh = False
         if self._want_fetch or now >= self._next_poll or self._source_changed():
             await self._fetch()

@@ -140,6 +140,10 @@ class Naming:
         """The slices of cgroupRoot above kubepods, outermost first ([] for '/')."""
         return [f"{'-'.join(self._root[: i + 1])}.slice" for i in range(len(self._root))]
 
+    def reserved_slices(self) -> tuple[str, ...]:
+        """The reserved slices (kubeReservedCgroup, systemReservedCgroup) as unit names."""
+        return self._reserved
+
     def qos_slice(self, qos: str) -> str:
         """QoS slice for Burstable/BestEffort; Guaranteed pods hang off the node slice."""
         level = _QOS[qos]

@@ -8,15 +8,29 @@ never leaves a child above its parent; the next reconcile finishes the job.
 
 Pod slices and container scopes of ours that systemd has but the plan no
 longer names (the pod is gone from the kubelet) are brought back to the
-defaults, children first. Units systemd does not have are only created for
-the node, QoS and reserved levels (systemd makes the slice, and the kubelet
-finds it ready); a pod or container unit that is not there is never created.
+defaults, children first.
+
+Which units we may create by setting properties on them: only the reserved
+slices (system.slice, a kube-reserved slice). SetUnitProperties on a slice
+that is not loaded makes a plain slice and writes its values as drop-ins under
+/run/systemd/system.control/<slice>.d. For a reserved slice that is what we
+want: every later write goes to the same drop-ins, and the values apply as soon
+as the slice starts. The kubepods tree is the kubelet's: it creates
+kubepods.slice and the QoS slices with StartTransientUnit, after which writes
+go to /run/systemd/transient, while control drop-ins we had made would win
+again at every daemon-reload and undo later writes and a reset (seen on
+systemd 252, tests/e2e 45-stale-dropins). So node, QoS, pod and container
+units are written only while loaded and running, and picked up by UnitNew /
+JobRemoved when the kubelet makes them.
+
+Reserved slices dropped from the config (`retired`) are brought back to the
+defaults once, so nothing of ours is left on a slice we no longer manage.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from .naming import Naming
 from .plan import INFINITY, Plan, UnitPlan
@@ -24,8 +38,8 @@ from .plan import INFINITY, Plan, UnitPlan
 __all__ = ["Change", "DEFAULTS", "diff", "reset_plan", "MAY_CREATE"]
 
 DEFAULTS = {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": INFINITY}
-# Levels whose unit we may create by setting properties on it.
-MAY_CREATE = frozenset({"node", "qos", "reserved"})
+# Levels whose unit we may create by setting properties on it (see above).
+MAY_CREATE = frozenset({"reserved"})
 
 
 @dataclass(frozen=True)
@@ -37,7 +51,7 @@ class Change:
 
     @property
     def must_exist(self) -> bool:
-        """Pod and container units are the kubelet's and the runtime's: never create them."""
+        """The kubepods tree is the kubelet's and the runtime's: never create its units."""
         return self.level not in MAY_CREATE
 
 
@@ -48,12 +62,14 @@ def _grows(name: str, new: int, old: int) -> bool:
 
 
 def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[str, int] | None],
-         naming: Naming | None = None) -> list[Change]:
+         naming: Naming | None = None, retired: Iterable[str] = ()) -> list[Change]:
     """Ordered changes that take systemd from `observed` to `desired`.
 
     `observed` maps unit name -> the properties systemd holds, or None when the
     unit is not loaded. Units in `observed` that are ours (per `naming`) at the
-    pod or container level but absent from `desired` are reset to the defaults.
+    pod or container level but absent from `desired` are reset to the defaults,
+    and so are the `retired` reserved slices (dropped from the config) that
+    systemd has loaded.
     """
     units = desired.units if isinstance(desired, Plan) else desired
     targets: list[tuple[str, str, Mapping[str, int]]] = []
@@ -71,6 +87,9 @@ def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[st
                 orphans.append((0 if ref.level == "pod" else 1, name, ref.level))
         # Orphans go last in parent-first order (so first when shrinking): pods, then containers.
         targets.extend((name, level, DEFAULTS) for _, name, level in sorted(orphans))
+    # Retired reserved slices are roots (siblings of kubepods.slice): their order is free.
+    targets.extend((name, "reserved", DEFAULTS) for name in sorted(set(retired) - planned)
+                   if observed.get(name) is not None)
 
     grow: list[Change] = []
     shrink: list[Change] = []

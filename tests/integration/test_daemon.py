@@ -434,3 +434,47 @@ def test_unit_signals_do_not_cut_the_retry_backoff_short(fake_systemd, tmp_path)
             # Backoff 1 s, 2 s, ...: a handful of attempts in 2 s, not one per signal.
             assert len(fake_systemd.calls_to("SetUnitProperties")) <= 4
     run(body())
+
+
+def test_kubepods_tree_is_left_to_the_kubelet_to_create_then_written_when_it_appears(fake_systemd, tmp_path):
+    """As at boot: /pods answers before the kubelet has made its slices.
+
+    Setting properties on a slice that is not loaded would make it, with control drop-ins that
+    win over the kubelet's transient unit at every daemon-reload (seen on systemd 252)."""
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE]) as h:
+            assert h.sets() == [] and fake_systemd.created == []
+            assert any(m.startswith("READY=1") for m in h.notify.drain())
+            fake_systemd.add_unit("kubepods.slice")
+            await until(lambda: h.memory("kubepods.slice")["MemoryLow"] == 256 * MI)
+            fake_systemd.add_unit("kubepods-burstable.slice")
+            await until(lambda: h.memory("kubepods-burstable.slice")["MemoryLow"] == 256 * MI)
+            assert fake_systemd.created == []
+    run(body())
+
+
+def test_a_reserved_slice_dropped_from_the_config_is_reset_by_the_reload_then_left_alone(fake_systemd, tmp_path):
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+    fake_systemd.add_unit("system.slice")
+    reserved = {**TIERED, "enforceNodeAllocatable": ["pods", "system-reserved"],
+                "systemReservedCgroup": "/system.slice", "systemReserved": {"memory": "300Mi"}}
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE], config=reserved) as h:
+            assert h.memory("system.slice")["MemoryMin"] > 0
+            import yaml
+            h.config_path.write_text(yaml.safe_dump(TIERED))
+            h.daemon.request_reload()
+            await until(lambda: h.memory("system.slice")["MemoryMin"] == 0)
+            assert h.memory("system.slice") == {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": UINT64_MAX}
+            # Once reset, it is the operator's slice again: their own value stays.
+            fake_systemd.remove_unit("system.slice")
+            fake_systemd.add_unit("system.slice", memory={"MemoryMin": 64 * MI})
+            fake_systemd.clear_calls()
+            h.daemon._want_full_refresh = True
+            await h.settle()
+            await h.settle()
+            assert h.memory("system.slice")["MemoryMin"] == 64 * MI
+            assert all(u != "system.slice" for u, _ in h.sets())
+    run(body())
+

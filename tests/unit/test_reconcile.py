@@ -67,11 +67,43 @@ def test_pod_and_container_units_are_never_created():
     assert units == ["kubepods.slice", "kubepods-burstable.slice"]
 
 
-def test_node_and_qos_slices_are_created_only_when_they_must_hold_something():
+def test_the_kubepods_tree_is_never_created_only_written_once_the_kubelet_has_made_it():
+    # A slice created by SetUnitProperties keeps its values in system.control drop-ins that win
+    # over the kubelet's transient unit at every daemon-reload (45-stale-dropins): wait for it.
     observed = {u: None for u in held(tree(0, 0))}
-    changes = diff(tree(0, 256 * MI), observed, NAMING)
-    assert [c.unit for c in changes] == ["kubepods.slice", "kubepods-burstable.slice"]
-    assert not changes[0].must_exist
+    assert diff(tree(512 * MI, 256 * MI), observed, NAMING) == []
+    observed["kubepods.slice"] = dict(DEFAULTS)  # the kubelet made kubepods.slice, not the QoS slices yet
+    changes = diff(tree(512 * MI, 256 * MI), observed, NAMING)
+    assert [c.unit for c in changes] == ["kubepods.slice"]
+    assert changes[0].must_exist
+
+
+RESERVED = Naming("/", ("/system.slice", "/kube-reserved.slice"))
+
+
+def test_reserved_slices_are_created_when_they_must_hold_something():
+    p = Plan(16 << 30, 15 << 30, tree(0, 0).units + (
+        UnitPlan("system.slice", "reserved", None, 256 * MI, 0),
+        UnitPlan("kube-reserved.slice", "reserved", None, 0, 0)))
+    observed = {u.unit: u.properties() for u in tree(0, 0).units}
+    observed["system.slice"] = observed["kube-reserved.slice"] = None
+    changes = diff(p, observed, RESERVED)
+    assert [(c.unit, dict(c.props), c.must_exist) for c in changes] == [
+        ("system.slice", {"MemoryMin": 256 * MI}, False)]  # nothing to hold: kube-reserved not made
+
+
+def test_a_reserved_slice_dropped_from_the_config_is_reset_once_and_only_if_loaded():
+    p = tree(0, 0)
+    observed = held(p)
+    observed["system.slice"] = {"MemoryMin": 256 * MI, "MemoryLow": 0, "MemoryHigh": INFINITY}
+    observed["kube-reserved.slice"] = None  # not loaded: nothing to do, nothing created
+    changes = diff(p, observed, NAMING, retired=["system.slice", "kube-reserved.slice"])
+    assert [(c.unit, dict(c.props), c.direction) for c in changes] == [("system.slice", {"MemoryMin": 0}, "shrink")]
+    observed["system.slice"] = dict(DEFAULTS)
+    assert diff(p, observed, NAMING, retired=["system.slice"]) == []
+    # Without the hint, a slice that is not ours is never touched.
+    observed["system.slice"] = {"MemoryMin": 256 * MI, "MemoryLow": 0, "MemoryHigh": INFINITY}
+    assert diff(p, observed, NAMING) == []
 
 
 def test_orphaned_pod_units_are_reset_children_first_before_their_parents_shrink():

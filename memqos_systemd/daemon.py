@@ -44,6 +44,11 @@ BACKOFF_MAX = 30.0
 UNKNOWN_UNIT_PATIENCE = 10.0
 # After a daemon-reload or re-exec, how long systemd is left to settle before we read again.
 SYSTEMD_SETTLE = 1.0
+# After kubelet.service starts, its /pods may not answer for a while (it is still starting):
+# for this long, a failed fetch is tried again every KUBELET_START_RETRY seconds instead of
+# waiting for the next poll.
+KUBELET_START_PATIENCE = 30.0
+KUBELET_START_RETRY = 0.25
 # How often memory.events of the containers is read for the throttling metric.
 THROTTLE_READ_INTERVAL = 15.0
 
@@ -108,6 +113,7 @@ class Daemon:
         # New pod/container units the pod source has not described yet -> when we stop asking.
         self._unknown_units: dict[str, float] = {}
         self._fetch_failing = False
+        self._kubelet_started = float("-inf")  # clock() at the last kubelet.service start
         self._next_poll = 0.0
         self._next_resync = 0.0
         self._fast_poll = 0.0
@@ -152,6 +158,7 @@ class Daemon:
             return
         if unit == KUBELET_UNIT and result == "done":
             log.info("kubelet.service (re)started: re-reading units and pods")
+            self._kubelet_started = self.out.clock()
             self._want_full_refresh = True
             self._want_fetch = True
             self.wake()
@@ -461,6 +468,10 @@ class Daemon:
             self._want_fetch = True
         else:
             self._fast_poll = 0.0
+        if self._fetch_failing and now < self._kubelet_started + KUBELET_START_PATIENCE:
+            # The kubelet has just started and does not answer yet: ask again in a moment.
+            timeout = min(timeout, KUBELET_START_RETRY)
+            self._want_fetch = True
         if getattr(self.source, "changed", None):
             timeout = min(timeout, 1.0)  # podsFile: notice edits within a second
         if now < self._quiet_until:

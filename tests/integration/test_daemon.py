@@ -478,3 +478,15 @@ def test_a_reserved_slice_dropped_from_the_config_is_reset_by_the_reload_then_le
             assert all(u != "system.slice" for u, _ in h.sets())
     run(body())
 
+
+def test_a_kubelet_that_is_not_listening_yet_after_its_start_is_asked_again_within_a_second(fake_systemd, tmp_path):
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, []) as h:
+            h.source.items = SourceError("connection refused")
+            fake_systemd.emit_job_removed("kubelet.service", "done")
+            await until(lambda: h.source.fetches >= 3, timeout=3)  # the poll interval is far longer
+            h.source.items = [BURSTABLE]
+            await until(lambda: (h.memory(BPOD) or {}).get("MemoryLow") == 256 * MI, timeout=3)
+    run(body())

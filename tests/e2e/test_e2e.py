@@ -109,17 +109,7 @@ def e2e_run(request):
 
 # Scenarios that failed in the last full run on real systemd, with what is known. Not strict:
 # a pass shows as XPASS, and the marker should then go. Each is listed in the issue notes.
-KNOWN_FAILING = {
-    "30-unitnew": "pods started back to back got their properties 1.7-2.8 s late under TCG "
-                  "(goal: under 1 s); the lost-signal bug behind the 60 s delays is fixed (cd9c123)",
-    "40-survival": "after daemon-reexec and after kill -9, a new pod's scope reached its values in 1.1-1.4 s "
-                   "under TCG (goal under 1 s): the check charges the scope for the slice's start; the "
-                   "measurement fix (9de0fcb) is reverted until a VM run shows it green",
-    "45-stale-dropins": "a stopped kubepods.slice made a retry storm (157 failed calls in 3 s); "
-                        "fixed in 03589fb, not yet seen passing in the VM",
-    "80-harness-reboot": "the harness's own reboot check fails when it runs after the daemon "
-                         "scenarios (kubepods.slice not loadable after 79-remove); not yet understood",
-}
+KNOWN_FAILING: dict[str, str] = {}  # scenario -> why it is expected to fail (non-strict xfail)
 
 
 @pytest.mark.parametrize("scenario", [

@@ -26,11 +26,12 @@ on a real systemd; until it has, treat this as "what the source says".
   `/etc/systemd/system.control/<slice>.d/` (runtime=false) (`unit_drop_in_dir`).
   The unit itself is garbage-collected later, but those drop-ins stay until reboot
   (runtime) or forever (persistent), and apply to any later unit of that name.
-  The kernel is not touched while the slice is inactive: the cgroup realize queue skips
-  inactive units (`manager_dispatch_cgroup_realize_queue`); values reach `memory.*` when
-  the slice starts. (shared/notes' "set-property made kubepods.slice and wrote memory.min"
-  fits this if kubepods.slice was already active; protection-probe.sh starts pod slices
-  under it before setting properties. For the VM suite to confirm.)
+  On systemd 252 the values also reach the kernel at once: the VM suite saw the inactive
+  slice's cgroup directory created and `memory.min` written (tests/e2e/README.md, "What we
+  learned"). Worse, those control drop-ins outlive a later transient unit of the same name
+  (the kubelet's StartTransientUnit): at every daemon-reload they win over the values
+  written since. So the daemon only ever creates reserved slices this way (reconcile.py,
+  MAY_CREATE); the kubepods tree is written only while loaded and running.
 - **A scope that is not loaded fails**: `scope_load` refuses non-transient scopes
   (-ENOENT while still a stub -> LoadState `not-found`), so the call fails with
   `org.freedesktop.systemd1.NoSuchUnit` and nothing is written.

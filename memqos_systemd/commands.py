@@ -18,7 +18,7 @@ from .config import Config
 from .daemon import Daemon, Outside, grow_only, naming_for
 from .naming import cgroup_path
 from .plan import INFINITY, NodeFacts, Plan, plan
-from .reconcile import diff, reset_plan
+from .reconcile import DEFAULTS, diff, reset_plan
 from .systemd import Systemd, SystemdError
 
 EXIT_OK, EXIT_FAILURE = 0, 1
@@ -83,6 +83,11 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
     async def changes(systemd, applier: Applier) -> list:
         await applier.refresh_all(u.unit for u in desired.units)
         found = diff(desired, applier.observed, applier.naming)
+        waiting = [u.unit for u in desired.units if u.level in ("node", "qos") and applier.observed.get(u.unit) is None
+                   and u.properties() != DEFAULTS]
+        if waiting:
+            _warn(f"not loaded yet, left for the kubelet to create (the daemon sets them when it does):"
+                  f" {', '.join(waiting)}")
         if not snapshot.pods and await _pod_units_present(applier):
             _warn("the pod source lists no pods but pod slices exist; not lowering anything")
             found = grow_only(found)

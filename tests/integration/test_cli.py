@@ -218,6 +218,18 @@ def test_dry_run_prints_the_calls_and_sends_nothing_then_apply_sends_them_then_a
     assert node.fake.calls_to("SetUnitProperties") == []
 
 
+def test_apply_before_the_kubelet_made_its_slices_creates_none_and_says_so(node):
+    """A slice made by SetUnitProperties keeps our values in control drop-ins that win over the
+    kubelet's own slice at every daemon-reload (systemd 252): only reserved slices are made."""
+    p = node.cli("apply", "--once")
+    no_traceback(p)
+    assert p.returncode == 0, p.stderr
+    warning = [line for line in p.stderr.splitlines() if "left for the kubelet to create" in line]
+    assert len(warning) == 1 and "kubepods.slice" in warning[0] and "kubepods-burstable.slice" in warning[0]
+    assert sorted(node.fake.created) == sorted(RESERVED)
+    assert {u for u, _ in node.sets()} == set(RESERVED)
+
+
 def test_a_deleted_pod_is_brought_back_to_defaults_children_first(node):
     plan = node.plan()
     node.start_kubelet_units(plan)

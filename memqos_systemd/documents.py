@@ -34,8 +34,13 @@ def _first_line(text: str, limit: int = 200) -> str:
     return line[:limit]
 
 
-def decode(data: bytes | str) -> Any:
-    """The document in `data` (JSON or YAML). Raises DocumentError."""
+def decode(data: bytes | str, *, whole_file: bool = False) -> Any:
+    """The document in `data` (JSON or YAML). Raises DocumentError.
+
+    whole_file: `data` is a file another program writes; YAML must then end with a newline.
+    A YAML file cut while being written is often still valid YAML ("memory: 25" of "256Mi"),
+    while every editor and serializer ends the file with a newline. (Cut JSON never parses.)
+    """
     if isinstance(data, bytes):
         try:
             text = data.decode("utf-8")
@@ -53,7 +58,7 @@ def decode(data: bytes | str) -> Any:
         except RecursionError:
             raise DocumentError("nested too deeply") from None
     try:
-        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+        doc = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -64,3 +69,6 @@ def decode(data: bytes | str) -> Any:
     except (ValueError, TypeError, AttributeError, OverflowError) as e:
         # PyYAML's constructors raise these for bad dates, !!int text, over-long integers, ...
         raise DocumentError(f"not valid YAML: {_first_line(str(e)) or type(e).__name__}") from None
+    if whole_file and not text.endswith("\n"):
+        raise DocumentError("YAML that does not end with a newline")
+    return doc

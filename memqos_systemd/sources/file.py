@@ -98,7 +98,7 @@ class FileSource:
 
     def _decode(self, data: bytes) -> Any:
         try:
-            return decode(data)
+            return decode(data, whole_file=True)
         except DocumentError as e:
             raise SourceError(f"{self.name}: {e} (half-written?)", "decode") from None
 

@@ -126,6 +126,21 @@ items:
     assert snap.pods[0].key == "ns/a" and snap.pods[0].request == 2**30
 
 
+def test_file_yaml_without_a_final_newline_is_taken_as_cut_short_json_is_not(tmp_path):
+    # "memory: 25" of "256Mi" is valid YAML: without this rule a cut file lowered a protection.
+    f = tmp_path / "pods.yaml"
+    text = f"kind: PodList\nitems:\n- metadata: {{name: a, namespace: ns, uid: {UID1}}}\n" \
+           "  spec: {containers: [{name: app, resources: {requests: {memory: 1Gi}}}]}\n"
+    write(f, text[:-1])
+    with pytest.raises(SourceError) as e:
+        FileSource(f).fetch()
+    assert e.value.kind == "decode" and "does not end with a newline" in str(e.value) and str(f) in str(e.value)
+    write(f, text)
+    assert FileSource(f).fetch().pods[0].request == 2**30
+    write(f, json.dumps(pod_list(pod("a", UID1))))  # no newline: fine, a cut JSON never parses
+    assert [p.name for p in FileSource(f).fetch().pods] == ["a"]
+
+
 def test_file_change_detection(tmp_path):
     f = tmp_path / "pods.json"
     write(f, json.dumps(pod_list(pod("a", UID1))), mtime_ns=1_000_000_000)

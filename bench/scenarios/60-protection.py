@@ -47,6 +47,18 @@ def mem_total() -> int:
     return int(open("/proc/meminfo").readline().split()[1]) * 1024
 
 
+def meminfo_kib() -> dict:
+    """{"MemFree": kB, ...}. read_kv() cannot parse /proc/meminfo ("MemFree:   123 kB"): it gave
+    nothing, so the guest's swap was reported as 0 whatever it was."""
+    out = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if v.split() and v.split()[0].isdigit():
+                out[k] = int(v.split()[0])
+    return out
+
+
 CAPACITY = mem_total()
 ALLOCATABLE = CAPACITY - 100 * MIB  # the default evictionHard memory.available
 G_REQ, B_REQ = P["g_request_mib"], P["b_request_mib"]
@@ -235,7 +247,7 @@ async def one_run(bus, cfg, pressure):
     before = {k: stat_mib(units[k]["slice"]) for k in ("G", "B", "B2")}
     ev0 = {k: events(units[k]["slice"]) for k in ("G", "B", "B2", "BE")}
     kmsg0 = len(kmsg_lines())
-    free0 = read_kv("/proc/meminfo")
+    free0 = meminfo_kib()
     # the neighbour
     hog_json = os.path.join(CTL, "BE.json")
     stream = ["bash", "-c", f"while [ ! -e {CTL}/go2 ]; do sleep 0.05; done; "
@@ -298,7 +310,7 @@ async def one_run(bus, cfg, pressure):
                        "events": {e: ev1[k].get(e, 0) - ev0[k].get(e, 0) for e in ("low", "high", "max", "oom", "oom_kill")},
                        "alive": run["alive"][k], "reuse": reuse[k], "request_mib": reqs[k]} for k in spec}
     run["pods"]["BE"] = {"events": {e: ev1["BE"].get(e, 0) - ev0["BE"].get(e, 0) for e in ("low", "oom", "oom_kill")}}
-    run["meminfo_before"] = {k: free0.get(k) for k in ("MemFree:", "Cached:")}
+    run["meminfo_before_kib"] = {k: free0.get(k) for k in ("MemFree", "Cached", "MemAvailable")}
     run["stamp"] = stamp(label)
     # tear down
     for p in procs.values():
@@ -388,7 +400,7 @@ async def high_test(bus):
 async def main():
     OUT["guest"] = {"kernel": os.uname().release, "systemd": systemctl("--version").stdout.split("\n")[0],
                     "capacity": CAPACITY, "allocatable": ALLOCATABLE, "cpus": os.cpu_count(),
-                    "swap": read_kv("/proc/meminfo").get("SwapTotal:", 0),
+                    "swap": meminfo_kib().get("SwapTotal"),
                     "requests_mib": {"G": G_REQ, "B": B_REQ, "B2": B2_REQ}}
     OUT["start_stamp"] = stamp("start")
     make_files()

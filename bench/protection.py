@@ -94,6 +94,59 @@ def reread(p):
     return " / ".join(parts) or "—"
 
 
+def retouch(p):
+    """G's re-fault latency: the time to touch its anonymous working set again afterwards."""
+    r = p.get("reuse") or {}
+    if not p.get("alive", True):
+        return "killed"
+    return f"{r['anon_retouch_s'] * 1e3:,.0f} ms" if "anon_retouch_s" in r else "—"
+
+
+def glance(r: dict) -> list[str]:
+    """The table an operator reads first: per configuration, what B keeps under each pressure,
+    the worst G kept, and whom the OOM killer took."""
+    runs = [x for x in r["runs"] if "error" not in x]
+    configs = list(dict.fromkeys(x["config"] for x in r["runs"]))
+    pressures = [p for p in PRESSURES if any(x["pressure"] == p for x in runs)]
+    who = {"BE": "neighbour", "G": "**Guaranteed**", "B": "**Burstable**", "B2": "**idle Burstable**"}
+    out = ["| configuration | " + " | ".join(f"B keeps, neighbour {PRESSURE_TEXT[p]}" for p in pressures)
+           + " | G keeps (worst: anon / page cache) | OOM kills, by victim |",
+           "|---|" + "---:|" * len(pressures) + "---|---|"]
+    for cfg in configs:
+        mine = [x for x in runs if x["config"] == cfg]
+        if not mine:
+            continue
+        cells = []
+        for pr in pressures:
+            run = next((x for x in mine if x["pressure"] == pr), None)
+            if run is None:
+                cells.append("not run")
+                continue
+            a, b = kept(run["pods"]["B"], "file")
+            v = min(100.0, 100 * a / b) if b else float("nan")
+            cells.append(f"**{v:.0f} %**" if v >= 90 else f"{v:.0f} %")
+        g_anon, g_file = [], []
+        for run in mine:
+            G = run["pods"]["G"]
+            if not G["alive"]:
+                g_anon.append(0.0)
+                g_file.append(0.0)
+                continue
+            for kind, acc in (("anon", g_anon), ("file", g_file)):
+                a, b = kept(G, kind)
+                if b:
+                    acc.append(min(100.0, 100 * a / b))
+        victims = {}
+        for run in mine:
+            for k in run.get("oom_kills") or []:
+                victims[k["pod"]] = victims.get(k["pod"], 0) + 1
+        kills = ", ".join(f"{who.get(k, k)} ×{n}" for k, n in victims.items()) or "none"
+        label = f"**{cfg}** (the default)" if cfg == "effective / Tiered" else cfg
+        out.append(f"| {label} | " + " | ".join(cells) +
+                   f" | {min(g_anon):.0f} % / {min(g_file):.0f} % | {kills} |")
+    return out
+
+
 def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
     g = r["guest"]
     P = r["params"]
@@ -111,6 +164,15 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
         f"{g['capacity'] / 2**20:.0f} MiB, swap {g['swap']} kB, TCG. Allocatable {g['allocatable'] / 2**20:.0f} MiB "
         f"(capacity − the default evictionHard 100Mi).",
         "",
+        "### At a glance",
+        "",
+        f"How much of its page cache a Burstable pod (**B**, request {req['B']} Mi, {P['b_file_mib']} MiB of cached "
+        "file) still holds after a BestEffort neighbour pressed, per configuration of memqos-systemd (bold: 90 % or "
+        "more; capped at 100 %: the kernel's count can grow by a few pages); the "
+        "Guaranteed pod's (**G**) worst run; and whom the OOM killer took in all runs of that row.",
+        "",
+        *glance(r),
+        "",
         f"Pods (new ones for every run): **G** Guaranteed, request = limit {req['G']} Mi, holds "
         f"{P['g_anon_mib']} MiB anonymous + {P['g_file_mib']} MiB page cache; **B** Burstable, request "
         f"{req['B']} Mi, no limit, holds {P['b_file_mib']} MiB page cache + {P['b_anon_mib']} MiB anonymous; "
@@ -127,7 +189,7 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
         "*effective / None|Tiered|Hard* = the default `hierarchy: effective` with each "
         "`memoryReservationPolicy` (None sets only MemoryHigh).",
         "",
-        "| configuration | pressure | B page cache kept (MiB) | B `low` events | G anon kept | G page cache kept | OOM kills | B re-read | load (host / guest) |",
+        "| configuration | pressure | B page cache kept (MiB) | B `low` events | G anon kept | G page cache kept | OOM kills | re-fault: B re-reads its file / G re-touches its anon | load (host / guest) |",
         "|---|---|---:|---:|---:|---:|---|---:|---|",
     ]
     for run in r["runs"]:
@@ -138,7 +200,7 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
         lines.append(
             f"| {run['config']} | {run['pressure']} ({PRESSURE_TEXT[run['pressure']]}) | {cell_kept(B, 'file')} | "
             f"{B['events']['low']} | {cell_kept(G, 'anon') if G['alive'] else '**killed**'} | {cell_kept(G, 'file')} | "
-            f"{kills_str(run)} | {reread(B)} | {L(run.get('stamp'))} |")
+            f"{kills_str(run)} | {reread(B)} / {retouch(G)} | {L(run.get('stamp'))} |")
     lines.append("")
     # what the numbers say, from the numbers
     def find(cfg, pr):
@@ -164,10 +226,11 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
                           "on every ancestor (`effective`) hold.")
         if t_a and h_a and pct(t_a) < 50 and pct(h_a) >= 90:
             lines[-1] += (" Against anonymous allocation MemoryLow (Tiered) yields before the OOM killer acts, as "
-                          "memory.low is defined to; MemoryMin (Hard) does not, and the OOM killer acts sooner.")
+                          "memory.low is defined to; MemoryMin (Hard) does not.")
         lines += ["`low` events: the kernel's count of reclaim below a cgroup's memory.low (memory.events has no "
-                  "such count for memory.min). B re-read: the time B took to read its file again afterwards (a page "
-                  "cache hit, or a disk read through virtio under TCG).", ""]
+                  "such count for memory.min). Re-fault: the time B took to read its file again afterwards (a page "
+                  "cache hit, or a disk read through virtio under TCG) and G to touch its anonymous pages again "
+                  "(no swap: they are never evicted, only the file pages can be).", ""]
     if plot_name:
         lines += [f"![protection]({plot_name})", ""]
     h = r.get("high")
@@ -230,7 +293,7 @@ def plot(r: dict, path: str) -> None:
                 continue
             a, b = kept(run["pods"]["B"], "file")
             ys.append(100 * a / b if b else 0)
-            labels.append(cfg.replace(" / ", "\n"))
+            labels.append(cfg.replace(" / ", "\n") + ("\n(default)" if cfg == "effective / Tiered" else ""))
             cols.append(colors.get(cfg, "#777"))
             victims = [k["pod"] for k in run.get("oom_kills") or []]
             who = {"BE": "neighbour", "G": "GUARANTEED", "B": "BURSTABLE", "B2": "IDLE BURSTABLE"}

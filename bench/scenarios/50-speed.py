@@ -315,9 +315,17 @@ async def steady(bus, pods, created):
     extra = sorted(created - keep)
     if extra:
         await bus.stop_units(extra)
-        deadline = now() + 300
-        while len(await bus.list_units(["kubepods-burstable-pod*.slice"])) > n and now() < deadline:
+        t_stop = now()
+        deadline = t_stop + 300
+        left = await bus.list_units(["kubepods-burstable-pod*.slice"])
+        while len(left) > n and now() < deadline:
             await asyncio.sleep(0.5)
+            left = await bus.list_units(["kubepods-burstable-pod*.slice"])
+        # A timeout here used to pass silently: the steady figures would then count strays too.
+        OUT["steady_extra_stop"] = {"stopped": len(extra), "seconds": round(now() - t_stop, 1),
+                                    "left_over": len(left) - n}
+        check(len(left) <= n, f"steady: {len(left) - n} of {len(extra)} extra pod slices still loaded after"
+              f" {now() - t_stop:.0f} s")
     created &= keep
     # one running container (a `sleep` in its scope) per pod, as runc puts it
     say(f"steady: {n} container scopes")

@@ -227,7 +227,7 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
         if t_a and h_a and pct(t_a) < 50 and pct(h_a) >= 90:
             lines[-1] += (" Against anonymous allocation MemoryLow (Tiered) yields before the OOM killer acts, as "
                           "memory.low is defined to; MemoryMin (Hard) does not.")
-        lines += ["`low` events: the kernel's count of reclaim below a cgroup's memory.low (memory.events has no "
+        lines += ["", "`low` events: the kernel's count of reclaim below a cgroup's memory.low (memory.events has no "
                   "such count for memory.min). Re-fault: the time B took to read its file again afterwards (a page "
                   "cache hit, or a disk read through virtio under TCG) and G to touch its anonymous pages again "
                   "(no swap: they are never evicted, only the file pages can be).", ""]

@@ -22,7 +22,7 @@ What it serves, mirroring systemd (see memqos_systemd/systemd.py for the source 
 Every method call that reaches it (including org.freedesktop.DBus.Properties Get/GetAll)
 is recorded in order as a `Call`, with the exact D-Bus signature and body, so tests assert
 exactly what was sent. Test controls: add_unit, remove_unit, set_active_state,
-emit_job_removed, emit_reloading, fail_next, delay_next, disconnect/reconnect (systemd
+emit_job_removed, emit_reloading, fail_next, delay_next, set_latency, disconnect/reconnect (systemd
 leaves and re-joins the bus), kill_bus/restart_bus (the dbus-daemon dies and comes back).
 """
 
@@ -177,6 +177,10 @@ class _ManagerInterface(ServiceInterface):
     def ListUnitsByPatterns(self, states: "as", patterns: "as") -> "a(ssssssouso)":
         rows = []
         for unit in sorted(self._fake._units.values(), key=lambda u: u.name):
+            # The state as the unit's object would answer it, so a test that stands in for that
+            # object (tests/integration/test_reliability.py) sees both ways of reading it.
+            exported = self._fake._exports.get(unit.name)
+            unit = exported[0]._unit if exported else unit
             if patterns and not any(fnmatch.fnmatchcase(unit.name, p) for p in patterns):
                 continue
             if states and not {unit.load_state, unit.active_state, unit.sub_state} & set(states):
@@ -288,6 +292,9 @@ class FakeSystemd:
         self._calls_lock = threading.Lock()
         self._failures: dict[str, list[tuple[str, str]]] = {}
         self._delays: dict[str, list[float]] = {}
+        # Seconds every method call takes, answered one after another (see set_latency).
+        self.latency = 0.0
+        self._busy_until = 0.0
         self._replaying: set[int] = set()
         self._subscribers: set[str] = set()
         self._current_sender = ""
@@ -405,6 +412,11 @@ class FakeSystemd:
             bus = self._bus
             self._loop.call_later(delays.pop(0), self._replay, bus, msg)
             return True  # handled: no reply now
+        if self.latency:
+            # Like systemd under emulation: one call at a time, each taking `latency` seconds.
+            self._busy_until = max(self._loop.time(), self._busy_until) + self.latency
+            self._loop.call_at(self._busy_until, self._replay, self._bus, msg)
+            return True
         return None
 
     def _replay(self, bus: Optional[MessageBus], msg: Message) -> None:
@@ -430,6 +442,13 @@ class FakeSystemd:
         """The next call of `method_name` (e.g. "SetUnitProperties", "Get") fails with that error."""
         self._run(lambda: self._failures.setdefault(method_name, []).append(
             (error_name, text or f"{error_name.rsplit('.', 1)[-1]} (injected by the test)")))
+
+    def set_latency(self, seconds: float) -> None:
+        """From now on every method call takes `seconds`, one call at a time, as on real systemd
+        in a TCG-emulated VM (20-30 ms a call): signals sent meanwhile pile up as they do there."""
+        def set_() -> None:
+            self.latency = seconds
+        self._run(set_)
 
     def delay_next(self, method_name: str, seconds: float) -> None:
         """The next call of `method_name` is answered only after `seconds`."""

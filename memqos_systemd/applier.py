@@ -4,8 +4,15 @@
 for each of our units, so a reconcile on a steady node costs no D-Bus call at
 all: the cache is filled by `refresh_all` (at start, after a reconnect, a
 daemon-reload or a kubelet restart, and on the resync timer), kept current by
-`refresh_unit` (UnitNew) and `forget` (UnitRemoved), and updated after every
-successful write.
+`refresh_units` (UnitNew, JobRemoved) and `forget` (UnitRemoved), and updated
+after every successful write.
+
+A reconcile round reads the state of every unit it refreshes or is about to
+write in one ListUnitsByPatterns call, and the memory properties of new units
+with one GetAll each, sent together; `apply` then writes without checking each
+unit's state again (`fresh`, see Systemd.set_memory_if_loaded). Under emulation
+every D-Bus call costs 20-30 ms, so the number of calls is the latency of a
+burst of new pods.
 
 `apply` sends changes one by one and stops at the first real failure: the
 diff's order makes every prefix safe, so stopping leaves no child above its
@@ -14,6 +21,7 @@ parent. A pod or container unit that vanished under us is a normal race.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -21,7 +29,7 @@ from typing import Callable, Iterable
 
 from .naming import Naming
 from .reconcile import Change
-from .systemd import NoSuchUnit, SystemdError, describe_call
+from .systemd import NoSuchUnit, SystemdError, UnitStatus, describe_call
 
 log = logging.getLogger("memqos_systemd")
 
@@ -45,6 +53,9 @@ class Applier:
         self.systemd = systemd
         self.naming = naming
         self.observed: dict[str, dict[str, int] | None] = {}
+        # States read by refresh_units for this round's apply, which clears them: a state is
+        # trusted for the writes of the round it was read in only.
+        self.fresh: dict[str, UnitStatus] = {}
         self._on_call = on_call or (lambda method, result: None)
         self._clock = clock
 
@@ -81,6 +92,47 @@ class Applier:
         else:
             self.observed[unit] = value
 
+    async def refresh_units(self, new: Iterable[str], recheck: Iterable[str] = ()) -> None:
+        """Read what one reconcile round needs, in few calls however many units there are.
+
+        `new` units (UnitNew) are read in full: state and memory properties. `recheck` units
+        (JobRemoved, or about to be written) need their state only when their properties are
+        cached: a start job does not change them. All states come from one ListUnitsByPatterns
+        call and are kept in `fresh` for this round's apply; the properties come from one GetAll
+        per unit, sent together.
+        """
+        new = set(new)
+        names = new | set(recheck)
+        self.fresh = {}
+        if not names:
+            return
+        try:
+            states = await self.systemd.unit_states(names)
+        except SystemdError:
+            self._count("ListUnitsByPatterns", "error")
+            raise
+        self._count("ListUnitsByPatterns", "ok")
+        for name in names - set(states):
+            self.forget(name)  # not in memory
+        read = sorted(n for n in states if n in new or n not in self.observed)
+        values = await asyncio.gather(*(self.systemd.read_memory(n, states[n]) for n in read),
+                                      return_exceptions=True)
+        error = None
+        for name, value in zip(read, values):
+            if isinstance(value, BaseException):
+                self._count("GetAll", "error")
+                error = error or value
+            elif value is None:
+                self._count("GetAll", "no_such_unit")
+                self.forget(name)  # not loaded, or gone since
+                states.pop(name)
+            else:
+                self._count("GetAll", "ok")
+                self.observed[name] = value
+        if error is not None:
+            raise error
+        self.fresh = states
+
     def forget(self, unit: str) -> None:
         self.observed.pop(unit, None)
 
@@ -94,6 +146,7 @@ class Applier:
     async def apply(self, changes: list[Change], *, dry_run: bool = False,
                     echo: Callable[[str], None] | None = None) -> ApplyResult:
         result = ApplyResult()
+        fresh, self.fresh = self.fresh, {}  # good for this round only
         for i, change in enumerate(changes):
             if dry_run:
                 if echo:
@@ -102,7 +155,8 @@ class Applier:
                 continue
             try:
                 if change.must_exist:
-                    await self.systemd.set_memory_if_loaded(change.unit, dict(change.props))
+                    await self.systemd.set_memory_if_loaded(change.unit, dict(change.props),
+                                                            status=fresh.get(change.unit))
                 else:
                     await self.systemd.set_memory(change.unit, dict(change.props))
             except NoSuchUnit as e:

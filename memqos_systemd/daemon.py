@@ -42,6 +42,10 @@ BACKOFF_MAX = 30.0
 # (a container scope exists a moment before the kubelet reports its ID; init
 # container scopes are never planned at all).
 UNKNOWN_UNIT_PATIENCE = 10.0
+# Meanwhile the pod source is asked again after 0.1 s, then 0.2, 0.4, ... up to the poll interval;
+# a new unknown unit starts that over. A fetch serves every unit announced before it started, so
+# in a burst of new pods the source is asked at most once every FAST_POLL_FIRST seconds.
+FAST_POLL_FIRST = 0.1
 # After a daemon-reload or re-exec, how long systemd is left to settle before we read again.
 SYSTEMD_SETTLE = 1.0
 # After kubelet.service starts, its /pods may not answer for a while (it is still starting):
@@ -109,14 +113,17 @@ class Daemon:
         self._want_fetch = True
         self._want_full_refresh = True
         self._want_reload = False
-        self._refresh_units: set[str] = set()
+        self._refresh_units: set[str] = set()  # UnitNew: read state and properties
+        self._recheck_units: set[str] = set()  # JobRemoved: read the state again
         # New pod/container units the pod source has not described yet -> when we stop asking.
         self._unknown_units: dict[str, float] = {}
+        self._unknown_new = False  # one came since the last fetch started
+        self._fetch_started = float("-inf")
         self._fetch_failing = False
         self._kubelet_started = float("-inf")  # clock() at the last kubelet.service start
         self._next_poll = 0.0
         self._next_resync = 0.0
-        self._fast_poll = 0.0
+        self._fast_poll = FAST_POLL_FIRST
         self._disconnected = False
         self._quiet_until = 0.0  # no reads or writes before this (systemd reloading)
         self._stop_event = asyncio.Event()
@@ -134,9 +141,9 @@ class Daemon:
             return
         self._refresh_units.add(name)
         if ref.level in ("pod", "container") and self.last_plan is not None and name not in self.last_plan.by_unit():
-            # The kubelet has not told us about it yet: ask now, and again soon.
+            # The kubelet has not told us about it yet: ask now, and again soon (_fast_poll_at).
             self._unknown_units[name] = self.out.clock() + UNKNOWN_UNIT_PATIENCE
-            self._want_fetch = True
+            self._unknown_new = True
         self.wake()
 
     def _on_unit_removed(self, name: str) -> None:
@@ -145,6 +152,7 @@ class Daemon:
             self.applier.forget(name)
             self._unknown_units.pop(name, None)
             self._refresh_units.discard(name)
+            self._recheck_units.discard(name)
             if ref.level == "pod":
                 self._want_fetch = True  # a pod kept only because its slice ran can go now
                 self.wake()
@@ -152,8 +160,9 @@ class Daemon:
     def _on_job_removed(self, unit: str, result: str) -> None:
         if result == "done" and self.naming.parse_unit(unit) is not None:
             # UnitNew comes when a unit is loaded, before its start job has run; a pod or
-            # container unit is only written once it is running, so look again now.
-            self._refresh_units.add(unit)
+            # container unit is only written once it is running, so look again now (its state:
+            # a start job does not change its properties, read at UnitNew).
+            self._recheck_units.add(unit)
             self.wake()
             return
         if unit == KUBELET_UNIT and result == "done":
@@ -260,6 +269,14 @@ class Daemon:
 
     async def _fetch(self) -> None:
         self._want_fetch = False
+        # This fetch serves every unit announced so far. Fast polls for unknown units back off
+        # only while nothing new arrives: in a burst every pod brings new ones.
+        self._fetch_started = self.out.clock()
+        if self._unknown_new:
+            self._fast_poll = FAST_POLL_FIRST
+        elif self._unknown_units:
+            self._fast_poll = min(self._fast_poll * 2, self.config.kubelet.poll_interval)
+        self._unknown_new = False
         try:
             snap = await asyncio.to_thread(self.source.fetch)
         except Exception as e:  # SourceError, and anything a broken source raises
@@ -331,22 +348,23 @@ class Daemon:
         planned = desired.by_unit()
         now = self.out.clock()
         self._unknown_units = {n: t for n, t in self._unknown_units.items() if n not in planned and t > now}
-        # Take the set before awaiting: a UnitNew or JobRemoved that arrives while we read must
+        # Take the sets before awaiting: a UnitNew or JobRemoved that arrives while we read must
         # stay queued for the next round, not be cleared with the ones just read.
         pending, self._refresh_units = self._refresh_units, set()
+        started_units, self._recheck_units = self._recheck_units, set()
+        # The units this round will write need their state checked before the write: a diff on
+        # what is cached says which, and their states come in the same call as the new units'.
+        writes = {c.unit for c in self._changes(desired)[0] if c.must_exist}
         try:
-            for name in sorted(pending):
-                await self.applier.refresh_unit(name)
+            await self.applier.refresh_units(pending, started_units | writes)
         except SystemdError:
             self._refresh_units |= pending  # read them again after the retry
+            self._recheck_units |= started_units
             raise
-        observed = self.applier.observed_for([*(u.unit for u in desired.units), *self._retired])
-        changes = diff(desired, observed, self.naming, retired=self._retired)
+        changes, held = self._changes(desired)
         if self.holding_reason is not None:
-            held = len(changes)
-            changes = grow_only(changes)
-            self._warn_once("holding", [f"holding ({self.holding_reason}): {held - len(changes)} change(s) that would"
-                                        f" lower a protection or move a MemoryHigh not sent"] if held != len(changes) else [])
+            self._warn_once("holding", [f"holding ({self.holding_reason}): {held} change(s) that would"
+                                        f" lower a protection or move a MemoryHigh not sent"] if held else [])
         result = await self.applier.apply(changes)
         if changes:
             log.info("reconcile: %s", summarize(result))
@@ -366,6 +384,15 @@ class Daemon:
             log.info("ready: %s", status)
         else:
             self.notifier.status(status)
+
+    def _changes(self, desired: Plan) -> tuple[list[Change], int]:
+        """The changes to send (only raising ones while holding), and how many were held back."""
+        observed = self.applier.observed_for([*(u.unit for u in desired.units), *self._retired])
+        changes = diff(desired, observed, self.naming, retired=self._retired)
+        if self.holding_reason is None:
+            return changes, 0
+        sent = grow_only(changes)
+        return sent, len(changes) - len(sent)
 
     def read_throttle_events(self) -> None:
         """memory.events `high` of every planned container, for the throttling metric."""
@@ -449,10 +476,18 @@ class Daemon:
         if self._want_full_refresh:
             await self.applier.refresh_all(self._retired)
             self._want_full_refresh = False
-        if self._want_fetch or now >= self._next_poll or self._source_changed():
+        if self._want_fetch or now >= self._next_poll or now >= self._fast_poll_at() or self._source_changed():
             await self._fetch()
             self._next_poll = self.out.clock() + self.config.kubelet.poll_interval
         await self.reconcile()
+
+    def _fast_poll_at(self) -> float:
+        """When to ask the pod source about units it has not described yet."""
+        if not self._unknown_units:
+            return float("inf")
+        if self._unknown_new:
+            return self._fetch_started + FAST_POLL_FIRST  # at once, unless a fetch has just started
+        return self._fetch_started + self._fast_poll
 
     def _source_changed(self) -> bool:
         changed = getattr(self.source, "changed", None)
@@ -461,13 +496,8 @@ class Daemon:
     async def _wait(self) -> None:
         now = self.out.clock()
         timeout = min(self._next_poll, self._next_resync) - now
-        if self._unknown_units:
-            # Something new that the pod source has not described yet: ask again soon.
-            self._fast_poll = min(max(self._fast_poll * 2, 0.1), self.config.kubelet.poll_interval)
-            timeout = min(timeout, self._fast_poll)
-            self._want_fetch = True
-        else:
-            self._fast_poll = 0.0
+        # Something new that the pod source has not described yet: ask again soon.
+        timeout = min(timeout, self._fast_poll_at() - now)
         if self._fetch_failing and now < self._kubelet_started + KUBELET_START_PATIENCE:
             # The kubelet has just started and does not answer yet: ask again in a moment.
             timeout = min(timeout, KUBELET_START_RETRY)

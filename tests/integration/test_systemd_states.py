@@ -1,0 +1,108 @@
+"""Systemd.unit_states / read_memory, and set_memory_if_loaded trusting a state read a moment ago.
+
+A reconcile round reads the state of all its units in one ListUnitsByPatterns call and writes
+without checking each unit again, unless a signal for the unit was read after that answer.
+"""
+
+import asyncio
+
+import pytest
+
+from memqos_systemd.systemd import NoSuchUnit
+
+from test_systemd_adapter import MiB, POD, SCOPE, client, run
+
+pytestmark = pytest.mark.integration
+
+
+def test_unit_states_reads_many_units_in_one_call_and_loads_none(fake_systemd):
+    fake_systemd.add_unit("kubepods.slice")
+    fake_systemd.add_unit(POD, active_state="activating")
+    fake_systemd.add_unit(SCOPE, active_state="inactive")
+    gone = POD.replace("0f3c", "1111")
+
+    async def body():
+        async with client(fake_systemd) as sd:
+            fake_systemd.clear_calls()
+            states = await sd.unit_states(["kubepods.slice", POD, SCOPE, gone])
+            assert [c.method for c in fake_systemd.calls] == ["ListUnitsByPatterns"]
+            assert set(states) == {"kubepods.slice", POD, SCOPE}  # not in memory: left out
+            assert states[POD].running and not states[SCOPE].running
+            fake_systemd.clear_calls()
+            assert await sd.read_memory(POD, states[POD]) == {"MemoryMin": 0, "MemoryLow": 0,
+                                                              "MemoryHigh": 2**64 - 1}
+            assert [c.method for c in fake_systemd.calls] == ["GetAll"]
+    run(body())
+    assert fake_systemd.unit(gone) is None and fake_systemd.created == []
+
+
+def test_a_fresh_running_state_costs_only_the_write(fake_systemd):
+    fake_systemd.add_unit(POD)
+
+    async def body():
+        async with client(fake_systemd) as sd:
+            await sd.subscribe()
+            status = (await sd.unit_states([POD]))[POD]
+            fake_systemd.clear_calls()
+            await sd.set_memory_if_loaded(POD, {"MemoryLow": 64 * MiB}, status=status)
+            assert [c.method for c in fake_systemd.calls] == ["SetUnitProperties"]
+    run(body())
+
+
+def test_a_fresh_state_that_is_not_running_refuses_without_a_call(fake_systemd):
+    fake_systemd.add_unit(POD, active_state="inactive")
+
+    async def body():
+        async with client(fake_systemd) as sd:
+            await sd.subscribe()
+            status = (await sd.unit_states([POD]))[POD]
+            fake_systemd.clear_calls()
+            with pytest.raises(NoSuchUnit):
+                await sd.set_memory_if_loaded(POD, {"MemoryLow": 64 * MiB}, status=status)
+            assert fake_systemd.calls == []
+    run(body())
+
+
+@pytest.mark.parametrize("signal", ["JobRemoved", "UnitRemoved"])
+def test_a_signal_for_the_unit_after_its_state_was_read_makes_the_write_check_again(fake_systemd, signal):
+    """A stop job's JobRemoved, or UnitRemoved, read after the state: the state is not trusted."""
+    fake_systemd.add_unit(POD)
+
+    async def body():
+        async with client(fake_systemd) as sd:
+            heard = asyncio.Event()
+            await sd.subscribe(on_job_removed=lambda unit, result: heard.set(),
+                               on_unit_removed=lambda unit: heard.set())
+            status = (await sd.unit_states([POD]))[POD]
+            if signal == "JobRemoved":
+                fake_systemd.set_active_state(POD, "inactive")
+                fake_systemd.emit_job_removed(POD, "done")
+            else:
+                fake_systemd.remove_unit(POD)
+            await asyncio.wait_for(heard.wait(), 2)
+            fake_systemd.clear_calls()
+            with pytest.raises(NoSuchUnit):
+                await sd.set_memory_if_loaded(POD, {"MemoryLow": 64 * MiB}, status=status)
+            assert fake_systemd.calls_to("GetUnit")  # checked again
+            assert fake_systemd.calls_to("SetUnitProperties") == []
+            if signal == "UnitRemoved":
+                assert await sd.read_memory(POD, status) is None  # its path would load it again
+    run(body())
+    assert fake_systemd.created == []
+
+
+def test_a_signal_for_another_unit_does_not_make_the_write_check_again(fake_systemd):
+    fake_systemd.add_unit(POD)
+    fake_systemd.add_unit(SCOPE)
+
+    async def body():
+        async with client(fake_systemd) as sd:
+            heard = asyncio.Event()
+            await sd.subscribe(on_job_removed=lambda unit, result: heard.set())
+            status = (await sd.unit_states([POD, SCOPE]))[POD]
+            fake_systemd.emit_job_removed(SCOPE, "done")
+            await asyncio.wait_for(heard.wait(), 2)
+            fake_systemd.clear_calls()
+            await sd.set_memory_if_loaded(POD, {"MemoryLow": 64 * MiB}, status=status)
+            assert [c.method for c in fake_systemd.calls] == ["SetUnitProperties"]
+    run(body())

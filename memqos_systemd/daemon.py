@@ -29,7 +29,7 @@ from .naming import Naming, NamingError, plan_cgroup_paths
 from .node import read_memory_events
 from .notify import Notifier, watchdog_interval
 from .plan import NodeFacts, Plan, PlanError, plan
-from .reconcile import DEFAULTS, Change, diff
+from .reconcile import DEFAULTS, Change, diff, one_write_per_container
 from .snapshot import carry_over
 from .sources import Snapshot
 from .systemd import SystemdError
@@ -354,9 +354,13 @@ class Daemon:
         started_units, self._recheck_units = self._recheck_units, set()
         # The units this round will write need their state checked before the write: a diff on
         # what is cached says which, and their states come in the same call as the new units'.
+        # A started unit (JobRemoved) whose properties are cached needs nothing else: a start job
+        # does not change them, and its state matters only if it is to be written. One that was
+        # not running when read at UnitNew has been forgotten: read it in full.
         writes = {c.unit for c in self._changes(desired)[0] if c.must_exist}
+        again = {u for u in started_units if self.applier.observed.get(u) is None}
         try:
-            await self.applier.refresh_units(pending, started_units | writes)
+            await self.applier.refresh_units(pending | again, writes)
         except SystemdError:
             self._refresh_units |= pending  # read them again after the retry
             self._recheck_units |= started_units
@@ -390,7 +394,7 @@ class Daemon:
         observed = self.applier.observed_for([*(u.unit for u in desired.units), *self._retired])
         changes = diff(desired, observed, self.naming, retired=self._retired)
         if self.holding_reason is None:
-            return changes, 0
+            return one_write_per_container(changes), 0
         sent = grow_only(changes)
         return sent, len(changes) - len(sent)
 

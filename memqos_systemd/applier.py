@@ -33,6 +33,10 @@ from .systemd import NoSuchUnit, SystemdError, UnitStatus, describe_call
 
 log = logging.getLogger("memqos_systemd")
 
+# Property reads sent at once: enough to keep systemd busy, few enough to stay far below the
+# bus's limit on a connection's pending calls.
+MAX_READS_IN_FLIGHT = 16
+
 
 @dataclass
 class ApplyResult:
@@ -62,35 +66,53 @@ class Applier:
     def _count(self, method: str, result: str) -> None:
         self._on_call(method, result)
 
-    async def _get(self, unit: str) -> dict[str, int] | None:
+    async def _states(self, list_call) -> dict[str, UnitStatus]:
         try:
-            value = await self.systemd.get_memory(unit)
-        except SystemdError:
-            self._count("GetUnit", "error")
-            raise
-        self._count("GetUnit", "ok" if value is not None else "no_such_unit")
-        return value
-
-    async def refresh_all(self, extra: Iterable[str] = ()) -> None:
-        """Re-read every unit of ours that systemd has loaded, plus `extra` names."""
-        try:
-            names = await self.systemd.list_units(self.naming.patterns())
+            states = await list_call
         except SystemdError:
             self._count("ListUnitsByPatterns", "error")
             raise
         self._count("ListUnitsByPatterns", "ok")
-        wanted = {n for n in names if self.naming.parse_unit(n) is not None} | set(extra)
-        fresh: dict[str, dict[str, int] | None] = {}
-        for name in sorted(wanted):
-            fresh[name] = await self._get(name)
-        self.observed = fresh
+        return states
 
-    async def refresh_unit(self, unit: str) -> None:
-        value = await self._get(unit)
-        if value is None:
-            self.forget(unit)  # gone again: nothing to remember (the plan's names read as None anyway)
-        else:
-            self.observed[unit] = value
+    async def _read(self, states: dict[str, UnitStatus], names: Iterable[str]) -> dict[str, dict[str, int] | None]:
+        """The memory properties of `names` (None: not loaded, or gone), read concurrently: one
+        GetAll each, at most MAX_READS_IN_FLIGHT at a time. Raises the first error, if any,
+        after every read has ended."""
+        names = sorted(names)
+        gate = asyncio.Semaphore(MAX_READS_IN_FLIGHT)
+
+        async def one(name: str):
+            async with gate:
+                return await self.systemd.read_memory(name, states[name])
+
+        results = await asyncio.gather(*(one(n) for n in names), return_exceptions=True)
+        values: dict[str, dict[str, int] | None] = {}
+        error = None
+        for name, value in zip(names, results):
+            if isinstance(value, BaseException):
+                self._count("GetAll", "error")
+                error = error or value
+                continue
+            self._count("GetAll", "ok" if value is not None else "no_such_unit")
+            values[name] = value
+        if error is not None:
+            raise error
+        return values
+
+    async def refresh_all(self, extra: Iterable[str] = ()) -> None:
+        """Re-read every unit of ours that systemd has loaded, plus `extra` names.
+
+        One ListUnitsByPatterns for the states of all our units (a second one for `extra` names
+        it did not match), then one GetAll per loaded unit."""
+        listed = await self._states(self.systemd.list_unit_states(self.naming.patterns()))
+        states = {n: s for n, s in listed.items() if self.naming.parse_unit(n) is not None}
+        extra = set(extra) - set(states)
+        if extra:
+            states.update(await self._states(self.systemd.unit_states(extra)))
+        fresh: dict[str, dict[str, int] | None] = dict.fromkeys(extra)
+        fresh.update(await self._read(states, states))
+        self.observed = fresh
 
     async def refresh_units(self, new: Iterable[str], recheck: Iterable[str] = ()) -> None:
         """Read what one reconcile round needs, in few calls however many units there are.
@@ -106,31 +128,16 @@ class Applier:
         self.fresh = {}
         if not names:
             return
-        try:
-            states = await self.systemd.unit_states(names)
-        except SystemdError:
-            self._count("ListUnitsByPatterns", "error")
-            raise
-        self._count("ListUnitsByPatterns", "ok")
+        states = await self._states(self.systemd.unit_states(names))
         for name in names - set(states):
             self.forget(name)  # not in memory
-        read = sorted(n for n in states if n in new or n not in self.observed)
-        values = await asyncio.gather(*(self.systemd.read_memory(n, states[n]) for n in read),
-                                      return_exceptions=True)
-        error = None
-        for name, value in zip(read, values):
-            if isinstance(value, BaseException):
-                self._count("GetAll", "error")
-                error = error or value
-            elif value is None:
-                self._count("GetAll", "no_such_unit")
+        values = await self._read(states, [n for n in states if n in new or n not in self.observed])
+        for name, value in values.items():
+            if value is None:
                 self.forget(name)  # not loaded, or gone since
                 states.pop(name)
             else:
-                self._count("GetAll", "ok")
                 self.observed[name] = value
-        if error is not None:
-            raise error
         self.fresh = states
 
     def forget(self, unit: str) -> None:

@@ -94,6 +94,11 @@ class Applier:
                 self._count("GetAll", "error")
                 error = error or value
                 continue
+            if value is not None and self.systemd.removed_since(name, states[name].seen):
+                # Its UnitRemoved was read while the reads were out, and the daemon has already
+                # forgotten it: storing this value would bring a gone unit back into the cache
+                # (a deleted pod then looked live to carry_over; seen in the VM, 85-churn).
+                value = None
             self._count("GetAll", "ok" if value is not None else "no_such_unit")
             values[name] = value
         if error is not None:
@@ -160,6 +165,7 @@ class Applier:
                     echo(describe_call(change.unit, dict(change.props)))
                 result.applied.append(change)
                 continue
+            mark = self.systemd.signal_count
             try:
                 if change.must_exist:
                     await self.systemd.set_memory_if_loaded(change.unit, dict(change.props),
@@ -181,10 +187,13 @@ class Applier:
                 result.skipped = len(changes) - i - 1
                 break
             self._count("SetUnitProperties", "ok")
+            result.applied.append(change)
+            if self.systemd.removed_since(change.unit, mark):
+                self.forget(change.unit)  # removed while we wrote: do not cache it again
+                continue
             held = dict(self.observed.get(change.unit) or {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": 2**64 - 1})
             held.update(change.props)
             self.observed[change.unit] = held
-            result.applied.append(change)
         return result
 
 

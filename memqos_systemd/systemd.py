@@ -465,6 +465,16 @@ class Systemd:
                 out[name] = UnitStatus(status[1], status[2], status[0], seen)
         return out
 
+    @property
+    def signal_count(self) -> int:
+        """How many unit signals have been read off the bus so far (see UnitStatus.seen)."""
+        return self._signal_seq
+
+    def removed_since(self, unit: str, seen: int) -> bool:
+        """Whether a UnitRemoved of `unit` was read after the signal count `seen`: whatever was
+        read of the unit before then may describe a unit that is gone."""
+        return self._removed_at.get(unit, -1) > seen
+
     async def read_memory(self, unit: str, status: UnitStatus) -> dict[str, int] | None:
         """MemoryMin/MemoryLow/MemoryHigh of a unit `unit_states` found loaded: one GetAll on its
         object path. None when it is not loaded, or has been removed since (reading through its

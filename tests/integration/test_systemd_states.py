@@ -106,3 +106,57 @@ def test_a_signal_for_another_unit_does_not_make_the_write_check_again(fake_syst
             await sd.set_memory_if_loaded(POD, {"MemoryLow": 64 * MiB}, status=status)
             assert [c.method for c in fake_systemd.calls] == ["SetUnitProperties"]
     run(body())
+
+
+EARLY = "kubepods-besteffort-pod1a2b3c4d_0000_4000_8000_000000000001.slice"  # sorts before POD: read first
+
+
+def _applier_like_the_daemon(sd):
+    from memqos_systemd.applier import Applier
+    from memqos_systemd.naming import Naming
+
+    applier = Applier(sd, Naming("/"))
+    return applier, {"on_unit_removed": applier.forget}  # what Daemon._on_unit_removed does to the cache
+
+
+def test_a_unit_removed_while_its_read_is_out_is_not_cached_again(fake_systemd):
+    """Seen in the VM (85-churn): two GetAll in flight, the second unit's answer came, then its
+    UnitRemoved (the daemon forgot it), then the first answer; the second unit's value was then
+    stored, and its deleted pod stayed planned (carry_over) until the next resync."""
+    fake_systemd.add_unit(EARLY)
+    fake_systemd.add_unit(POD, memory={"MemoryLow": 64 * MiB})
+
+    async def body():
+        async with client(fake_systemd) as sd:
+            applier, handlers = _applier_like_the_daemon(sd)
+            await sd.subscribe(**handlers)
+            fake_systemd.delay_next("GetAll", 0.6)  # EARLY's read: POD's answer comes first
+            reading = asyncio.ensure_future(applier.refresh_units([EARLY, POD]))
+            await asyncio.sleep(0.2)
+            fake_systemd.remove_unit(POD)  # POD's answer is in; its UnitRemoved follows
+            await asyncio.sleep(0.1)
+            await reading
+            assert POD not in applier.observed, applier.observed
+            assert EARLY in applier.observed
+            assert POD not in applier.fresh
+    run(body())
+
+
+def test_a_unit_removed_while_it_is_written_is_not_cached_again(fake_systemd):
+    from memqos_systemd.reconcile import Change
+
+    fake_systemd.add_unit(POD)
+
+    async def body():
+        async with client(fake_systemd) as sd:
+            applier, handlers = _applier_like_the_daemon(sd)
+            await sd.subscribe(**handlers)
+            await applier.refresh_units([POD])
+            fake_systemd.delay_next("SetUnitProperties", 0.5)
+            writing = asyncio.ensure_future(applier.apply([Change(POD, "pod", {"MemoryLow": 64 * MiB}, "grow")]))
+            await asyncio.sleep(0.2)
+            fake_systemd.remove_unit(POD)  # gone while the write is out
+            result = await writing
+            assert POD not in applier.observed, applier.observed
+            assert result.ok
+    run(body())

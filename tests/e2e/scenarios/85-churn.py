@@ -442,7 +442,7 @@ for r in probes:
     worst[b] = max(worst.get(b, 0.0), lag)
 worst_text = ", ".join(f"{b}-{b + 10}s {'never' if w == float('inf') else f'{w:.1f} s'}"
                        for b, w in sorted(worst.items()))
-# Not asserted (docs/RELIABILITY.md, limit 6): under this churn on TCG the daemon falls more than
+# Not asserted (docs/RELIABILITY.md, limit 7): under this churn on TCG the daemon falls more than
 # 20 s behind (it reads each new unit with serial calls that wait behind PID 1's job work, and
 # reads units already gone); what is promised, convergence once the churn stops and bounded
 # memory, is checked below.

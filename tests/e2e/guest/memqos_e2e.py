@@ -1143,4 +1143,24 @@ def quiet_node(timeout=20.0):
         log(f"quiet_node: {e}")
 
 
-__all__ += ["fresh_node", "quiet_node"]
+def pods_only_config(**overrides):
+    """sample_config(**overrides) without the reserved cgroups: only the pods are enforced."""
+    cfg = sample_config(**overrides)
+    for k in ("kubeReservedCgroup", "systemReservedCgroup"):
+        cfg.pop(k)
+    cfg["enforceNodeAllocatable"] = ["pods"]
+    return cfg
+
+
+def start_empty_node(cfg, what):
+    """Install `cfg`, reload the daemon (checked, as `what`), and start from fresh_node() with no
+    pods listed. Returns what fresh_node had to undo."""
+    memqos_write_config(cfg)
+    kubelet_start([])
+    check(memqos_reload(), what)
+    undone = fresh_node()
+    log(f"fresh node: undid {undone}")
+    return undone
+
+
+__all__ += ["fresh_node", "quiet_node", "pods_only_config", "start_empty_node"]

@@ -28,15 +28,9 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 LIMIT = 1.0  # seconds: "well under a second"
 BURST_LIMIT = 5.0  # seconds, per unit, for pods started back to back (see the burst case)
 
-cfg = sample_config(kubelet={"url": "http://127.0.0.1:10255/pods", "pollInterval": "5s"})
-for k in ("kubeReservedCgroup", "systemReservedCgroup"):
-    cfg.pop(k)
-cfg["enforceNodeAllocatable"] = ["pods"]
-memqos_write_config(cfg)
-kubelet_start([])
-check(memqos_reload(), "config: TieredReservation, effective, pollInterval 5s")
-undone = fresh_node()  # a kubelet just started: its QoS slices, no pods yet
-log(f"fresh node: undid {undone}")
+# A kubelet just started: its QoS slices, no pods yet.
+start_empty_node(pods_only_config(kubelet={"url": "http://127.0.0.1:10255/pods", "pollInterval": "5s"}),
+                 "config: TieredReservation, effective, pollInterval 5s")
 
 
 class Watch(threading.Thread):

@@ -31,11 +31,7 @@ need_deb()
 MIB = 1 << 20
 CONTROL = "/run/systemd/system.control"
 
-cfg = sample_config()
-for k in ("kubeReservedCgroup", "systemReservedCgroup"):
-    cfg.pop(k)
-cfg["enforceNodeAllocatable"] = ["pods"]
-memqos_write_config(cfg)
+memqos_write_config(pods_only_config())
 pods = sample_pods()
 undone = fresh_node()  # a kubelet just started: its QoS slices, no pods yet
 log(f"fresh node: undid {undone}")

@@ -22,10 +22,7 @@ if not os.environ.get("MEMQOS_E2E_CTL"):
 MIB = 1 << 20
 BASE = "/sys/devices/system/memory"
 
-cfg = sample_config()
-for k in ("kubeReservedCgroup", "systemReservedCgroup"):
-    cfg.pop(k)
-cfg["enforceNodeAllocatable"] = ["pods"]
+cfg = pods_only_config()
 pods = sample_pods()
 undone = fresh_node()  # a kubelet just started: its QoS slices, no pods yet
 log(f"fresh node: undid {undone}")

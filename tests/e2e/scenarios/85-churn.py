@@ -41,15 +41,8 @@ MAX_CREATING = 25  # pods being created at once (the launcher waits beyond that)
 JOB_TIMEOUT = 60.0
 KUBEPODS = "/sys/fs/cgroup/kubepods.slice"
 
-cfg = sample_config()  # TieredReservation, effective, kubelet polled every second
-for k in ("kubeReservedCgroup", "systemReservedCgroup"):
-    cfg.pop(k)
-cfg["enforceNodeAllocatable"] = ["pods"]
-memqos_write_config(cfg)
-kubelet_start([])
-check(memqos_reload(), "config: TieredReservation, effective, pollInterval 1s")
-undone = fresh_node()
-log(f"fresh node: undid {undone}")
+# TieredReservation, effective, kubelet polled every second
+start_empty_node(pods_only_config(), "config: TieredReservation, effective, pollInterval 1s")
 
 stable = sample_pods()
 write_pods(stable)

@@ -91,15 +91,7 @@ finally:
 check(state != "T", f"kill -STOP 1 leaves PID 1 running (state {state}): the kernel drops SIGSTOP"
                     f" to init, so the freeze below uses ptrace")
 
-cfg = sample_config()
-for k in ("kubeReservedCgroup", "systemReservedCgroup"):
-    cfg.pop(k)
-cfg["enforceNodeAllocatable"] = ["pods"]
-memqos_write_config(cfg)
-kubelet_start([])
-check(memqos_reload(), "config: TieredReservation, effective, pollInterval 1s")
-undone = fresh_node()
-log(f"fresh node: undid {undone}")
+start_empty_node(pods_only_config(), "config: TieredReservation, effective, pollInterval 1s")
 pods = sample_pods()
 write_pods(pods)
 units = {}  # unit -> cgroup dir (no D-Bus needed to read them while PID 1 is frozen)

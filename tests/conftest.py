@@ -2,8 +2,6 @@
 # A private dbus-daemon and a recording systemd stand-in (tests/fakesystemd.py) for the
 # integration tests of memqos_systemd/systemd.py. Imported lazily so that collecting other
 # tests needs neither dbus_next nor dbus-daemon.
-import os as _memqos_os
-
 import pytest as _memqos_pytest
 
 
@@ -14,13 +12,10 @@ def dbus_daemon():
     Skips when dbus-daemon is not installed, and fails instead when CI=true.
     """
     from fakesystemd import DBusDaemon, find_dbus_daemon
+    from prereq import require
 
     executable = find_dbus_daemon()
-    if executable is None:
-        message = "dbus-daemon is not installed (apt-get install dbus)"
-        if _memqos_os.environ.get("CI") == "true":
-            _memqos_pytest.fail(message)
-        _memqos_pytest.skip(message)
+    require(executable, "dbus-daemon is not installed (apt-get install dbus)")
     daemon = DBusDaemon(executable)
     daemon.start()
     try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.server
 import json
 import logging
-import os
 import shutil
 import socket
 import ssl
@@ -24,6 +23,7 @@ import pytest
 from memqos_systemd.config import KubeletSource as KubeletConfig
 from memqos_systemd.sources import MAX_RESPONSE_BYTES, SourceError
 from memqos_systemd.sources.kubelet import KubeletSource
+from prereq import require
 
 pytestmark = pytest.mark.integration
 
@@ -57,10 +57,7 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> Path:
-    if shutil.which("openssl") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("openssl is not installed; CI must have it (scripts/install-deps.sh test)")
-        pytest.skip("openssl is not installed")
+    require(shutil.which("openssl"), "openssl is not installed (scripts/install-deps.sh test)")
     d = tmp_path_factory.mktemp("pki")
     key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     _openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=memqos test CA",

@@ -1163,4 +1163,16 @@ def start_empty_node(cfg, what):
     return undone
 
 
-__all__ += ["fresh_node", "quiet_node", "pods_only_config", "start_empty_node"]
+def start_sample_node(pods, reserved=False):
+    """From fresh_node(), a kubelet listing `pods` and running each of them (and the reserved
+    slices if `reserved`). Returns {pod name: what start_pod returned}."""
+    undone = fresh_node()  # a kubelet just started: its QoS slices, no pods yet
+    log(f"fresh node: undid {undone}")
+    kubelet_start(pods)
+    units = {p["metadata"]["name"]: start_pod(p) for p in pods}
+    if reserved:
+        start_reserved_slices()
+    return units
+
+
+__all__ += ["fresh_node", "quiet_node", "pods_only_config", "start_empty_node", "start_sample_node"]

@@ -19,10 +19,7 @@ need_deb()
 MIB = 1 << 20
 
 pods = sample_pods()
-undone = fresh_node()  # a kubelet just started: its QoS slices, no pods yet
-log(f"fresh node: undid {undone}")
-kubelet_start(pods)
-units = {p["metadata"]["name"]: start_pod(p) for p in pods}
+units = start_sample_node(pods)
 names = {units[n]["slice"]: f"{n} pod" for n in units}
 for n, p in zip(units, pods):
     for c, scope in zip(p["spec"]["containers"], units[n]["scopes"]):

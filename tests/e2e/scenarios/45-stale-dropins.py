@@ -33,11 +33,7 @@ CONTROL = "/run/systemd/system.control"
 
 memqos_write_config(pods_only_config())
 pods = sample_pods()
-undone = fresh_node()  # a kubelet just started: its QoS slices, no pods yet
-log(f"fresh node: undid {undone}")
-kubelet_start(pods)
-for p in pods:
-    start_pod(p)
+start_sample_node(pods)
 check(memqos_reload(), "1. config: TieredReservation, pollInterval 1s")
 expected = plan_expected(memqos_plan())
 bad, _ = wait_kernel(expected, 20)

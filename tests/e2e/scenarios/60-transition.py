@@ -18,12 +18,7 @@ from memqos_e2e import *
 need_deb()
 
 pods = sample_pods()
-undone = fresh_node()  # a kubelet just started: its QoS slices, no pods yet
-log(f"fresh node: undid {undone}")
-kubelet_start(pods)
-for p in pods:
-    start_pod(p)
-start_reserved_slices()
+start_sample_node(pods, reserved=True)
 
 STEPS = ["None", "TieredReservation", "HardReservation", "TieredReservation", "None"]
 expected = {}

@@ -21,12 +21,7 @@ deb = deb_path()
 ENV = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
 
 pods = sample_pods()
-undone = fresh_node()  # a kubelet just started: its QoS slices, no pods yet
-log(f"fresh node: undid {undone}")
-kubelet_start(pods)
-for p in pods:
-    start_pod(p)
-start_reserved_slices()
+start_sample_node(pods, reserved=True)
 memqos_write_config(sample_config())
 check(memqos_reload(), "config: TieredReservation, reserved kube.slice and system.slice")
 expected = plan_expected(memqos_plan())

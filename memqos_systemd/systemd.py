@@ -39,11 +39,20 @@ on a real systemd; until it has, treat this as "what the source says".
   transient: their drop-ins are redirected to `/run/systemd/transient/<unit>.d/` and
   removed together with the unit (`unit_remove_transient`). Setting properties on a live
   pod leaves nothing behind; setting them on a pod that has gone creates a stray
-  non-transient slice and a control drop-in. Hence `set_memory_if_loaded` for pod and
-  container units: `GetUnit` never loads a unit (it answers NoSuchUnit "Unit X not
-  loaded."), so we check with it first. A pod that vanishes between that check and the
-  SetUnitProperties is a window we cannot close over D-Bus (a unit's object path loads
-  the unit too: `manager_load_unit_from_dbus_path`); it is milliseconds wide.
+  non-transient slice and a control drop-in. Hence `set_memory_if_loaded` for the
+  kubepods tree: `GetUnit` and `ListUnitsByPatterns` never load a unit, so we check with
+  them first. A check cannot close the window between it and the write (a unit's object
+  path by name loads the unit too: `manager_load_unit_from_dbus_path`), and under churn on
+  a slow PID 1 that window leaked a pod slice in half the runs of e2e 85-churn.
+- **So those writes go to the unit's invocation path**: `Unit.SetProperties(runtime,
+  properties)` on `/org/freedesktop/systemd1/unit/<InvocationID in hex, label-escaped>`.
+  That path names one run of the unit. Once the unit is collected, any call on it fails
+  with `org.freedesktop.systemd1.NoUnitForInvocationID` and nothing is created: no unit,
+  drop-in or cgroup (verified on 252, tests/e2e/README.md). It survives daemon-reload and
+  daemon-reexec. The one case it does not cover: a unit stopped but not yet collected
+  still takes the write (its cgroup directory is made again, empty; no drop-in outlives it).
+  `InvocationID` is read once per run of a unit (`_invocation_path`, cached until a signal
+  for the unit arrives).
 - Reading properties through a unit's object path also loads the unit if it has gone in
   the meantime; for a slice that yields a fresh, inactive slice with no drop-ins of ours,
   which systemd collects again. `get_memory` asks `GetUnit` first for this reason too.
@@ -93,6 +102,7 @@ _MANAGER_PATH = "/org/freedesktop/systemd1"
 _MANAGER = "org.freedesktop.systemd1.Manager"
 _UNIT = "org.freedesktop.systemd1.Unit"
 _PROPERTIES = "org.freedesktop.DBus.Properties"
+_UNIT_PATH_PREFIX = "/org/freedesktop/systemd1/unit/"
 _BUS_NAME = "org.freedesktop.DBus"
 _BUS_PATH = "/org/freedesktop/DBus"
 _MAX_REMOVALS_TRACKED = 10000
@@ -132,6 +142,8 @@ _ERRORS: dict[str, tuple[type[SystemdError], str | None]] = {
     "org.freedesktop.systemd1.LoadFailed": (NoSuchUnit, None),
     # The unit's object went away between GetUnit and reading its properties.
     "org.freedesktop.DBus.Error.UnknownObject": (NoSuchUnit, "the unit is gone"),
+    # A call on an invocation path whose run of the unit has ended (see the module docstring).
+    "org.freedesktop.systemd1.NoUnitForInvocationID": (NoSuchUnit, "that run of the unit has ended"),
     "org.freedesktop.DBus.Error.AccessDenied": (AccessDenied, "access denied (needs root, or a polkit rule)"),
     "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired":
         (AccessDenied, "access denied (needs root, or a polkit rule)"),
@@ -164,6 +176,19 @@ def _map_error(action: str, error_name: str, text: str) -> SystemdError:
     else:
         reason = wording
     return cls(f"{action}: {reason}")
+
+
+def _label_escape(text: str) -> str:
+    """sd-bus's bus_label_escape: letters stay, digits stay unless first, all else is _xx."""
+    return "".join(c if c.isascii() and (c.isalpha() or (c.isdigit() and i)) else f"_{ord(c):02x}"
+                   for i, c in enumerate(text)) or "_"
+
+
+def invocation_path(invocation_id: bytes) -> str:
+    """The object path of one run of a unit: /org/freedesktop/systemd1/unit/<id in hex>."""
+    if not isinstance(invocation_id, bytes) or len(invocation_id) != 16:
+        raise ValueError(f"an invocation ID is 16 bytes, not {invocation_id!r}")
+    return f"{_UNIT_PATH_PREFIX}{_label_escape(invocation_id.hex())}"
 
 
 def _show(value: int) -> str:
@@ -260,6 +285,8 @@ class Systemd:
         self._signal_seq = 0
         self._removed_at: dict[str, int] = {}
         self._changed_at: dict[str, int] = {}
+        # unit -> (its invocation path, the signal count before it was read); see _invocation_path.
+        self._invocations: dict[str, tuple[str, int]] = {}
         # Serial of a call that wants to know `_signal_seq` when its reply is read -> that count.
         self._reply_seq: dict[int, int | None] = {}
         self._dispatcher: asyncio.Task | None = None
@@ -538,34 +565,72 @@ class Systemd:
 
     async def set_memory_if_loaded(self, unit: str, props: dict[str, int], *, runtime: bool = True,
                                    status: UnitStatus | None = None) -> None:
-        """`set_memory`, but only on a unit that is loaded and active; NoSuchUnit otherwise.
+        """Set properties on the running unit `unit` through its invocation path: NoSuchUnit if it
+        is not running, or if that run of it has ended by the time systemd reads the write.
 
-        For pod slices and container scopes, which must never be re-created once gone.
+        For the kubepods tree (node, QoS, pod slices and container scopes), which the daemon must
+        never create or re-create: a write by name to a unit that was collected a moment ago
+        makes a stray slice with a control drop-in (see the module docstring).
 
         `status`, from `unit_states` a moment ago (the same reconcile round), saves the check's
         three calls when it says running and no UnitNew, UnitRemoved or JobRemoved of the unit
         has been read since: systemd would have sent one of those before the answer to any later
-        call if the unit had been stopped by a job or collected. (A unit collected after systemd's
-        last answer to us is the window no check closes; see the module docstring.)
+        call if the unit had been stopped by a job or collected.
         """
         _check_unit(unit, cgroup=True)
-        _check_props(unit, props)
+        pairs = _check_props(unit, props)
+        if not isinstance(runtime, bool):
+            raise ValueError(f"{unit}: runtime must be True or False, not {runtime!r}")
         fresh = status is not None and self._changed_at.get(unit, -1) <= status.seen
         if fresh and not status.running:
             raise NoSuchUnit(f"{unit}: {status.load_state}, {status.active_state}; not setting properties on a"
                              " unit that is not running")
-        if not fresh:
-            started = self._signal_seq
+        if fresh:
+            path, seen = status.path, status.seen
+        else:
+            seen = self._signal_seq
             checked = await self._status(f"check {unit} before setting memory properties", unit)
             if checked is None:
                 raise NoSuchUnit(f"{unit}: not loaded; not setting properties (that would create it)")
-            _, load, active = checked
+            path, load, active = checked
             if load != "loaded" or active not in ACTIVE_STATES:
                 raise NoSuchUnit(f"{unit}: {load}, {active}; not setting properties on a unit that is not running")
-            if self._removed_at.get(unit, -1) > started:
-                # UnitRemoved was read while we checked: the answer above is already stale.
-                raise NoSuchUnit(f"{unit}: removed while being checked; not setting properties")
-        await self.set_memory(unit, props, runtime=runtime)
+        target = await self._invocation_path(unit, path, seen)
+        array = [[name, Variant("t", value)] for name, value in pairs]
+        try:
+            await self._call(f"set {' '.join(f'{n}={_show(v)}' for n, v in pairs)} on {unit}",
+                             "SetProperties", "ba(sv)", [runtime, array], path=target, interface=_UNIT,
+                             reply_signature="")
+        except NoSuchUnit:
+            self._invocations.pop(unit, None)
+            raise
+
+    async def _invocation_path(self, unit: str, path: str, seen: int) -> str:
+        """The invocation path of the run of `unit` that was running at signal count `seen`,
+        its by-name object path being `path`. Cached until a signal for the unit is read."""
+        cached = self._invocations.get(unit)
+        if cached is not None and self._changed_at.get(unit, -1) <= cached[1]:
+            return cached[0]
+        if self._removed_at.get(unit, -1) > seen:
+            # Reading through `path` would load the unit again.
+            raise NoSuchUnit(f"{unit}: removed since it was checked; not setting properties")
+        action = f"read the invocation ID of {unit}"
+        try:
+            raw = await self._get_property(action, path, _UNIT, "InvocationID", "ay")
+        except NoSuchUnit:
+            raise NoSuchUnit(f"{unit}: gone since it was checked; not setting properties") from None
+        if not raw:
+            raise NoSuchUnit(f"{unit}: no invocation ID (not running); not setting properties")
+        try:
+            target = invocation_path(bytes(raw))
+        except ValueError:
+            raise SystemdError(f"{action}: systemd answered with an unexpected value {bytes(raw)!r}") from None
+        if self._removed_at.get(unit, -1) > seen:
+            # The unit went away while we read: the ID read may be that of a new unit of that name
+            # loaded by our read, or empty; either way not the run that was checked.
+            raise NoSuchUnit(f"{unit}: removed while its invocation ID was read; not setting properties")
+        self._invocations[unit] = (target, seen)
+        return target
 
     # ---- signals ----------------------------------------------------------------------
 
@@ -609,6 +674,7 @@ class Systemd:
 
     def _note(self, table: dict[str, int], name: str) -> None:
         table[name] = self._signal_seq
+        self._invocations.pop(name, None)  # a new run of the unit, or none: read its ID again
         if len(table) > _MAX_REMOVALS_TRACKED:
             # Only signals during a check or a round (milliseconds) matter: forget the older half.
             keep = self._signal_seq - _MAX_REMOVALS_TRACKED // 2

@@ -11,13 +11,19 @@ What it serves, mirroring systemd (see memqos_systemd/systemd.py for the source 
   (fnmatch), SetUnitProperties, Subscribe, Unsubscribe; property Version; signals UnitNew,
   UnitRemoved, JobRemoved, Reloading (sent only while someone is subscribed).
 - one object per unit at /org/freedesktop/systemd1/unit/<escaped name> with
-  org.freedesktop.systemd1.Unit (Id, LoadState, ActiveState) and .Slice or .Scope
-  (MemoryMin, MemoryLow, MemoryHigh, type t).
+  org.freedesktop.systemd1.Unit (Id, LoadState, ActiveState, InvocationID; method
+  SetProperties) and .Slice or .Scope (MemoryMin, MemoryLow, MemoryHigh, type t).
+- the same unit at its invocation path /org/freedesktop/systemd1/unit/<escaped hex of its
+  InvocationID> while that run lasts. A unit added active gets a new random ID; a slice made
+  by SetUnitProperties has none. Once the unit is removed (or given a new ID), every call on
+  an old invocation path fails with org.freedesktop.systemd1.NoUnitForInvocationID.
 - SetUnitProperties on a slice that is not loaded creates it (loaded, inactive, not
   transient) like systemd does, and records it in `created`; on a scope that is not loaded
   it fails with org.freedesktop.systemd1.NoSuchUnit. Properties are checked all first,
   then applied, as systemd does: unknown names -> PropertyReadOnly, a type other than `t`
   or MemoryHigh=0 -> InvalidArgs.
+
+`writes` lists SetUnitProperties and SetProperties alike as (unit, runtime, {property: value}).
 
 Every method call that reaches it (including org.freedesktop.DBus.Properties Get/GetAll)
 is recorded in order as a `Call`, with the exact D-Bus signature and body, so tests assert
@@ -56,6 +62,9 @@ NO_SUCH_UNIT = "org.freedesktop.systemd1.NoSuchUnit"
 ALREADY_SUBSCRIBED = "org.freedesktop.systemd1.AlreadySubscribed"
 INVALID_ARGS = "org.freedesktop.DBus.Error.InvalidArgs"
 PROPERTY_READ_ONLY = "org.freedesktop.DBus.Error.PropertyReadOnly"
+NO_UNIT_FOR_INVOCATION_ID = "org.freedesktop.systemd1.NoUnitForInvocationID"
+UNIT_PREFIX = MANAGER_PATH + "/unit/"
+WRITE_METHODS = ("SetUnitProperties", "SetProperties")
 _CONTROL_TIMEOUT = 5.0
 _LOAD_STATE_ERRORS = {
     "not-found": (NO_SUCH_UNIT, "Unit {} not found."),
@@ -71,7 +80,8 @@ def find_dbus_daemon() -> Optional[str]:
 
 
 def unit_path(name: str) -> str:
-    """systemd's object path for a unit: bus_label_escape() of the name."""
+    """systemd's object path for a unit: bus_label_escape() of the name (or of the hex of an
+    invocation ID)."""
     if not name:
         return MANAGER_PATH + "/unit/_"
     out = []
@@ -155,6 +165,11 @@ class FakeUnit:
     memory: dict = field(default_factory=lambda: {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": UINT64_MAX})
     # What SetUnitProperties wrote: {property: (value, runtime)}; a drop-in on real systemd.
     dropins: dict = field(default_factory=dict)
+    invocation_id: bytes = b""
+
+    @property
+    def invocation_path(self) -> Optional[str]:
+        return unit_path(self.invocation_id.hex()) if self.invocation_id else None
 
     @property
     def sub_state(self) -> str:
@@ -229,9 +244,18 @@ class _ManagerInterface(ServiceInterface):
 
 
 class _UnitInterface(ServiceInterface):
-    def __init__(self, unit: FakeUnit):
+    def __init__(self, unit: FakeUnit, fake: "FakeSystemd"):
         super().__init__("org.freedesktop.systemd1.Unit")
         self._unit = unit
+        self._fake = fake
+
+    @method()
+    def SetProperties(self, runtime: "b", properties: "a(sv)"):
+        self._fake._set_unit_properties(self._unit.name, runtime, properties)
+
+    @dbus_property(access=PropertyAccess.READ)
+    def InvocationID(self) -> "ay":
+        return self._unit.invocation_id
 
     @dbus_property(access=PropertyAccess.READ)
     def Id(self) -> "s":
@@ -288,6 +312,8 @@ class FakeSystemd:
         self.created: list[str] = []  # slices SetUnitProperties brought into existence
         self._units: dict[str, FakeUnit] = {}
         self._exports: dict[str, list[ServiceInterface]] = {}
+        self._invocation_paths: dict[str, str] = {}  # invocation path -> unit, while that run lasts
+        self._path_names: dict[str, str] = {}  # every invocation path ever given out -> unit
         self._calls: list[Call] = []
         self._calls_lock = threading.Lock()
         self._failures: dict[str, list[tuple[str, str]]] = {}
@@ -403,11 +429,15 @@ class FakeSystemd:
             self._calls.append(Call(msg.member, list(msg.body), msg.signature, msg.interface or "", msg.path,
                                     msg.sender or ""))
         self._current_sender = msg.sender or ""
-        failures = self._failures.get(msg.member)
+        member = "SetUnitProperties" if msg.member in WRITE_METHODS else msg.member
+        failures = self._failures.get(member)
         if failures:
             error_name, text = failures.pop(0)
             return Message.new_error(msg, error_name, text)
-        delays = self._delays.get(msg.member)
+        ended = self._ended_run(msg)
+        if ended is not None and not self.latency:
+            return ended
+        delays = self._delays.get(member)
         if delays:
             bus = self._bus
             self._loop.call_later(delays.pop(0), self._replay, bus, msg)
@@ -422,6 +452,10 @@ class FakeSystemd:
     def _replay(self, bus: Optional[MessageBus], msg: Message) -> None:
         if bus is None or not bus.connected or bus is not self._bus:
             return
+        ended = self._ended_run(msg)
+        if ended is not None:
+            bus.send(ended)
+            return
         self._replaying.add(id(msg))
         self._current_sender = msg.sender or ""
         bus._on_message(msg)  # dbus-next 0.2.3: dispatch as if it had just arrived
@@ -434,12 +468,28 @@ class FakeSystemd:
     def calls_to(self, method_name: str) -> list[Call]:
         return [c for c in self.calls if c.method == method_name]
 
+    @property
+    def writes(self) -> list[tuple[str, bool, dict]]:
+        """Every write that reached the fake, by name (SetUnitProperties) or on a unit's path
+        (Unit.SetProperties), in order: (unit, runtime, {property: value})."""
+        return [self.write_of(c) for c in self.calls if c.method in WRITE_METHODS]
+
+    def write_of(self, call: Call) -> tuple[str, bool, dict]:
+        """(unit, runtime, {property: value}) of one SetUnitProperties or SetProperties call."""
+        if call.method == "SetUnitProperties":
+            unit, runtime, props = call.args
+        else:
+            runtime, props = call.args
+            unit = self._path_names.get(call.path, call.path)
+        return unit, runtime, {n: v.value for n, v in props}
+
     def clear_calls(self) -> None:
         with self._calls_lock:
             self._calls.clear()
 
     def fail_next(self, method_name: str, error_name: str, text: str = "") -> None:
-        """The next call of `method_name` (e.g. "SetUnitProperties", "Get") fails with that error."""
+        """The next call of `method_name` (e.g. "SetUnitProperties", "Get") fails with that error.
+        "SetUnitProperties" stands for the next write either way, by name or by path (SetProperties)."""
         self._run(lambda: self._failures.setdefault(method_name, []).append(
             (error_name, text or f"{error_name.rsplit('.', 1)[-1]} (injected by the test)")))
 
@@ -451,7 +501,8 @@ class FakeSystemd:
         self._run(set_)
 
     def delay_next(self, method_name: str, seconds: float) -> None:
-        """The next call of `method_name` is answered only after `seconds`."""
+        """The next call of `method_name` is answered only after `seconds` ("SetUnitProperties": the
+        next write, as in fail_next)."""
         self._run(lambda: self._delays.setdefault(method_name, []).append(seconds))
 
     # ---- units --------------------------------------------------------------------------
@@ -462,6 +513,8 @@ class FakeSystemd:
         def add() -> None:
             unit = FakeUnit(name, load_state=load_state, active_state=active_state, transient=transient)
             unit.memory.update(memory or {})
+            if load_state == "loaded" and active_state != "inactive":
+                unit.invocation_id = os.urandom(16)
             self._units[name] = unit
             self._export_unit(name)
             self._emit(self._manager.UnitNew, name, unit_path(name))
@@ -476,7 +529,15 @@ class FakeSystemd:
         self._run(remove)
 
     def set_active_state(self, name: str, state: str) -> None:
-        self._run(lambda: setattr(self._units[name], "active_state", state))
+        """Change a unit's ActiveState; a unit started again gets a new invocation ID."""
+        def set_() -> None:
+            unit = self._units[name]
+            if unit.active_state == "inactive" and state != "inactive":
+                self._unexport_unit(name)
+                unit.invocation_id = os.urandom(16)
+                self._export_unit(name)
+            unit.active_state = state
+        self._run(set_)
 
     def unit(self, name: str) -> Optional[FakeUnit]:
         """A copy of the unit as the fake holds it, or None when it is not loaded."""
@@ -524,17 +585,37 @@ class FakeSystemd:
             return
         unit = self._units[name]
         suffix = name.rsplit(".", 1)[-1]
-        interfaces: list[ServiceInterface] = [_UnitInterface(unit)]
-        if suffix in ("slice", "scope"):
-            interfaces.append(_CgroupInterface(f"org.freedesktop.systemd1.{suffix.capitalize()}", unit))
-        for iface in interfaces:
-            self._bus.export(unit_path(name), iface)
-        self._exports[name] = interfaces
+        paths = [unit_path(name)] + ([unit.invocation_path] if unit.invocation_id else [])
+        exported: list[ServiceInterface] = []
+        for path in paths:
+            interfaces: list[ServiceInterface] = [_UnitInterface(unit, self)]
+            if suffix in ("slice", "scope"):
+                interfaces.append(_CgroupInterface(f"org.freedesktop.systemd1.{suffix.capitalize()}", unit))
+            for iface in interfaces:
+                self._bus.export(path, iface)
+            exported += interfaces
+        self._exports[name] = exported
+        self._invocation_paths = {p: n for p, n in self._invocation_paths.items() if n != name}
+        if unit.invocation_id:
+            self._invocation_paths[unit.invocation_path] = name
+            self._path_names[unit.invocation_path] = name
 
     def _unexport_unit(self, name: str) -> None:
         self._exports.pop(name, None)
+        self._invocation_paths = {p: n for p, n in self._invocation_paths.items() if n != name}
         if self._bus is not None:
             self._bus.unexport(unit_path(name))
+            unit = self._units.get(name)
+            if unit is not None and unit.invocation_id:
+                self._bus.unexport(unit.invocation_path)
+
+    def _ended_run(self, msg: Message) -> Optional[Message]:
+        """systemd's answer to a call on the invocation path of a run that has ended, else None."""
+        path = msg.path or ""
+        if path not in self._path_names or path in self._invocation_paths:
+            return None
+        return Message.new_error(msg, NO_UNIT_FOR_INVOCATION_ID,
+                                 f"No unit with the specified invocation ID {path[len(UNIT_PREFIX):]} known.")
 
     def _set_unit_properties(self, name: str, runtime: bool, properties: list) -> None:
         unit = self._units.get(name)

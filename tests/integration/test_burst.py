@@ -20,6 +20,7 @@ import time
 
 import pytest
 
+from fakesystemd import WRITE_METHODS
 from test_daemon import GCTR, GPOD, GUARANTEED, MI, Harness, pod, run, start_pods, until
 
 pytestmark = pytest.mark.integration
@@ -87,7 +88,8 @@ def test_a_burst_of_pods_costs_a_bounded_number_of_calls_and_fetches_per_pod(fak
             # Safety first: no unit created, none written before it was running.
             assert fake_systemd.created == []
             for unit, index in active_at.items():
-                early = [c for c in calls[:index] if c.method == "SetUnitProperties" and c.args[0] == unit]
+                early = [c for c in calls[:index]
+                         if c.method in WRITE_METHODS and fake_systemd.write_of(c)[0] == unit]
                 assert early == [], f"{unit} written before it was started"
             assert len(calls) <= MAX_CALLS_PER_POD * n, per_method
             assert fetched <= MAX_FETCHES_PER_POD * n

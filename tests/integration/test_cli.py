@@ -146,9 +146,9 @@ class Node:
 
     def sets(self) -> list[tuple[str, dict]]:
         out = []
-        for call in self.fake.calls_to("SetUnitProperties"):
-            assert call.args[1] is True, "runtime=false would survive a reboot"
-            out.append((call.args[0], {name: value.value for name, value in call.args[2]}))
+        for unit, runtime, props in self.fake.writes:
+            assert runtime is True, "runtime=false would survive a reboot"
+            out.append((unit, props))
         return out
 
     def kernel(self, cgroup: str, values: dict) -> None:
@@ -186,7 +186,7 @@ def test_dry_run_prints_the_calls_and_sends_nothing_then_apply_sends_them_then_a
     assert lines and len(lines) == len(calls)
     assert dry.stderr.strip().splitlines()[-1] == f"dry run: {len(lines)} call(s) would be made; nothing changed"
     # Nothing was sent, nothing was created, every unit still holds systemd's defaults.
-    assert node.fake.calls_to("SetUnitProperties") == []
+    assert node.fake.writes == []
     assert node.fake.created == []
     assert all(node.memory(u) == DEFAULTS for u in plan if u not in RESERVED)
     assert node.memory("kube.slice") is None
@@ -215,7 +215,7 @@ def test_dry_run_prints_the_calls_and_sends_nothing_then_apply_sends_them_then_a
     again = node.cli("apply", "--once")
     assert again.returncode == 0, again.stderr
     assert again.stderr.strip().splitlines()[-1] == "0 change(s) applied"
-    assert node.fake.calls_to("SetUnitProperties") == []
+    assert node.fake.writes == []
 
 
 def test_apply_before_the_kubelet_made_its_slices_creates_none_and_says_so(node):
@@ -300,7 +300,7 @@ def test_apply_with_a_broken_pod_source_exits_1_and_sends_nothing(node, case):
         for needle in needles:
             assert needle in line, (needle, line)
         assert p.stdout == ""
-    assert node.fake.calls_to("SetUnitProperties") == []
+    assert node.fake.writes == []
     for unit, props in plan.items():
         assert node.memory(unit) == want(props), unit
 
@@ -367,7 +367,7 @@ def test_reset_dry_run_then_reset_brings_our_units_to_defaults_children_first(no
     assert dry.returncode == 0, dry.stderr
     calls = [parse_call_line(line) for line in dry.stdout.splitlines()]
     assert dry.stderr.strip().splitlines()[-1] == f"dry run: {len(calls)} call(s) would be made; nothing changed"
-    assert node.fake.calls_to("SetUnitProperties") == []
+    assert node.fake.writes == []
     assert {u for u, _ in calls} == {u for u, p in plan.items() if want(p) != DEFAULTS}
     for unit, props in calls:
         assert props == {k: v for k, v in DEFAULTS.items() if plan[unit][k] != v}, unit
@@ -389,7 +389,7 @@ def test_reset_dry_run_then_reset_brings_our_units_to_defaults_children_first(no
     node.fake.clear_calls()
     again = node.cli("reset")
     assert again.returncode == 0 and again.stderr.strip() == "reset: 0 change(s) applied"
-    assert node.fake.calls_to("SetUnitProperties") == []
+    assert node.fake.writes == []
 
 
 def test_reset_refused_by_systemd_exits_1_with_one_line(node):
@@ -471,7 +471,7 @@ def test_status_json_shows_desired_systemd_kernel_and_flags_drift(node):
     drift_lines = [line for line in table.stdout.splitlines() if line.endswith("DRIFT")]
     assert sorted(line.split()[0] for line in drift_lines) == sorted(["kubepods-burstable.slice", LEDGER_SCOPE])
     assert f"{len(rows)} unit(s), 2 with drift" in table.stdout
-    assert node.fake.calls_to("SetUnitProperties") == []  # status only reads
+    assert node.fake.writes == []  # status only reads
 
 
 def test_status_with_a_broken_pod_source_still_shows_systemd(node):
@@ -569,4 +569,4 @@ def test_run_on_a_host_without_unified_cgroup_v2_exits_1_with_one_log_line(node)
     no_traceback(p)
     assert p.returncode == 1
     assert p.stderr.strip().splitlines() == [f"error: preflight: cgroup v2: {problem.detail}"]
-    assert node.fake.calls_to("SetUnitProperties") == []
+    assert node.fake.writes == []

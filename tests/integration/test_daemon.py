@@ -111,10 +111,7 @@ class Harness:
         await asyncio.wait_for(self.task, 5)
 
     def sets(self) -> list[tuple[str, dict]]:
-        out = []
-        for call in self.fake.calls_to("SetUnitProperties"):
-            out.append((call.args[0], {name: value.value for name, value in call.args[2]}))
-        return out
+        return [(unit, props) for unit, _, props in self.fake.writes]
 
     def memory(self, unit: str) -> dict | None:
         u = self.fake.unit(unit)
@@ -208,7 +205,7 @@ def test_pod_source_failure_lowers_nothing(fake_systemd, tmp_path, failure):
             await h.settle()
             await h.settle()
             assert h.source.fetches >= 2
-            assert fake_systemd.calls_to("SetUnitProperties") == []
+            assert fake_systemd.writes == []
             assert {u: h.memory(u) for u in before} == before
             assert h.metrics.registry.get_sample_value("memqos_source_errors_total", {"kind": failure.kind}) >= 1
     run(body())
@@ -226,7 +223,7 @@ def test_no_snapshot_at_start_only_raises(fake_systemd, tmp_path):
             assert h.daemon.ready
             assert h.memory(BPOD)["MemoryLow"] == 256 * MI
             assert h.memory("kubepods.slice")["MemoryLow"] == 256 * MI
-            assert fake_systemd.calls_to("SetUnitProperties") == []
+            assert fake_systemd.writes == []
     run(body())
 
 
@@ -241,7 +238,7 @@ def test_pods_dropped_by_the_source_keep_protection_until_their_slices_are_gone(
             h.daemon._want_fetch = True
             await h.settle()
             assert len(h.daemon.snapshot.pods) == 2  # carried over: their slices still run
-            assert fake_systemd.calls_to("SetUnitProperties") == []
+            assert fake_systemd.writes == []
             # One pod really goes away: its slices are removed, and only its share is released.
             for unit in (BCTR, BPOD):
                 fake_systemd.remove_unit(unit)
@@ -261,7 +258,7 @@ def test_first_answer_empty_while_pod_slices_run_is_not_believed(fake_systemd, t
     async def body():
         async with Harness(fake_systemd, tmp_path, []) as h:
             assert h.daemon.holding_reason == "suspect empty pod list"
-            assert fake_systemd.calls_to("SetUnitProperties") == []
+            assert fake_systemd.writes == []
             fake_systemd.remove_unit(BPOD)
             await until(lambda: h.daemon.holding_reason is None)
             await until(lambda: h.memory("kubepods.slice")["MemoryLow"] == 0)
@@ -430,7 +427,7 @@ def test_unit_signals_do_not_cut_the_retry_backoff_short(fake_systemd, tmp_path)
                 fake_systemd.add_unit(f"kubepods-besteffort-pod{i:032x}.slice")
                 await asyncio.sleep(0.1)
             # Backoff 1 s, 2 s, ...: a handful of attempts in 2 s, not one per signal.
-            assert len(fake_systemd.calls_to("SetUnitProperties")) <= 4
+            assert len(fake_systemd.writes) <= 4
     run(body())
 
 

@@ -198,7 +198,7 @@ def test_set_memory_if_loaded_refuses_a_gone_unit_and_sends_nothing(fake_systemd
     err = run(body())
 
     assert_one_line_for_people(err)
-    assert fake_systemd.calls_to("SetUnitProperties") == []
+    assert fake_systemd.writes == []
     assert fake_systemd.created == []
     assert fake_systemd.calls[0].method == "GetUnit"
 

@@ -36,7 +36,7 @@ def test_unit_states_reads_many_units_in_one_call_and_loads_none(fake_systemd):
     assert fake_systemd.unit(gone) is None and fake_systemd.created == []
 
 
-def test_a_fresh_running_state_costs_only_the_write(fake_systemd):
+def test_a_fresh_running_state_costs_the_invocation_id_then_only_the_write(fake_systemd):
     fake_systemd.add_unit(POD)
 
     async def body():
@@ -45,8 +45,17 @@ def test_a_fresh_running_state_costs_only_the_write(fake_systemd):
             status = (await sd.unit_states([POD]))[POD]
             fake_systemd.clear_calls()
             await sd.set_memory_if_loaded(POD, {"MemoryLow": 64 * MiB}, status=status)
-            assert [c.method for c in fake_systemd.calls] == ["SetUnitProperties"]
+            get, write = fake_systemd.calls
+            assert (get.method, get.args) == ("Get", ["org.freedesktop.systemd1.Unit", "InvocationID"])
+            assert (write.method, write.interface) == ("SetProperties", "org.freedesktop.systemd1.Unit")
+            assert write.path == fake_systemd.unit(POD).invocation_path
+            # The same run of the unit: its invocation path is remembered.
+            fake_systemd.clear_calls()
+            await sd.set_memory_if_loaded(POD, {"MemoryLow": 32 * MiB}, status=status)
+            assert [c.method for c in fake_systemd.calls] == ["SetProperties"]
     run(body())
+    assert fake_systemd.writes[-1] == (POD, True, {"MemoryLow": 32 * MiB})
+    assert fake_systemd.unit(POD).memory["MemoryLow"] == 32 * MiB
 
 
 def test_a_fresh_state_that_is_not_running_refuses_without_a_call(fake_systemd):
@@ -84,7 +93,7 @@ def test_a_signal_for_the_unit_after_its_state_was_read_makes_the_write_check_ag
             with pytest.raises(NoSuchUnit):
                 await sd.set_memory_if_loaded(POD, {"MemoryLow": 64 * MiB}, status=status)
             assert fake_systemd.calls_to("GetUnit")  # checked again
-            assert fake_systemd.calls_to("SetUnitProperties") == []
+            assert fake_systemd.writes == []
             if signal == "UnitRemoved":
                 assert await sd.read_memory(POD, status) is None  # its path would load it again
     run(body())
@@ -104,7 +113,7 @@ def test_a_signal_for_another_unit_does_not_make_the_write_check_again(fake_syst
             await asyncio.wait_for(heard.wait(), 2)
             fake_systemd.clear_calls()
             await sd.set_memory_if_loaded(POD, {"MemoryLow": 64 * MiB}, status=status)
-            assert [c.method for c in fake_systemd.calls] == ["SetUnitProperties"]
+            assert [c.method for c in fake_systemd.calls] == ["Get", "SetProperties"]
     run(body())
 
 
@@ -160,3 +169,86 @@ def test_a_unit_removed_while_it_is_written_is_not_cached_again(fake_systemd):
             assert POD not in applier.observed, applier.observed
             assert result.ok
     run(body())
+
+
+# ---- writes through the invocation path: one run of a unit, never a new one --------------------
+
+def test_a_unit_collected_after_its_check_is_not_created_again_by_the_write(fake_systemd):
+    """The window limit 1 of docs/RELIABILITY.md was about (e2e 85-churn): the state and the
+    invocation ID were read, then the pod was deleted and collected before the write arrived.
+    By name, that write made a stray slice and a control drop-in; by invocation path it fails."""
+    fake_systemd.add_unit(POD)
+
+    async def body():
+        async with client(fake_systemd) as sd:
+            status = (await sd.unit_states([POD]))[POD]
+            await sd.set_memory_if_loaded(POD, {"MemoryLow": 64 * MiB}, status=status)  # reads the ID
+            fake_systemd.remove_unit(POD)  # not subscribed: the daemon has not heard of it
+            with pytest.raises(NoSuchUnit) as caught:
+                await sd.set_memory_if_loaded(POD, {"MemoryLow": 32 * MiB}, status=status)
+            return caught.value
+    err = run(body())
+    assert "that run of the unit has ended" in str(err) and POD in str(err)
+    assert fake_systemd.unit(POD) is None and fake_systemd.created == []
+    assert not fake_systemd.calls_to("SetUnitProperties")  # never by name
+
+
+def test_a_unit_started_again_is_written_through_its_new_invocation_path(fake_systemd):
+    fake_systemd.add_unit(POD)
+
+    async def body():
+        async with client(fake_systemd) as sd:
+            heard = asyncio.Event()
+            await sd.subscribe(on_job_removed=lambda unit, result: heard.set())
+            status = (await sd.unit_states([POD]))[POD]
+            await sd.set_memory_if_loaded(POD, {"MemoryLow": 64 * MiB}, status=status)
+            old = fake_systemd.unit(POD).invocation_path
+            fake_systemd.set_active_state(POD, "inactive")
+            fake_systemd.set_active_state(POD, "active")  # a new run, a new ID
+            fake_systemd.emit_job_removed(POD, "done")
+            await asyncio.wait_for(heard.wait(), 2)
+            status = (await sd.unit_states([POD]))[POD]
+            await sd.set_memory_if_loaded(POD, {"MemoryLow": 32 * MiB}, status=status)
+            return old
+    old = run(body())
+    new = fake_systemd.unit(POD).invocation_path
+    assert new != old
+    assert [c.path for c in fake_systemd.calls_to("SetProperties")] == [old, new]
+    assert fake_systemd.unit(POD).memory["MemoryLow"] == 32 * MiB
+
+
+def test_a_stale_invocation_path_is_dropped_after_it_fails(fake_systemd):
+    """No signal told us (not subscribed): the write fails once, the next one reads the ID again."""
+    fake_systemd.add_unit(POD)
+
+    async def body():
+        async with client(fake_systemd) as sd:
+            status = (await sd.unit_states([POD]))[POD]
+            await sd.set_memory_if_loaded(POD, {"MemoryLow": 64 * MiB}, status=status)
+            fake_systemd.set_active_state(POD, "inactive")
+            fake_systemd.set_active_state(POD, "active")
+            with pytest.raises(NoSuchUnit):
+                await sd.set_memory_if_loaded(POD, {"MemoryLow": 32 * MiB}, status=status)
+            fake_systemd.clear_calls()
+            await sd.set_memory_if_loaded(POD, {"MemoryLow": 16 * MiB}, status=status)
+            assert [c.method for c in fake_systemd.calls] == ["Get", "SetProperties"]
+    run(body())
+    assert fake_systemd.unit(POD).memory["MemoryLow"] == 16 * MiB
+
+
+@pytest.mark.parametrize("invocation_id, path", [
+    (bytes.fromhex("0123456789abcdef0123456789abcdef"), "/org/freedesktop/systemd1/unit/_30123456789abcdef0123456789abcdef"),
+    (bytes.fromhex("f123456789abcdef0123456789abcdef"), "/org/freedesktop/systemd1/unit/f123456789abcdef0123456789abcdef"),
+])
+def test_invocation_path_escapes_a_leading_digit_as_systemd_does(invocation_id, path):
+    from memqos_systemd.systemd import invocation_path
+
+    assert invocation_path(invocation_id) == path
+
+
+@pytest.mark.parametrize("bad", [b"", b"\x00" * 15, "0123456789abcdef0123456789abcdef", None])
+def test_invocation_path_refuses_what_is_not_16_bytes(bad):
+    from memqos_systemd.systemd import invocation_path
+
+    with pytest.raises(ValueError, match="16 bytes"):
+        invocation_path(bad)

@@ -110,10 +110,6 @@ def e2e_run(request):
 # Scenarios that failed in the last full run on real systemd, with what is known. Not strict:
 # a pass shows as XPASS, and the marker should then go. Each is listed in the issue notes.
 KNOWN_FAILING: dict[str, str] = {  # scenario -> why it is expected to fail (non-strict xfail)
-    "85-churn": "the window between a pod slice's state check and SetUnitProperties (RELIABILITY.md limit 1) "
-                "opened on real systemd in 2 of 7 churn runs: a stray control drop-in and an empty cgroup of a "
-                "deleted pod slice were left; everything else in the scenario passed. Fix to try: write to the "
-                "unit by its invocation-ID object path, which never loads a unit",
 }
 
 

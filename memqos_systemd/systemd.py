@@ -55,7 +55,7 @@ on a real systemd; until it has, treat this as "what the source says".
   for the unit arrives).
 - Reading properties through a unit's object path also loads the unit if it has gone in
   the meantime; for a slice that yields a fresh, inactive slice with no drop-ins of ours,
-  which systemd collects again. `get_memory` asks `GetUnit` first for this reason too.
+  which systemd collects again. `read_memory` reads only units a listing found loaded.
 - `ListUnitsByPatterns` lists units in memory and never loads one, like `GetUnit`; with exact
   names as patterns it answers LoadState, ActiveState and the object path of many units in one
   call (`unit_states`). The daemon reads a reconcile round's units that way, then writes
@@ -447,17 +447,6 @@ class Systemd:
         """systemd's version string, e.g. "252.36-1~deb12u1"."""
         return await self._get_property("read the systemd version", _MANAGER_PATH, _MANAGER, "Version", "s")
 
-    async def list_units(self, patterns: list[str]) -> list[str]:
-        """Names of the units in memory matching any glob in `patterns`.
-
-        As in systemd, an empty list matches every unit in memory.
-        """
-        if isinstance(patterns, str) or not all(isinstance(p, str) and p for p in patterns):
-            raise ValueError(f"patterns must be a list of non-empty strings, not {patterns!r}")
-        body = await self._call(f"list units matching {' '.join(patterns) or '*'}", "ListUnitsByPatterns",
-                                "asas", [[], list(patterns)], reply_signature="a(ssssssouso)")
-        return [row[0] for row in body[0]]
-
     async def list_unit_states(self, patterns: list[str]) -> dict[str, UnitStatus]:
         """LoadState/ActiveState/object path of every unit in memory matching `patterns` (globs),
         in one ListUnitsByPatterns call. Like GetUnit, it never loads a unit."""
@@ -528,22 +517,10 @@ class Systemd:
         return status[2]
 
     async def get_memory(self, unit: str) -> dict[str, int] | None:
-        """MemoryMin/MemoryLow/MemoryHigh as systemd holds them; None when not loaded."""
-        _check_unit(unit, cgroup=True)
-        action = f"read memory properties of {unit}"
-        path = await self._unit_path(action, unit)
-        if path is None:
-            return None
-        try:
-            if await self._get_property(action, path, _UNIT, "LoadState", "s") != "loaded":
-                return None
-            interface = _CGROUP_INTERFACE[unit[unit.rindex("."):]]
-            body = await self._call(action, "GetAll", "s", [interface], path=path, interface=_PROPERTIES,
-                                    reply_signature="a{sv}")
-        except NoSuchUnit:
-            return None
-        values = body[0]
-        return {name: _variant(values.get(name), "t", f"{action} ({name})") for name in MEMORY_PROPERTIES}
+        """MemoryMin/MemoryLow/MemoryHigh as systemd holds them; None when not loaded.
+        For one unit at a time (commands, tests): `unit_states` then `read_memory`."""
+        status = (await self.unit_states([_check_unit(unit, cgroup=True)])).get(unit)
+        return None if status is None else await self.read_memory(unit, status)
 
     # ---- writing ----------------------------------------------------------------------
 

@@ -140,7 +140,7 @@ def test_version_and_list_units_by_patterns(fake_systemd):
 
     async def body():
         async with client(fake_systemd) as sd:
-            return await sd.version(), await sd.list_units(["kubepods*.slice", "cri-containerd-*.scope"])
+            return await sd.version(), list(await sd.list_unit_states(["kubepods*.slice", "cri-containerd-*.scope"]))
     version, names = run(body())
 
     assert version == fake_systemd.version
@@ -330,7 +330,7 @@ def test_a_delayed_call_raises_call_timeout_and_the_connection_stays_usable(fake
 @pytest.mark.integration
 def test_a_late_reply_after_a_timeout_is_ignored(fake_systemd):
     fake_systemd.add_unit("kubepods.slice")
-    fake_systemd.delay_next("GetUnit", 0.3)
+    fake_systemd.delay_next("ListUnitsByPatterns", 0.3)
 
     async def body():
         async with client(fake_systemd, call_timeout=0.1) as sd:
@@ -518,12 +518,12 @@ def test_close_from_inside_callbacks_and_handlers(fake_systemd):
 @pytest.mark.integration
 def test_a_call_in_flight_when_the_bus_dies_raises_bus_closed(fake_systemd):
     fake_systemd.add_unit("kubepods.slice")
-    fake_systemd.delay_next("GetUnit", 30)
+    fake_systemd.delay_next("ListUnitsByPatterns", 30)
 
     async def body():
         async with client(fake_systemd, call_timeout=3) as sd:
             pending = asyncio.ensure_future(sd.get_memory("kubepods.slice"))
-            while not fake_systemd.calls_to("GetUnit"):
+            while not fake_systemd.calls_to("ListUnitsByPatterns"):
                 await asyncio.sleep(0.01)
             fake_systemd.kill_bus()
             with pytest.raises(BusClosed):

@@ -14,9 +14,12 @@ unit's state again (`fresh`, see Systemd.set_memory_if_loaded). Under emulation
 every D-Bus call costs 20-30 ms, so the number of calls is the latency of a
 burst of new pods.
 
-`apply` sends changes one by one and stops at the first real failure: the
-diff's order makes every prefix safe, so stopping leaves no child above its
-parent. A pod or container unit that vanished under us is a normal race.
+`apply` sends changes in the diff's order, the writes to sibling pod slices (or
+sibling container scopes) together, and stops after the first group with a real
+failure: the diff's order makes every prefix safe, and every subset of a group
+of siblings too, so stopping leaves no child above its parent. A pod or
+container unit that vanished under us is a normal race. A burst of new pods is
+then as many round trips as the tree has levels, not one per unit.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ log = logging.getLogger("memqos_systemd")
 # Property reads sent at once: enough to keep systemd busy, few enough to stay far below the
 # bus's limit on a connection's pending calls.
 MAX_READS_IN_FLIGHT = 16
+# Writes sent at once within a group of siblings (see sibling_groups).
+MAX_WRITES_IN_FLIGHT = 16
+CONCURRENT_LEVELS = frozenset({"pod", "container"})
 
 
 @dataclass
@@ -157,44 +163,82 @@ class Applier:
 
     async def apply(self, changes: list[Change], *, dry_run: bool = False,
                     echo: Callable[[str], None] | None = None) -> ApplyResult:
+        """Send `changes` in their order, a group of siblings at a time (`sibling_groups`): the
+        writes of one group are in flight together, and a group starts only once the one before
+        it has been answered. Stops after the group where a write failed (not one whose pod or
+        container unit had gone): every group before it is applied, so no child is above its
+        parent."""
         result = ApplyResult()
         fresh, self.fresh = self.fresh, {}  # good for this round only
-        for i, change in enumerate(changes):
-            if dry_run:
+        if dry_run:
+            for change in changes:
                 if echo:
                     echo(describe_call(change.unit, dict(change.props)))
                 result.applied.append(change)
-                continue
-            mark = self.systemd.signal_count
-            try:
-                if change.must_exist:
-                    await self.systemd.set_memory_if_loaded(change.unit, dict(change.props),
-                                                            status=fresh.get(change.unit))
-                else:
-                    await self.systemd.set_memory(change.unit, dict(change.props))
-            except NoSuchUnit as e:
-                if change.must_exist:
+            return result
+        gate = asyncio.Semaphore(MAX_WRITES_IN_FLIGHT)
+
+        async def one(change: Change) -> tuple[str, str | None]:
+            async with gate:
+                mark = self.systemd.signal_count
+                try:
+                    if change.must_exist:
+                        await self.systemd.set_memory_if_loaded(change.unit, dict(change.props),
+                                                                status=fresh.get(change.unit))
+                    else:
+                        await self.systemd.set_memory(change.unit, dict(change.props))
+                except NoSuchUnit as e:
+                    return ("vanished", None) if change.must_exist else ("failed", str(e))
+                except SystemdError as e:
+                    return "failed", str(e)
+                return ("removed" if self.systemd.removed_since(change.unit, mark) else "applied"), None
+
+        sent = 0
+        for group in sibling_groups(changes):
+            outcomes = await asyncio.gather(*(one(c) for c in group))
+            sent += len(group)
+            for change, (outcome, error) in zip(group, outcomes):
+                if outcome == "failed":
+                    self._count("SetUnitProperties", "error")
+                    if result.failed is None:
+                        result.failed, result.error = change, error
+                    continue
+                if outcome == "vanished":
                     self._count("SetUnitProperties", "no_such_unit")
                     self.forget(change.unit)
                     result.vanished.append(change)
                     continue
-                self._count("SetUnitProperties", "error")
-                result.failed, result.error = change, str(e)
-            except SystemdError as e:
-                self._count("SetUnitProperties", "error")
-                result.failed, result.error = change, str(e)
+                self._count("SetUnitProperties", "ok")
+                result.applied.append(change)
+                if outcome == "removed":
+                    self.forget(change.unit)  # removed while we wrote: do not cache it again
+                    continue
+                held = dict(self.observed.get(change.unit) or {"MemoryMin": 0, "MemoryLow": 0,
+                                                                "MemoryHigh": 2**64 - 1})
+                held.update(change.props)
+                self.observed[change.unit] = held
             if result.failed is not None:
-                result.skipped = len(changes) - i - 1
+                result.skipped = len(changes) - sent
                 break
-            self._count("SetUnitProperties", "ok")
-            result.applied.append(change)
-            if self.systemd.removed_since(change.unit, mark):
-                self.forget(change.unit)  # removed while we wrote: do not cache it again
-                continue
-            held = dict(self.observed.get(change.unit) or {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": 2**64 - 1})
-            held.update(change.props)
-            self.observed[change.unit] = held
         return result
+
+
+def sibling_groups(changes: list[Change]) -> list[list[Change]]:
+    """`changes` cut into runs that may be written together: consecutive pod-level changes, or
+    consecutive container-level ones, in the same direction. Pod slices are never each other's
+    parents, nor are container scopes, so the diff's parent-before-child order (children first
+    when shrinking) holds between runs whatever order systemd answers within one. Every other
+    change (node, QoS, reserved) is a run of its own: the node level can have a parent of its
+    own level above kubepods.slice."""
+    groups: list[list[Change]] = []
+    for change in changes:
+        last = groups[-1][-1] if groups else None
+        if (last is not None and change.level in CONCURRENT_LEVELS and last.level == change.level
+                and last.direction == change.direction):
+            groups[-1].append(change)
+        else:
+            groups.append([change])
+    return groups
 
 
 def summarize(result: ApplyResult) -> str:

@@ -252,3 +252,39 @@ def test_invocation_path_refuses_what_is_not_16_bytes(bad):
 
     with pytest.raises(ValueError, match="16 bytes"):
         invocation_path(bad)
+
+
+def test_writes_to_sibling_pod_slices_are_in_flight_together_and_their_parent_goes_first(fake_systemd):
+    """A burst of new pods: the QoS slice's write is answered before any pod slice's is sent, and
+    the twelve pod slices' writes (each its invocation ID read, then the write) go out together,
+    not one round trip after another."""
+    from fakesystemd import unit_path
+    from memqos_systemd.reconcile import Change
+
+    qos = "kubepods-burstable.slice"
+    pods = [f"kubepods-burstable-pod{i:08x}_0000_4000_8000_000000000000.slice" for i in range(12)]
+    fake_systemd.add_unit(qos)
+    for name in pods:
+        fake_systemd.add_unit(name)
+
+    async def body():
+        async with client(fake_systemd) as sd:
+            applier, _ = _applier_like_the_daemon(sd)
+            await applier.refresh_units([qos, *pods])
+            fake_systemd.set_latency(0.02)  # one call at a time, as PID 1 answers
+            fake_systemd.clear_calls()
+            changes = [Change(qos, "qos", {"MemoryLow": 12 * 64 * MiB}, "grow")]
+            changes += [Change(name, "pod", {"MemoryLow": 64 * MiB}, "grow") for name in pods]
+            result = await applier.apply(changes)
+            assert result.ok and len(result.applied) == 13
+    run(body())
+    calls = [c for c in fake_systemd.calls if c.method in ("Get", "SetProperties")]
+    writes = [fake_systemd.write_of(c)[0] for c in calls if c.method == "SetProperties"]
+    assert writes[0] == qos and sorted(writes[1:]) == sorted(pods)
+    # Every pod slice's invocation ID was asked for before the first pod slice was written.
+    first_pod_write = next(i for i, c in enumerate(calls) if c.method == "SetProperties"
+                           and fake_systemd.write_of(c)[0] != qos)
+    pod_reads = [i for i, c in enumerate(calls) if c.method == "Get" and c.path != unit_path(qos)]
+    assert len(pod_reads) == 12 and max(pod_reads) < first_pod_write, [c.method for c in calls]
+    for name in pods:
+        assert fake_systemd.unit(name).memory["MemoryLow"] == 64 * MiB

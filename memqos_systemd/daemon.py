@@ -185,6 +185,15 @@ class Daemon:
         log.info("systemd is back on the bus (re-executed?): re-reading units")
         self._after_systemd_change()
 
+    def _on_signal_overflow(self) -> None:
+        log.warning("systemd sent unit signals faster than they could be handled; some were dropped:"
+                    " re-reading every unit and the pods")
+        if self.out.metrics:
+            self.out.metrics.signal_overflow()
+        self._want_full_refresh = True
+        self._want_fetch = True
+        self.wake()
+
     def _after_systemd_change(self) -> None:
         self._quiet_until = self.out.clock() + SYSTEMD_SETTLE
         self._want_full_refresh = True
@@ -230,7 +239,7 @@ class Daemon:
         self.systemd.on_disconnect(self._on_disconnect)
         await self.systemd.subscribe(on_unit_new=self._on_unit_new, on_unit_removed=self._on_unit_removed,
                                      on_job_removed=self._on_job_removed, on_reloading=self._on_reloading,
-                                     on_returned=self._on_systemd_returned)
+                                     on_returned=self._on_systemd_returned, on_overflow=self._on_signal_overflow)
         self._disconnected = False
         on_call = self.out.metrics.dbus_call if self.out.metrics else None
         self.applier = Applier(self.systemd, self.naming, on_call=on_call)

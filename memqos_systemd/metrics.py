@@ -135,6 +135,9 @@ class Metrics:
                                      "Unix time of the last good pod snapshot", registry=r)
         self._config_reloads = Counter("memqos_config_reloads", "Config reloads (SIGHUP) by result",
                                        ["result"], registry=r)
+        self._signal_overflows = Counter("memqos_signal_overflows",
+                                         "Times systemd's unit signals came faster than they were handled and"
+                                         " some were dropped (each followed by a full re-read)", registry=r)
         r.register(_Dynamic(self))
 
     # ---------------------------------------------------------------- plan
@@ -191,6 +194,10 @@ class Metrics:
     def config_reload(self, ok: bool) -> None:
         """A SIGHUP reload: ok=False when the new config was refused (the old one stays)."""
         self._config_reloads.labels(result="ok" if ok else "refused").inc()
+
+    def signal_overflow(self) -> None:
+        """Unit signals were dropped (Systemd's queue was full); a full re-read follows."""
+        self._signal_overflows.inc()
 
     # ---------------------------------------------------------------- throttling
 

@@ -106,6 +106,10 @@ _UNIT_PATH_PREFIX = "/org/freedesktop/systemd1/unit/"
 _BUS_NAME = "org.freedesktop.DBus"
 _BUS_PATH = "/org/freedesktop/DBus"
 _MAX_REMOVALS_TRACKED = 10000
+# Unit signals waiting for their handlers, at most; past that they are dropped and the handlers
+# get one on_overflow() once the queue has drained (see subscribe).
+MAX_QUEUED_SIGNALS = 10000
+_UNIT_SIGNAL_HANDLERS = frozenset({"on_unit_new", "on_unit_removed", "on_job_removed"})
 _CGROUP_INTERFACE = {".slice": "org.freedesktop.systemd1.Slice", ".scope": "org.freedesktop.systemd1.Scope"}
 # A unit name with one of these would be a glob to ListUnitsByPatterns (valid unit names have
 # none of them but the backslash of \x2d escapes): such names are looked up one by one instead.
@@ -280,6 +284,8 @@ class Systemd:
         self._subscribed = False
         self._systemd_owner: str | None = None
         self._events: asyncio.Queue[tuple[str, tuple]] = asyncio.Queue()
+        self._overflowed = False  # unit signals were dropped since the queue last drained
+        self.overflows = 0  # how many times that happened
         # Unit signals as read off the bus, counted (see set_memory_if_loaded and UnitStatus):
         # unit -> the count at its last UnitRemoved, and at its last UnitNew/UnitRemoved/JobRemoved.
         self._signal_seq = 0
@@ -613,7 +619,7 @@ class Systemd:
 
     async def subscribe(self, *, on_unit_new: Callback | None = None, on_unit_removed: Callback | None = None,
                         on_job_removed: Callback | None = None, on_reloading: Callback | None = None,
-                        on_returned: Callback | None = None) -> None:
+                        on_returned: Callback | None = None, on_overflow: Callback | None = None) -> None:
         """Manager.Subscribe() and deliver its signals to the given handlers.
 
         on_unit_new(name), on_unit_removed(name), on_job_removed(unit, result),
@@ -621,9 +627,15 @@ class Systemd:
         one at a time, in the order systemd sent the signals, so an async handler delays the
         ones after it. An exception in a handler is logged and does not stop delivery.
         Calling subscribe again replaces the handlers.
+
+        The queue of unit signals is bounded (MAX_QUEUED_SIGNALS): unit signals that come while
+        it is full are dropped (still counted for `UnitStatus`), and on_overflow() runs once
+        the queue has drained, so the caller re-reads what it may have missed. Reloading and
+        systemd's return are never dropped.
         """
         handlers = {"on_unit_new": on_unit_new, "on_unit_removed": on_unit_removed,
-                    "on_job_removed": on_job_removed, "on_reloading": on_reloading, "on_returned": on_returned}
+                    "on_job_removed": on_job_removed, "on_reloading": on_reloading, "on_returned": on_returned,
+                    "on_overflow": on_overflow}
         for name, handler in handlers.items():
             if handler is not None and not callable(handler):
                 raise TypeError(f"{name} must be callable")
@@ -686,17 +698,17 @@ class Systemd:
         if msg.member == "UnitNew" and msg.signature == "so":
             self._signal_seq += 1
             self._note(self._changed_at, msg.body[0])
-            self._events.put_nowait(("on_unit_new", (msg.body[0],)))
+            self._enqueue("on_unit_new", (msg.body[0],))
         elif msg.member == "UnitRemoved" and msg.signature == "so":
             name = msg.body[0]
             self._signal_seq += 1
             self._note(self._removed_at, name)
             self._note(self._changed_at, name)
-            self._events.put_nowait(("on_unit_removed", (name,)))
+            self._enqueue("on_unit_removed", (name,))
         elif msg.member == "JobRemoved" and msg.signature == "uoss":
             self._signal_seq += 1
             self._note(self._changed_at, msg.body[2])
-            self._events.put_nowait(("on_job_removed", (msg.body[2], msg.body[3])))
+            self._enqueue("on_job_removed", (msg.body[2], msg.body[3]))
         elif msg.member == "Reloading" and msg.signature == "b":
             self._events.put_nowait(("on_reloading", (bool(msg.body[0]),)))
         return None
@@ -711,9 +723,26 @@ class Systemd:
         # should be read again.
         self._events.put_nowait(("on_returned", ()))
 
+    def _enqueue(self, name: str, args: tuple) -> None:
+        if name in _UNIT_SIGNAL_HANDLERS and self._events.qsize() >= MAX_QUEUED_SIGNALS:
+            if not self._overflowed:
+                self._overflowed = True
+                self.overflows += 1
+            return
+        self._events.put_nowait((name, args))
+
+    @property
+    def queued_signals(self) -> int:
+        """Signals read off the bus and not yet handed to their handler."""
+        return self._events.qsize()
+
     async def _dispatch(self) -> None:
         while True:
-            name, args = await self._events.get()
+            if self._overflowed and self._events.empty():
+                self._overflowed = False
+                name, args = "on_overflow", ()
+            else:
+                name, args = await self._events.get()
             handler = self._handlers.get(name)
             if handler is None:
                 continue

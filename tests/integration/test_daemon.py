@@ -189,6 +189,31 @@ def test_new_pod_slice_gets_its_properties_on_unit_new(fake_systemd, tmp_path):
     run(body())
 
 
+def test_dropped_unit_signals_make_the_daemon_re_read_every_unit_and_the_pods(fake_systemd, tmp_path, monkeypatch):
+    """Systemd's signal queue is bounded; what the dropped signals said is found by a full re-read
+    (the new pod below is written though its UnitNew was dropped), and the metric counts it."""
+    import time
+
+    import memqos_systemd.systemd as systemd_module
+
+    monkeypatch.setattr(systemd_module, "MAX_QUEUED_SIGNALS", 2)
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, GCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED]) as h:
+            h.source.items = [GUARANTEED, NEWCOMER]
+            fetches = h.source.fetches
+            for i in range(6):  # UnitNew of units that are not ours fill the queue first
+                fake_systemd.add_unit(f"unrelated{i}.service")
+            fake_systemd.add_unit(NPOD)  # its UnitNew is dropped
+            time.sleep(0.3)  # hold the daemon's loop: all the signals arrive at once
+            await until(lambda: (h.memory(NPOD) or {}).get("MemoryLow") == 128 * MI)
+            assert h.metrics.registry.get_sample_value("memqos_signal_overflows_total") == 1
+            assert h.source.fetches > fetches
+            assert any(c.method == "ListUnitsByPatterns" and len(c.args[1]) > 1 for c in fake_systemd.calls)
+    run(body())
+
+
 @pytest.mark.parametrize("failure", [
     SourceError("kubelet http://127.0.0.1:10255/pods: connection refused", "connect"),
     SourceError("kubelet http://127.0.0.1:10255/pods: not JSON", "decode"),

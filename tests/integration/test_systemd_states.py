@@ -288,3 +288,38 @@ def test_writes_to_sibling_pod_slices_are_in_flight_together_and_their_parent_go
     assert len(pod_reads) == 12 and max(pod_reads) < first_pod_write, [c.method for c in calls]
     for name in pods:
         assert fake_systemd.unit(name).memory["MemoryLow"] == 64 * MiB
+
+
+# ---- a bounded signal queue ----------------------------------------------------------------------
+
+def test_unit_signals_past_the_bound_are_dropped_and_one_overflow_follows(fake_systemd, monkeypatch):
+    """Limit 3 of docs/RELIABILITY.md, closed: while the handlers are behind, at most
+    MAX_QUEUED_SIGNALS unit signals wait; the rest are dropped (still counted, so a state read
+    earlier is not trusted), and on_overflow runs once when the queue has drained. Reloading is
+    never dropped."""
+    import time
+
+    import memqos_systemd.systemd as systemd_module
+
+    monkeypatch.setattr(systemd_module, "MAX_QUEUED_SIGNALS", 5)
+    names = [f"kubepods-besteffort-pod{i:08x}_0000_4000_8000_000000000000.slice" for i in range(20)]
+
+    async def body():
+        async with client(fake_systemd) as sd:
+            got: list[tuple] = []
+            await sd.subscribe(on_unit_new=lambda n: got.append(("new", n)),
+                               on_reloading=lambda a: got.append(("reloading", a)),
+                               on_overflow=lambda: got.append(("overflow",)))
+            seen = sd.signal_count
+            for name in names:
+                fake_systemd.add_unit(name)
+            fake_systemd.emit_reloading(True)
+            time.sleep(0.5)  # the loop is held: everything arrives at once when it runs again
+            await asyncio.sleep(0.5)
+            return got, sd.signal_count - seen, sd.overflows, sd.queued_signals
+    got, counted, overflows, left = run(body())
+    assert [g for g in got if g[0] == "new"] == [("new", n) for n in names[:5]]
+    assert ("reloading", True) in got
+    assert got[-1] == ("overflow",) and got.count(("overflow",)) == 1 and overflows == 1
+    assert counted == 20  # every UnitNew counted, delivered or not
+    assert left == 0

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import ledger
 from .applier import Applier, summarize
 from .config import Config
 from .daemon import Daemon, Outside, grow_only, naming_for
@@ -24,6 +25,8 @@ from .systemd import Systemd, SystemdError
 EXIT_OK, EXIT_FAILURE = 0, 1
 SERVICE = "memqos-systemd.service"
 CGROUP_ROOT = Path(os.environ.get("MEMQOS_CGROUP_FS", "/sys/fs/cgroup"))
+# The reserved slices the service has written (ledger.py); the variable is for tests, like the one above.
+LEDGER_PATH = Path(os.environ.get("MEMQOS_LEDGER", str(ledger.DEFAULT_PATH)))
 CALL_TIMEOUT = 10.0
 
 
@@ -105,8 +108,10 @@ async def _reset(cfg: Config, *, dry_run: bool) -> int:
     async def changes(systemd, applier: Applier) -> list:
         if await systemd.unit_state(SERVICE) in ("active", "activating", "reloading"):
             _warn(f"{SERVICE} is running and will re-apply its plan; stop it first: systemctl stop {SERVICE}")
-        await applier.refresh_all()
-        return reset_plan(applier.observed, applier.naming)
+        # Also the reserved slices the service wrote that the config no longer names (ledger.py).
+        former = ledger.read(LEDGER_PATH) - set(applier.naming.reserved_slices())
+        await applier.refresh_all(former)
+        return reset_plan(applier.observed, applier.naming, also=former)
 
     return await _send(cfg, changes, dry_run=dry_run, label="reset: ")
 
@@ -278,7 +283,7 @@ def run(args, cfg: Config) -> int:
     metrics = _metrics(cfg, log)
     outside = Outside(connect=lambda address: Systemd.connect(address, call_timeout=CALL_TIMEOUT),
                       make_source=make_source, read_capacity=read_meminfo, page_size=page_size(),
-                      metrics=metrics, memory_watcher=_memory_watcher(log))
+                      metrics=metrics, memory_watcher=_memory_watcher(log), ledger_path=LEDGER_PATH)
     if cfg.kubelet_memory_qos_gate:
         log.warning("the kubelet's MemoryQoS feature gate is on: two writers will fight over memory.min/high")
     config_path = getattr(args, "config", None) or _default_config_path()

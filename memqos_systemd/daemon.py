@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .applier import Applier, summarize
+from . import ledger
 from .config import Config, ConfigError, load_config
 from .naming import Naming, NamingError, plan_cgroup_paths
 from .node import read_memory_events
@@ -90,6 +91,7 @@ class Outside:
     memory_watcher: Any = None  # object with fileno() and poll_events(), or None
     bus_address: str | None = None
     cgroup_fs: Path = Path("/sys/fs/cgroup")
+    ledger_path: Path | None = None  # reserved slices written (ledger.py); None: not kept
     clock: Callable[[], float] = time.monotonic
 
 
@@ -130,6 +132,7 @@ class Daemon:
         self._warned: dict[str, set[str]] = {}
         # Reserved slices dropped from the config by a reload, still to be brought to the defaults.
         self._retired: set[str] = set()
+        self._ledger: frozenset[str] | None = None  # as last written
 
     # ------------------------------------------------------------ events
     def wake(self) -> None:
@@ -184,6 +187,14 @@ class Daemon:
     def _on_systemd_returned(self) -> None:
         log.info("systemd is back on the bus (re-executed?): re-reading units")
         self._after_systemd_change()
+
+    def _keep_ledger(self) -> None:
+        """Remember the reserved slices of the config and those not reset yet (ledger.py)."""
+        if self.out.ledger_path is None:
+            return
+        names = frozenset(self.naming.reserved_slices()) | frozenset(self._retired)
+        if names != self._ledger and ledger.write(self.out.ledger_path, names):
+            self._ledger = names
 
     def _on_signal_overflow(self) -> None:
         log.warning("systemd sent unit signals faster than they could be handled; some were dropped:"
@@ -386,6 +397,7 @@ class Daemon:
             self.out.metrics.observe_reconcile(self.out.clock() - started, len(result.applied))
         # A retired slice is ours to reset once; after that it is the operator's again.
         self._retired = {n for n in self._retired if self.applier.observed.get(n) not in (None, DEFAULTS)}
+        self._keep_ledger()
         if not result.ok:
             raise SystemdError(f"apply stopped at {result.failed.unit}: {result.error}")
         node = desired.node_unit()
@@ -437,6 +449,15 @@ class Daemon:
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         self._install_signals(loop)
+        if self.out.ledger_path is not None:
+            # Reserved slices we wrote before, that the config no longer names (dropped while we
+            # were stopped): reset them once, as a reload that dropped them would have.
+            self._ledger = frozenset(ledger.read(self.out.ledger_path))
+            gone = set(self._ledger) - set(self.naming.reserved_slices())
+            for name in sorted(gone):
+                log.info("%s was a reserved cgroup when the service last ran and the config no longer names"
+                         " it: bringing it back to MemoryMin=0 MemoryLow=0 MemoryHigh=infinity", name)
+            self._retired |= gone
         if self.out.memory_watcher is not None:
             loop.add_reader(self.out.memory_watcher.fileno(), self.on_memory_event)
         wd = watchdog_interval()

@@ -129,17 +129,21 @@ def one_write_per_container(changes: list[Change]) -> list[Change]:
     return out
 
 
-def reset_plan(observed: Mapping[str, Mapping[str, int] | None], naming: Naming) -> list[Change]:
-    """Changes that bring every unit of ours back to the defaults, children first."""
+def reset_plan(observed: Mapping[str, Mapping[str, int] | None], naming: Naming,
+               also: Iterable[str] = ()) -> list[Change]:
+    """Changes that bring every unit of ours back to the defaults, children first. `also`: more
+    reserved slices (ones the config no longer names but the service wrote; ledger.py)."""
     order = {"node": 0, "reserved": 0, "qos": 1, "pod": 2, "container": 3}
+    also = set(also)
     ours = []
     for name, have in observed.items():
         ref = naming.parse_unit(name)
-        if ref is None or have is None:
+        level = ref.level if ref is not None else "reserved" if name in also else None
+        if level is None or have is None:
             continue
         # Root slices above kubepods come before it; kubepods itself is "node" too.
-        rank = order[ref.level] - (1 if ref.level == "node" and name != naming.node_slice() else 0)
-        ours.append((rank, name, ref.level))
+        rank = order[level] - (1 if level == "node" and name != naming.node_slice() else 0)
+        ours.append((rank, name, level))
     changes = []
     for _, name, level in sorted(ours, reverse=True):
         down = {k: v for k, v in DEFAULTS.items() if observed[name].get(k, v) != v}

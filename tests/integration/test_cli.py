@@ -108,6 +108,7 @@ class Node:
 
     def cli(self, *args, config: Path | None = None, address: str | None = None) -> subprocess.CompletedProcess:
         env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=address or self.address, MEMQOS_CGROUP_FS=str(self.cgroup),
+                   MEMQOS_LEDGER=str(self.tmp / "ledger"),
                    PYTHONPATH=os.pathsep.join(filter(None, [str(CODE_ROOT), os.environ.get("PYTHONPATH")])))
         env.pop("JOURNAL_STREAM", None)
         env.pop("NOTIFY_SOCKET", None)
@@ -390,6 +391,22 @@ def test_reset_dry_run_then_reset_brings_our_units_to_defaults_children_first(no
     again = node.cli("reset")
     assert again.returncode == 0 and again.stderr.strip() == "reset: 0 change(s) applied"
     assert node.fake.writes == []
+
+
+def test_reset_also_resets_reserved_slices_the_service_wrote_that_the_config_no_longer_names(node):
+    """The ledger (/run/memqos-systemd/reserved-slices, here MEMQOS_LEDGER) names slices the
+    service wrote; one the config dropped while the service was stopped is reset too. A slice
+    named by neither is not ours and keeps its values."""
+    node.start_applied(node.plan())
+    node.fake.add_unit("former-reserved.slice", transient=False, memory={"MemoryMin": 256 << 20})
+    node.fake.add_unit("operators-own.slice", transient=False, memory={"MemoryMin": 128 << 20})
+    (node.tmp / "ledger").write_text("former-reserved.slice\n")
+    p = node.cli("reset")
+    no_traceback(p)
+    assert p.returncode == 0, p.stderr
+    assert node.memory("former-reserved.slice") == DEFAULTS
+    assert node.memory("operators-own.slice")["MemoryMin"] == 128 << 20
+    assert "operators-own.slice" not in {u for u, _ in node.sets()}
 
 
 def test_reset_refused_by_systemd_exits_1_with_one_line(node):

@@ -82,7 +82,7 @@ class NotifySocket:
 
 
 class Harness:
-    def __init__(self, fake, tmp_path, items, config=None, capacity=16 << 30):
+    def __init__(self, fake, tmp_path, items, config=None, capacity=16 << 30, ledger_path=None):
         self.fake = fake
         self.source = ControlledSource(items)
         self.notify = NotifySocket(tmp_path)
@@ -96,7 +96,8 @@ class Harness:
         outside = Outside(
             connect=lambda address: Systemd.connect(fake.address, call_timeout=2.0),
             make_source=lambda c: self.source, read_capacity=lambda: self.capacity, page_size=4096,
-            metrics=self.metrics, notifier=Notifier(self.notify.path), cgroup_fs=tmp_path / "cgroup")
+            metrics=self.metrics, notifier=Notifier(self.notify.path), cgroup_fs=tmp_path / "cgroup",
+            ledger_path=ledger_path)
         self.daemon = Daemon(str(self.config_path), cfg, outside)
         self.task = None
 
@@ -496,6 +497,31 @@ def test_a_reserved_slice_dropped_from_the_config_is_reset_by_the_reload_then_le
             await h.settle()
             assert h.memory("system.slice")["MemoryMin"] == 64 * MI
             assert all(u != "system.slice" for u, _ in h.sets())
+    run(body())
+
+
+def test_a_reserved_slice_dropped_from_the_config_while_the_service_was_stopped_is_reset_at_start(fake_systemd, tmp_path):
+    """RELIABILITY limit 4, closed: the ledger remembers the reserved slices the daemon wrote."""
+    from memqos_systemd import ledger
+
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+    fake_systemd.add_unit("system.slice")
+    path = tmp_path / "run" / "reserved-slices"
+    reserved = {**TIERED, "enforceNodeAllocatable": ["pods", "system-reserved"],
+                "systemReservedCgroup": "/system.slice", "systemReserved": {"memory": "300Mi"}}
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE], config=reserved, ledger_path=path) as h:
+            assert h.memory("system.slice")["MemoryMin"] > 0
+        assert ledger.read(path) == {"system.slice"}
+        # Stopped; the operator drops the reserved cgroup from the config; started again.
+        again = tmp_path / "again"
+        again.mkdir()
+        async with Harness(fake_systemd, again, [BURSTABLE], config=TIERED, ledger_path=path) as h:
+            await until(lambda: h.memory("system.slice") == {"MemoryMin": 0, "MemoryLow": 0,
+                                                              "MemoryHigh": UINT64_MAX})
+            await h.settle()
+        assert ledger.read(path) == set()  # reset once; the operator's slice again
     run(body())
 
 

@@ -61,6 +61,11 @@ journal = journal_since(None)
 bad = [l for l in journal if any(w in l for w in BAD_WORDS)]
 check(not bad, f"no sandbox denial, traceback or udev warning in the unit's journal: {bad[:3]}")
 
+ledger_file = "/run/memqos-systemd/reserved-slices"
+check(os.path.isfile(ledger_file) and not any("reserved-slice ledger" in l for l in journal),
+      f"the sandbox lets it keep its ledger of reserved slices in {ledger_file}:"
+      f" {open(ledger_file).read().split() if os.path.isfile(ledger_file) else 'absent'}")
+
 m = metrics()
 check(m.get("memqos_build_info"), f"metrics on {METRICS_URL}: build {m.get('memqos_build_info')}")
 

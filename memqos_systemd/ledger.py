@@ -1,0 +1,73 @@
+"""The reserved slices the daemon has set values on, remembered in a runtime file.
+
+Reserved slices (kubeReservedCgroup, systemReservedCgroup) are the only units the daemon creates
+by writing to them, and their values sit in /run/systemd/system.control/<slice>.d/ until reboot.
+When the config stops naming one while the service runs, the daemon resets it at the reload;
+when that happens while the service is stopped, nothing would remember the slice was ours, and
+neither the next start nor `memqos-systemd reset` (nor `apt remove`) would bring it back to the
+defaults. This file remembers, for exactly as long as those drop-ins live: it is under /run too
+(the unit's RuntimeDirectory, kept when the service stops).
+
+One slice name per line. A missing file is an empty ledger; a line that is not a valid slice
+name is ignored with a warning (it names nothing we could have written).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from .naming import valid_slice_name
+
+__all__ = ["DEFAULT_PATH", "read", "write"]
+
+log = logging.getLogger("memqos_systemd")
+
+DEFAULT_PATH = Path("/run/memqos-systemd/reserved-slices")
+_MAX_BYTES = 64 * 1024
+
+
+def read(path: Path) -> set[str]:
+    """The slice names in the ledger at `path`; empty when there is none."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_MAX_BYTES + 1)
+    except FileNotFoundError:
+        return set()
+    except OSError as e:
+        log.warning("cannot read the reserved-slice ledger %s: %s", path, e.strerror or e)
+        return set()
+    if len(data) > _MAX_BYTES:
+        log.warning("the reserved-slice ledger %s is larger than %d bytes: ignored", path, _MAX_BYTES)
+        return set()
+    names = set()
+    for line in data.decode("utf-8", "replace").splitlines():
+        name = line.strip()
+        if not name:
+            continue
+        if valid_slice_name(name):
+            names.add(name)
+        else:
+            log.warning("the reserved-slice ledger %s: %r is not a slice name: ignored", path, name[:80])
+    return names
+
+
+def write(path: Path, names: set[str] | frozenset[str]) -> bool:
+    """Replace the ledger at `path` with `names` (atomically); False, with a warning, if it cannot."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write("".join(f"{n}\n" for n in sorted(names)))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        log.warning("cannot write the reserved-slice ledger %s: %s", path, e.strerror or e)
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        return False
+    return True

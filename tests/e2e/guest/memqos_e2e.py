@@ -1176,3 +1176,27 @@ def start_sample_node(pods, reserved=False):
 
 
 __all__ += ["fresh_node", "quiet_node", "pods_only_config", "start_empty_node", "start_sample_node"]
+
+
+# ---- small readers shared by the fact scenarios (11, 12) ------------------------------------------
+def show(unit, *props):
+    """`systemctl show -p ...` of a unit as a dict."""
+    p = systemctl("show", unit, "-p", ",".join(props))
+    return dict(line.split("=", 1) for line in p.stdout.splitlines() if "=" in line)
+
+
+def read_file(path):
+    """A small file's text, stripped; "absent (<reason>)" when it cannot be read."""
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError as e:
+        return f"absent ({e.strerror})"
+
+
+def listing(path, missing=None):
+    """The sorted names in a directory; `missing` when there is no such directory."""
+    return sorted(os.listdir(path)) if os.path.isdir(path) else missing
+
+
+__all__ += ["show", "read_file", "listing"]

@@ -26,23 +26,6 @@ MIB = 1 << 20
 CGROUP_ROOT = "/sys/fs/cgroup"
 
 
-def show(unit, *props):
-    p = systemctl("show", unit, "-p", ",".join(props))
-    return dict(line.split("=", 1) for line in p.stdout.splitlines() if "=" in line)
-
-
-def read_file(path):
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError as e:
-        return f"absent ({e.strerror})"
-
-
-def listing(path):
-    return sorted(os.listdir(path)) if os.path.isdir(path) else None
-
-
 # --- A: a kubepods.slice nobody created ------------------------------------------------------
 systemctl("stop", "kubepods.slice")
 for d in (f"{CONTROL}/kubepods.slice.d",):

@@ -72,30 +72,17 @@ def invocation_id(name):
     return hexid(r[0]) if ok else f"error {r}"
 
 
-def show(unit, *props):
-    p = systemctl("show", unit, "-p", ",".join(props))
-    return dict(line.split("=", 1) for line in p.stdout.splitlines() if "=" in line)
-
-
-def read_file(path):
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError as e:
-        return f"absent ({e.strerror})"
-
-
-def listing(path):
-    return sorted(os.listdir(path)) if os.path.isdir(path) else "absent"
+def listing_or_absent(path):
+    return listing(path, "absent")
 
 
 def traces(unit):
     """What exists for a unit name, without loading it (list-units, files, cgroup dir)."""
     out = {
         "loaded": unit_loaded(unit),
-        "control.d": listing(f"{CONTROL}/{unit}.d"),
+        "control.d": listing_or_absent(f"{CONTROL}/{unit}.d"),
         "transient": "present" if os.path.exists(f"{TRANSIENT}/{unit}") else "absent",
-        "transient.d": listing(f"{TRANSIENT}/{unit}.d"),
+        "transient.d": listing_or_absent(f"{TRANSIENT}/{unit}.d"),
     }
     if unit.endswith(".slice"):
         out["cgroup"] = "present" if os.path.isdir(slice_cgroup_dir(unit)) else "absent"
@@ -208,8 +195,8 @@ check(res == "ok" and read_file(slice_cgroup_dir(pod) + '/memory.low') == str(8 
       f"C: Unit.SetProperties(true, MemoryLow=8Mi) on the pod slice's invocation path: {res};"
             f" kernel memory.low {read_file(slice_cgroup_dir(pod) + '/memory.low')}"
             f" (8Mi = {8 * MIB}), systemd MemoryLow={st.get('MemoryLow')}")
-check(listing(f"{CONTROL}/{pod}.d") == "absent", f"C: its drop-in (not under system.control): DropInPaths={st.get('DropInPaths')}; {TRANSIENT}/<pod>.d"
-            f" {listing(f'{TRANSIENT}/{pod}.d')}; {CONTROL}/<pod>.d {listing(f'{CONTROL}/{pod}.d')}")
+check(listing_or_absent(f"{CONTROL}/{pod}.d") == "absent", f"C: its drop-in (not under system.control): DropInPaths={st.get('DropInPaths')}; {TRANSIENT}/<pod>.d"
+            f" {listing_or_absent(f'{TRANSIENT}/{pod}.d')}; {CONTROL}/<pod>.d {listing_or_absent(f'{CONTROL}/{pod}.d')}")
 check(True, f"C: GetAll({UNIT_IFACE}) on the invocation path while running: {getall_summary(pod_path)}")
 check(True, f"C: GetAll(org.freedesktop.systemd1.Slice) on it: "
             f"{getall_summary(pod_path, 'org.freedesktop.systemd1.Slice')}")

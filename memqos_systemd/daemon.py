@@ -452,8 +452,7 @@ class Daemon:
         if self.out.ledger_path is not None:
             # Reserved slices we wrote before, that the config no longer names (dropped while we
             # were stopped): reset them once, as a reload that dropped them would have.
-            self._ledger = frozenset(ledger.read(self.out.ledger_path))
-            gone = set(self._ledger) - set(self.naming.reserved_slices())
+            gone = ledger.read(self.out.ledger_path) - set(self.naming.reserved_slices())
             for name in sorted(gone):
                 log.info("%s was a reserved cgroup when the service last ran and the config no longer names"
                          " it: bringing it back to MemoryMin=0 MemoryLow=0 MemoryHigh=infinity", name)

@@ -500,6 +500,16 @@ def test_a_reserved_slice_dropped_from_the_config_is_reset_by_the_reload_then_le
     run(body())
 
 
+def test_the_ledger_is_written_at_the_first_round_even_with_no_reserved_slice(fake_systemd, tmp_path):
+    """Found in the VM (10-install): with no reserved slice the empty ledger was never written."""
+    path = tmp_path / "run" / "reserved-slices"
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [], ledger_path=path):
+            assert path.read_text() == ""
+    run(body())
+
+
 def test_a_reserved_slice_dropped_from_the_config_while_the_service_was_stopped_is_reset_at_start(fake_systemd, tmp_path):
     """RELIABILITY limit 4, closed: the ledger remembers the reserved slices the daemon wrote."""
     from memqos_systemd import ledger
@@ -522,6 +532,7 @@ def test_a_reserved_slice_dropped_from_the_config_while_the_service_was_stopped_
                                                               "MemoryHigh": UINT64_MAX})
             await h.settle()
         assert ledger.read(path) == set()  # reset once; the operator's slice again
+        assert path.exists()  # written at the first round even when empty: the operator sees it is kept
     run(body())
 
 

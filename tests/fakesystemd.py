@@ -12,7 +12,9 @@ What it serves, mirroring systemd (see memqos_systemd/systemd.py for the source 
   UnitRemoved, JobRemoved, Reloading (sent only while someone is subscribed).
 - one object per unit at /org/freedesktop/systemd1/unit/<escaped name> with
   org.freedesktop.systemd1.Unit (Id, LoadState, ActiveState, InvocationID; method
-  SetProperties) and .Slice or .Scope (MemoryMin, MemoryLow, MemoryHigh, type t).
+  SetProperties) and .Slice or .Scope (MemoryMin, MemoryLow, MemoryHigh, type t; with
+  `padding_properties=N`, N more read-only properties of mixed types, so that a GetAll reply is
+  as long as systemd's: 252 answers ~72 properties for a slice, see PADDING_FOR_SYSTEMD_252).
 - the same unit at its invocation path /org/freedesktop/systemd1/unit/<escaped hex of its
   InvocationID> while that run lasts. A unit added active gets a new random ID; a slice made
   by SetUnitProperties has none. Once the unit is removed (or given a new ID), every call on
@@ -290,6 +292,34 @@ class _CgroupInterface(ServiceInterface):
         return self._unit.memory["MemoryHigh"]
 
 
+# Read-only properties of mixed types that pad a unit's cgroup interface (FakeSystemd's
+# padding_properties): signature and value, in systemd's style. 69 + the 3 memory properties
+# makes the ~72 that systemd 252 answers to GetAll on org.freedesktop.systemd1.Slice.
+PADDING_FOR_SYSTEMD_252 = 69
+_PADDING_KINDS = (
+    ("t", UINT64_MAX), ("b", False), ("s", "/kubepods.slice/kubepods-burstable.slice"), ("t", 0),
+    ("as", ["cpu", "memory", "pids"]), ("a(st)", [["/dev/sda", 1048576]]), ("ay", b"\x00\x01"),
+    ("u", 100), ("x", -1), ("a(ss)", [["/dev/null", "rwm"]]), ("s", "auto"), ("i", 0),
+)
+_padded_classes: dict = {}
+
+
+def _padded_cgroup_class(count: int) -> type:
+    """A subclass of _CgroupInterface with `count` more read-only properties (PaddingNN...)."""
+    if count not in _padded_classes:
+        members = {}
+        for i in range(count):
+            signature, value = _PADDING_KINDS[i % len(_PADDING_KINDS)]
+            # _Property reads the signature from the return annotation and wants `self` only.
+            getter = (lambda v: (lambda self: v))(value)
+            getter.__annotations__ = {"return": signature}
+            name = f"Padding{i:02d}{'Accounting' if signature == 'b' else 'Limit'}"
+            getter.__name__ = name
+            members[name] = dbus_property(access=PropertyAccess.READ, name=name)(getter)
+        _padded_classes[count] = type(f"_CgroupInterfacePadded{count}", (_CgroupInterface,), members)
+    return _padded_classes[count]
+
+
 class _QuietDBusErrors(logging.Filter):
     """dbus-next 0.2.3 sends the error reply when a service method raises DBusError, then
     logs the same exception on the root logger as "unexpected". Drop those lines only."""
@@ -306,9 +336,10 @@ class FakeSystemd:
     The control methods are called from the test's thread and block until done.
     """
 
-    def __init__(self, daemon: DBusDaemon, *, version: str = "252.36-1~deb12u1"):
+    def __init__(self, daemon: DBusDaemon, *, version: str = "252.36-1~deb12u1", padding_properties: int = 0):
         self.daemon = daemon
         self.version = version
+        self._cgroup_class = _padded_cgroup_class(padding_properties) if padding_properties else _CgroupInterface
         self.created: list[str] = []  # slices SetUnitProperties brought into existence
         self._units: dict[str, FakeUnit] = {}
         self._exports: dict[str, list[ServiceInterface]] = {}
@@ -590,7 +621,7 @@ class FakeSystemd:
         for path in paths:
             interfaces: list[ServiceInterface] = [_UnitInterface(unit, self)]
             if suffix in ("slice", "scope"):
-                interfaces.append(_CgroupInterface(f"org.freedesktop.systemd1.{suffix.capitalize()}", unit))
+                interfaces.append(self._cgroup_class(f"org.freedesktop.systemd1.{suffix.capitalize()}", unit))
             for iface in interfaces:
                 self._bus.export(path, iface)
             exported += interfaces

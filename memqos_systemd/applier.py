@@ -7,6 +7,13 @@ daemon-reload or a kubelet restart, and on the resync timer), kept current by
 `refresh_units` (UnitNew, JobRemoved) and `forget` (UnitRemoved), and updated
 after every successful write.
 
+The resync timer may refresh only some levels (`refresh_all(levels=...)`): every
+unit is still listed, units no longer listed leave the cache and units not in it
+are read, but the units of other levels keep their cached values. A GetAll of
+systemd's cgroup interface answers ~72 properties, which dbus-next decodes in pure
+Python: reading the 220 pod and container units of a 110-pod node every minute was
+most of the daemon's idle CPU (bench/idle_profile.py).
+
 A reconcile round reads the state of every unit it refreshes or is about to
 write in one ListUnitsByPatterns call, and the memory properties of new units
 with one GetAll each, sent together; `apply` then writes without checking each
@@ -28,7 +35,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Collection, Iterable
 
 from .naming import Naming
 from .reconcile import Change
@@ -111,18 +118,38 @@ class Applier:
             raise error
         return values
 
-    async def refresh_all(self, extra: Iterable[str] = ()) -> None:
+    async def refresh_all(self, extra: Iterable[str] = (), *, levels: Collection[str] | None = None) -> None:
         """Re-read every unit of ours that systemd has loaded, plus `extra` names.
 
         One ListUnitsByPatterns for the states of all our units (a second one for `extra` names
-        it did not match), then one GetAll per loaded unit."""
+        it did not match), then one GetAll per loaded unit.
+
+        With `levels` (e.g. {"node", "qos", "reserved"}), only the loaded units of those levels,
+        the `extra` names and the units the cache has no values for are read; a loaded unit of
+        another level keeps its cached values. Units no longer loaded leave the cache either way.
+        """
         listed = await self._states(self.systemd.list_unit_states(self.naming.patterns()))
-        states = {n: s for n, s in listed.items() if self.naming.parse_unit(n) is not None}
+        refs = {n: self.naming.parse_unit(n) for n in listed}
+        states = {n: s for n, s in listed.items() if refs[n] is not None}
         extra = set(extra) - set(states)
         if extra:
             states.update(await self._states(self.systemd.unit_states(extra)))
+        if levels is None:
+            names = list(states)
+        else:
+            names = [n for n, s in states.items()
+                     if n in extra or refs.get(n) is None or refs[n].level in levels
+                     or s.load_state != "loaded" or self.observed.get(n) is None]
         fresh: dict[str, dict[str, int] | None] = dict.fromkeys(extra)
-        fresh.update(await self._read(states, states))
+        fresh.update(await self._read(states, names))
+        if levels is not None:
+            # Kept as cached, read after the reads: a UnitRemoved handled meanwhile has already
+            # taken the unit out of the cache (forget), and must not be undone here.
+            read = set(names)
+            for n, s in states.items():
+                if n not in read and self.observed.get(n) is not None \
+                        and not self.systemd.removed_since(n, s.seen):
+                    fresh[n] = self.observed[n]
         self.observed = fresh
 
     async def refresh_units(self, new: Iterable[str], recheck: Iterable[str] = ()) -> None:

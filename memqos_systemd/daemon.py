@@ -56,6 +56,14 @@ KUBELET_START_PATIENCE = 30.0
 KUBELET_START_RETRY = 0.25
 # How often memory.events of the containers is read for the throttling metric.
 THROTTLE_READ_INTERVAL = 15.0
+# The resync timer re-reads the node, QoS and reserved slices (and any unit not cached) every
+# resyncInterval, and every unit, pod slices and container scopes included, every
+# FULL_RESYNC_EVERY-th time (and at every event that calls for it: start, reconnect,
+# daemon-reload, kubelet restart, config reload). The values of our units change only through
+# our writes, a reload (which reads all) or a third party; reading the ~220 pod and container
+# units of a 110-pod node every minute was most of the daemon's idle CPU (docs/BENCHMARKS.md).
+FULL_RESYNC_EVERY = 10
+LIGHT_RESYNC_LEVELS = frozenset({"node", "qos", "reserved"})
 
 
 def naming_for(config: Config) -> Naming:
@@ -114,6 +122,8 @@ class Daemon:
         self._wake = asyncio.Event()
         self._want_fetch = True
         self._want_full_refresh = True
+        self._want_light_refresh = False  # the resync timer's: see FULL_RESYNC_EVERY
+        self._light_resyncs = 0  # timer resyncs since the last full refresh
         self._want_reload = False
         self._refresh_units: set[str] = set()  # UnitNew: read state and properties
         self._recheck_units: set[str] = set()  # JobRemoved: read the state again
@@ -503,12 +513,20 @@ class Daemon:
         if now < self._quiet_until:
             return  # systemd is reloading or has just come back: see _on_reloading
         if now >= self._next_resync:
-            self._want_full_refresh = True
+            if self._light_resyncs + 1 >= FULL_RESYNC_EVERY:
+                self._want_full_refresh = True
+            else:
+                self._want_light_refresh = True
             self._read_capacity()
             self._next_resync = now + self.config.resync_interval
         if self._want_full_refresh:
             await self.applier.refresh_all(self._retired)
-            self._want_full_refresh = False
+            self._want_full_refresh = self._want_light_refresh = False
+            self._light_resyncs = 0
+        elif self._want_light_refresh:
+            await self.applier.refresh_all(self._retired, levels=LIGHT_RESYNC_LEVELS)
+            self._want_light_refresh = False
+            self._light_resyncs += 1
         if self._want_fetch or now >= self._next_poll or now >= self._fast_poll_at() or self._source_changed():
             await self._fetch()
             self._next_poll = self.out.clock() + self.config.kubelet.poll_interval

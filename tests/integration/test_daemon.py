@@ -547,3 +547,94 @@ def test_a_kubelet_that_is_not_listening_yet_after_its_start_is_asked_again_with
             h.source.items = [BURSTABLE]
             await until(lambda: (h.memory(BPOD) or {}).get("MemoryLow") == 256 * MI, timeout=3)
     run(body())
+
+
+# ------------------------------------------------------------------ idle cost (issue 6)
+
+RESERVED = {**TIERED, "enforceNodeAllocatable": ["pods", "kube-reserved"],
+            "kubeReservedCgroup": "/kube.slice", "kubeReserved": {"memory": "300Mi"}}
+NODE_UNITS = ["kubepods.slice", "kubepods-burstable.slice", GPOD, BPOD, GCTR, BCTR, "kube.slice"]
+UPPER_UNITS = ["kube.slice", "kubepods-burstable.slice", "kubepods.slice"]  # node, QoS, reserved
+
+
+def units_read(fake) -> list[str]:
+    """The units whose properties were read (GetAll on their object path), sorted."""
+    from fakesystemd import unit_path
+
+    by_path = {unit_path(u): u for u in NODE_UNITS}
+    return sorted(by_path.get(c.path, c.path) for c in fake.calls_to("GetAll"))
+
+
+def behind_our_back(fake, unit: str, **props) -> None:
+    """A third party changes a unit's values: no signal, nothing the daemon hears of."""
+    fake._run(lambda: fake._units[unit].memory.update(props))
+
+
+async def timer_resync(h: Harness) -> None:
+    """What the resync timer does every resyncInterval, now."""
+    h.daemon._next_resync = 0.0
+    await h.settle()
+
+
+def test_timer_resync_reads_the_upper_slices_and_every_nth_one_reads_every_unit(fake_systemd, tmp_path,
+                                                                                monkeypatch):
+    """A GetAll answers ~72 properties on systemd; reading every pod slice and container scope
+    every minute was most of the idle CPU. The units a timer resync skips are still listed (their
+    state, in one call), and a unit the cache lacks is read."""
+    import memqos_systemd.daemon as daemon_mod
+
+    monkeypatch.setattr(daemon_mod, "FULL_RESYNC_EVERY", 3)
+    start_pods(fake_systemd, *NODE_UNITS)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
+            read = []
+            for _ in range(6):
+                fake_systemd.clear_calls()
+                await timer_resync(h)
+                read.append(units_read(fake_systemd))
+                assert len(fake_systemd.calls_to("ListUnitsByPatterns")) == 1
+                assert fake_systemd.writes == []
+            assert read == [UPPER_UNITS, UPPER_UNITS, sorted(NODE_UNITS)] * 2
+            # A unit the cache has no values for (its UnitNew missed) is read by the next one.
+            h.daemon.applier.forget(BPOD)
+            fake_systemd.clear_calls()
+            await timer_resync(h)
+            assert units_read(fake_systemd) == sorted([*UPPER_UNITS, BPOD])
+    run(body())
+
+
+def test_events_that_call_for_a_full_reread_still_read_every_unit(fake_systemd, tmp_path, monkeypatch):
+    start_pods(fake_systemd, *NODE_UNITS)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
+            for event in (lambda: fake_systemd.emit_job_removed("kubelet.service", "done"),
+                          lambda: fake_systemd.emit_reloading(False), h.daemon.request_reload):
+                fake_systemd.clear_calls()
+                event()
+                await until(lambda: len(fake_systemd.calls_to("GetAll")) >= len(NODE_UNITS), timeout=5)
+                await h.settle()
+                assert units_read(fake_systemd) == sorted(NODE_UNITS)
+    run(body())
+
+
+def test_drift_on_a_pod_slice_is_corrected_by_the_next_full_resync(fake_systemd, tmp_path, monkeypatch):
+    import memqos_systemd.daemon as daemon_mod
+
+    monkeypatch.setattr(daemon_mod, "FULL_RESYNC_EVERY", 3)
+    start_pods(fake_systemd, *NODE_UNITS)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
+            pod_values, qos_values = h.memory(BPOD), h.memory("kubepods-burstable.slice")
+            behind_our_back(fake_systemd, BPOD, MemoryLow=0)
+            behind_our_back(fake_systemd, "kubepods-burstable.slice", MemoryLow=0)
+            await timer_resync(h)
+            assert h.memory("kubepods-burstable.slice") == qos_values  # read, and corrected, every time
+            assert h.memory(BPOD)["MemoryLow"] == 0  # not read by this one
+            await timer_resync(h)
+            assert h.memory(BPOD)["MemoryLow"] == 0
+            await timer_resync(h)  # the third: every unit
+            assert h.memory(BPOD) == pod_values
+    run(body())

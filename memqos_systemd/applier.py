@@ -5,7 +5,8 @@ for each of our units, so a reconcile on a steady node costs no D-Bus call at
 all: the cache is filled by `refresh_all` (at start, after a reconnect, a
 daemon-reload or a kubelet restart, and on the resync timer), kept current by
 `refresh_units` (UnitNew, JobRemoved) and `forget` (UnitRemoved), and updated
-after every successful write.
+after every successful write. `generation` counts the changes to the cache, so
+the daemon can tell that a reconcile would see exactly what the last one saw.
 
 The resync timer may refresh only some levels (`refresh_all(levels=...)`): every
 unit is still listed, units no longer listed leave the cache and units not in it
@@ -70,6 +71,7 @@ class Applier:
         self.systemd = systemd
         self.naming = naming
         self.observed: dict[str, dict[str, int] | None] = {}
+        self.generation = 0  # bumped at every change to `observed` (or possible change)
         # States read by refresh_units for this round's apply, which clears them: a state is
         # trusted for the writes of the round it was read in only.
         self.fresh: dict[str, UnitStatus] = {}
@@ -151,6 +153,7 @@ class Applier:
                         and not self.systemd.removed_since(n, s.seen):
                     fresh[n] = self.observed[n]
         self.observed = fresh
+        self.generation += 1
 
     async def refresh_units(self, new: Iterable[str], recheck: Iterable[str] = ()) -> None:
         """Read what one reconcile round needs, in few calls however many units there are.
@@ -176,10 +179,13 @@ class Applier:
                 states.pop(name)
             else:
                 self.observed[name] = value
+        self.generation += 1
         self.fresh = states
 
     def forget(self, unit: str) -> None:
-        self.observed.pop(unit, None)
+        if unit in self.observed:
+            del self.observed[unit]
+            self.generation += 1
 
     def observed_for(self, names: Iterable[str]) -> dict[str, dict[str, int] | None]:
         """The cache, with None for any name it has not seen (treated as not loaded)."""
@@ -244,6 +250,7 @@ class Applier:
                                                                 "MemoryHigh": 2**64 - 1})
                 held.update(change.props)
                 self.observed[change.unit] = held
+                self.generation += 1
             if result.failed is not None:
                 result.skipped = len(changes) - sent
                 break

@@ -124,6 +124,8 @@ class Daemon:
         self._want_full_refresh = True
         self._want_light_refresh = False  # the resync timer's: see FULL_RESYNC_EVERY
         self._light_resyncs = 0  # timer resyncs since the last full refresh
+        # What the last reconcile that had nothing to send was computed from (see _settled_key).
+        self._settled: tuple | None = None
         self._want_reload = False
         self._refresh_units: set[str] = set()  # UnitNew: read state and properties
         self._recheck_units: set[str] = set()  # JobRemoved: read the state again
@@ -365,8 +367,29 @@ class Daemon:
         self._read_capacity()
         self.wake()
 
+    def _settled_key(self) -> tuple:
+        """Everything a reconcile's plan and diff are computed from. `plan` is pure and the diff
+        reads only the Applier's cache (whose generation counts its changes): when this equals
+        the key of a round that found nothing to send, and no unit is waiting to be read, this
+        round would find nothing either. Compared with ==: the same objects compare at once (the
+        pod source hands back the same pods while its document is unchanged), others by value."""
+        return (self.snapshot.pods if self.snapshot else (), self.capacity, self.out.page_size, self.config,
+                self.naming, self.holding_reason, frozenset(self._retired), self.applier,
+                self.applier.generation)
+
     async def reconcile(self) -> None:
         started = self.out.clock()
+        key = self._settled_key()
+        if key == self._settled and not self._refresh_units and not self._recheck_units:
+            # A poll with the same pods, no unit event, no read that changed anything: planning
+            # and diffing again would find nothing to send (see _settled_key).
+            if self._unknown_units:
+                now = self.out.clock()
+                self._unknown_units = {n: t for n, t in self._unknown_units.items() if t > now}
+            if self.out.metrics:
+                self.out.metrics.observe_reconcile(self.out.clock() - started, 0)
+            return
+        self._settled = None
         pods = list(self.snapshot.pods) if self.snapshot else []
         try:
             desired = plan(pods, NodeFacts(self.capacity, self.out.page_size), self.config)
@@ -395,6 +418,7 @@ class Daemon:
             self._refresh_units |= pending  # read them again after the retry
             self._recheck_units |= started_units
             raise
+        generation = self.applier.generation  # what this round's diff is computed from
         changes, held = self._changes(desired)
         if self.holding_reason is not None:
             self._warn_once("holding", [f"holding ({self.holding_reason}): {held} change(s) that would"
@@ -410,6 +434,12 @@ class Daemon:
         self._keep_ledger()
         if not result.ok:
             raise SystemdError(f"apply stopped at {result.failed.unit}: {result.error}")
+        settled = self._settled_key()
+        if (not changes and not self._refresh_units and not self._recheck_units
+                and settled[:-1] == key[:-1] and settled[-1] == generation):
+            # Nothing to send, and nothing it was computed from changed while the round awaited
+            # (a signal handler or a memory event): the next round with this key may be skipped.
+            self._settled = settled
         node = desired.node_unit()
         status = (f"{len(pods)} pods, kubepods min {node.memory_min} low {node.memory_low}"
                   + (f", holding: {self.holding_reason}" if self.holding_reason else ""))

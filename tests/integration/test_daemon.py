@@ -638,3 +638,55 @@ def test_drift_on_a_pod_slice_is_corrected_by_the_next_full_resync(fake_systemd,
             await timer_resync(h)  # the third: every unit
             assert h.memory(BPOD) == pod_values
     run(body())
+
+
+def test_an_unchanged_pod_list_is_not_planned_again_until_something_changes(fake_systemd, tmp_path, monkeypatch):
+    """Planning is pure and the diff reads only the cache: a poll that brings the same pods to
+    the same cache is not planned again. Anything else they depend on still is: the pods, the
+    node's memory, a value read back from systemd, a unit event."""
+    import memqos_systemd.daemon as daemon_mod
+
+    planned = []
+    real_plan = daemon_mod.plan
+    monkeypatch.setattr(daemon_mod, "plan", lambda *a, **kw: planned.append(1) or real_plan(*a, **kw))
+    start_pods(fake_systemd, *NODE_UNITS)
+
+    async def settle_after(h: Harness, change) -> int:
+        before = len(planned)
+        change()
+        h.daemon._want_fetch = True
+        await h.settle()
+        return len(planned) - before
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
+            await h.settle()  # the first round after the writes finds nothing to send
+            fetches = h.source.fetches
+            for _ in range(3):
+                assert await settle_after(h, lambda: None) == 0
+            assert h.source.fetches >= fetches + 3  # asked every time, planned none
+            # Other pods (the same, parsed again, are the same): planned, and written.
+            bigger = copy.deepcopy(BURSTABLE)
+            bigger["spec"]["containers"][0]["resources"]["requests"]["memory"] = "384Mi"
+            assert await settle_after(h, lambda: setattr(h.source, "items", [GUARANTEED, bigger])) == 1
+            assert h.memory(BPOD)["MemoryLow"] == 384 * MI
+            assert await settle_after(h, lambda: None) == 1  # the round after a write plans again
+            assert await settle_after(h, lambda: None) == 0
+            # The node's memory changes (udev memory event).
+            h.capacity = 32 << 30
+            assert await settle_after(h, h.daemon.on_memory_event) == 1
+            await h.settle()
+            # A value read back from systemd differs from what was written: corrected.
+            behind_our_back(fake_systemd, "kubepods.slice", MemoryLow=0)
+            h.daemon._next_resync = 0.0
+            assert await settle_after(h, lambda: None) == 1
+            assert h.memory("kubepods.slice")["MemoryLow"] > 0
+            await h.settle()
+            # A unit event: a container scope started again.
+            assert await settle_after(h, lambda: fake_systemd.emit_job_removed(BCTR, "done")) >= 1
+            # A stable node: nothing planned, nothing read, nothing written.
+            fake_systemd.clear_calls()
+            for _ in range(3):
+                assert await settle_after(h, lambda: None) == 0
+            assert fake_systemd.calls == []
+    run(body())

@@ -522,3 +522,34 @@ def test_connection_close_responses_are_read_in_full(serve, pki):
 
     s = serve(close_delimited)
     assert len(source(s.url(), ca_file=str(pki / "ca.crt")).fetch().pods) == 2
+
+
+def test_an_unchanged_document_is_not_decoded_again_and_a_changed_one_is(serve):
+    """Every poll of an idle node brings the same bytes: the pods are handed back as the same
+    objects (which lets the daemon skip planning), with a fresh fetched_at."""
+    body = {"now": GOOD}
+    s = serve(lambda h: answer(body=body["now"])(h), tls=None)
+    clock = iter(range(100))
+    src = KubeletSource(KubeletConfig(url=s.url()), clock=lambda: float(next(clock)))
+    first, second = src.fetch(), src.fetch()
+    assert second.pods is first.pods and second.fetched_at > first.fetched_at
+    body["now"] = pod_list(pod("a", UID1), pod("b", UID2, memory="256Mi"))
+    third = src.fetch()
+    assert third.pods is not first.pods
+    assert [p.uid for p in third.pods] == [UID1, UID2] and third.pods != first.pods
+    assert len(s.requests) == 3  # asked every time: only the decoding is saved
+
+
+def test_an_unchanged_document_after_a_failure_is_decoded_again(serve):
+    """Only a body that made a good snapshot is remembered: after garbage, the same good body is
+    decoded again rather than trusted from before the failure."""
+    body = {"now": GOOD}
+    s = serve(lambda h: answer(body=body["now"])(h), tls=None)
+    src = source(s.url())
+    first = src.fetch()
+    body["now"] = b"{not json"
+    with pytest.raises(SourceError):
+        src.fetch()
+    body["now"] = GOOD
+    again = src.fetch()
+    assert again.pods == first.pods and again.pods is not first.pods

@@ -124,6 +124,7 @@ def test_close_frees_the_port(metrics):
     port = srv.port
     assert get(srv.url)[0] == 200
     srv.close()
+    assert not srv._thread.is_alive()  # woken at once: it does not poll for the shutdown
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
     srv.close()  # idempotent

@@ -27,7 +27,7 @@ from .applier import Applier, summarize
 from . import ledger
 from .config import Config, ConfigError, load_config
 from .naming import Naming, NamingError, plan_cgroup_paths
-from .node import read_memory_events
+from .node import read_events_file
 from .notify import Notifier, watchdog_interval
 from .plan import NodeFacts, Plan, PlanError, plan
 from .reconcile import DEFAULTS, Change, diff, one_write_per_container
@@ -126,6 +126,9 @@ class Daemon:
         self._light_resyncs = 0  # timer resyncs since the last full refresh
         # What the last reconcile that had nothing to send was computed from (see _settled_key).
         self._settled: tuple | None = None
+        self._live_uids: tuple[tuple, frozenset[str]] | None = None  # see _live_pod_uids
+        # The memory.events files of the last plan's containers: (plan, [(unit, path)]).
+        self._events_files: tuple[Plan, list[tuple[str, str]]] | None = None
         self._want_reload = False
         self._refresh_units: set[str] = set()  # UnitNew: read state and properties
         self._recheck_units: set[str] = set()  # JobRemoved: read the state again
@@ -342,13 +345,17 @@ class Daemon:
         self.holding_reason = None
 
     def _live_pod_uids(self) -> set[str]:
-        """UIDs of the pods whose slices systemd has loaded (from the cache of what it holds)."""
-        uids = set()
-        for name, held in self.applier.observed.items():
-            ref = self.naming.parse_unit(name)
-            if held is not None and ref is not None and ref.level == "pod":
-                uids.add(ref.uid)
-        return uids
+        """UIDs of the pods whose slices systemd has loaded (from the cache of what it holds).
+        Worked out again only when the cache has changed (every poll asks)."""
+        key = (self.applier, self.applier.generation, self.naming)
+        if self._live_uids is None or self._live_uids[0] != key:
+            uids = set()
+            for name, held in self.applier.observed.items():
+                ref = self.naming.parse_unit(name)
+                if held is not None and ref is not None and ref.level == "pod":
+                    uids.add(ref.uid)
+            self._live_uids = (key, frozenset(uids))
+        return set(self._live_uids[1])
 
     def _read_capacity(self) -> None:
         try:
@@ -461,14 +468,19 @@ class Daemon:
 
     def read_throttle_events(self) -> None:
         """memory.events `high` of every planned container, for the throttling metric."""
-        if self.out.metrics is None or self.last_plan is None:
+        desired = self.last_plan  # read once: the loop may plan again meanwhile
+        if self.out.metrics is None or desired is None:
             return
-        paths = plan_cgroup_paths(self.last_plan.units)
-        for u in self.last_plan.units:
-            if u.level == "container":
-                events = read_memory_events(self.out.cgroup_fs / paths[u.unit])
-                if "high" in events:
-                    self.out.metrics.throttle_events(u.unit, events["high"])
+        files = self._events_files
+        if files is None or files[0] is not desired:
+            paths = plan_cgroup_paths(desired.units)
+            files = (desired, [(u.unit, str(self.out.cgroup_fs / paths[u.unit] / "memory.events"))
+                               for u in desired.units if u.level == "container"])
+            self._events_files = files
+        for unit, path in files[1]:
+            events = read_events_file(path)
+            if "high" in events:
+                self.out.metrics.throttle_events(unit, events["high"])
 
     async def _throttle_loop(self, interval: float) -> None:
         while not self.stopping:

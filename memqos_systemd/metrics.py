@@ -204,6 +204,8 @@ class Metrics:
 
     def throttle_events(self, container_unit: str, high_count: int) -> None:
         """memory.events 'high' of a container scope (the kernel's own counter)."""
+        if self._throttle.get(container_unit) == float(high_count):
+            return  # unchanged (the usual case): no copy of the table for every container
         throttle = dict(self._throttle)
         throttle[container_unit] = float(high_count)
         self._throttle = throttle

@@ -23,7 +23,8 @@ from typing import Any, Callable, Iterable
 
 __all__ = [
     "NodeError", "Finding", "MemoryChange", "MemoryWatcher", "read_meminfo", "page_size", "check_node",
-    "parse_mountinfo", "kernel_version", "systemd_version", "read_memory_events", "cgroup_dir_of",
+    "parse_mountinfo", "kernel_version", "systemd_version", "read_memory_events", "read_events_file",
+    "cgroup_dir_of",
     "MIN_KERNEL", "MIN_SYSTEMD", "MEMORY_ACTIONS",
 ]
 
@@ -334,14 +335,31 @@ def cgroup_dir_of(control_group: str | None, cgroup_root: str | os.PathLike = "/
 def read_memory_events(cgroup_dir: str | os.PathLike, name: str = "memory.events") -> dict[str, int]:
     """`memory.events` (or memory.events.local) -> {"low": n, "high": n, "max": n, "oom": n, ...}.
     {} when the cgroup is gone (a container that just exited); malformed lines are skipped."""
+    return read_events_file(os.path.join(cgroup_dir, name))
+
+
+def read_events_file(path: str | os.PathLike, limit: int = 64 * 1024) -> dict[str, int]:
+    """A flat-keyed cgroup file such as memory.events at `path`, as read_memory_events reads it.
+    With plain os calls: the daemon reads every container's file every 15 s."""
     try:
-        text = _read_text(Path(cgroup_dir) / name, 64 * 1024)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            chunks, size = [], 0
+            while size < limit:
+                chunk = os.read(fd, limit - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        finally:
+            os.close(fd)
     except (FileNotFoundError, NotADirectoryError):
         return {}
     except OSError as e:
         if e.errno == 19:  # ENODEV: the cgroup was removed while we read it
             return {}
         raise
+    text = b"".join(chunks).decode("utf-8", "replace")
     out = {}
     for line in text.splitlines():
         fields = line.split()

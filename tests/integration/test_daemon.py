@@ -374,6 +374,18 @@ def test_throttle_events_of_containers_reach_the_metrics(fake_systemd, tmp_path)
             h.daemon.read_throttle_events()
             value = h.metrics.registry.get_sample_value("memqos_container_memory_high_events_total", {"unit": BCTR})
             assert value == 42
+            # The next sweep reads the file again; a container of a later plan is read too.
+            (scope_dir / "memory.events").write_text("low 0\nhigh 43\nmax 0\noom 0\noom_kill 0\n")
+            gdir = tmp_path / "cgroup" / "kubepods.slice" / GPOD / GCTR
+            gdir.mkdir(parents=True)
+            (gdir / "memory.events").write_text("low 0\nhigh 7\nmax 0\noom 0\noom_kill 0\n")
+            h.source.items = [BURSTABLE, GUARANTEED]
+            h.daemon._want_fetch = True
+            await h.settle()
+            h.daemon.read_throttle_events()
+            value = h.metrics.registry.get_sample_value
+            assert value("memqos_container_memory_high_events_total", {"unit": BCTR}) == 43
+            assert value("memqos_container_memory_high_events_total", {"unit": GCTR}) == 7
     run(body())
 
 

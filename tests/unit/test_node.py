@@ -386,5 +386,7 @@ def test_node_module_never_writes_cgroup_files():
     import re
     src = Path(node.__file__).read_text()
     opens = re.findall(r"\bopen\(([^)]*)\)", src)
-    assert opens and all(args.endswith('"rb"') for args in opens), opens
+    # open(path, "rb"), or os.open(path, os.O_RDONLY | ...) with no flag that writes or creates.
+    assert opens and all(args.endswith('"rb"') or ("os.O_RDONLY" in args and not re.search(
+        r"O_WRONLY|O_RDWR|O_CREAT|O_TRUNC|O_APPEND", args)) for args in opens), opens
     assert not re.search(r"write_text|write_bytes|os\.write|\.write\(", src)

@@ -631,6 +631,28 @@ def test_events_that_call_for_a_full_reread_still_read_every_unit(fake_systemd, 
     run(body())
 
 
+def test_a_unit_removed_while_a_timer_resync_reads_is_not_kept_in_the_cache(fake_systemd, tmp_path):
+    """The units a timer resync does not read keep their cached values, taken after the reads:
+    one whose UnitRemoved came meanwhile is not brought back (it would look live to carry_over)."""
+    start_pods(fake_systemd, *NODE_UNITS)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
+            fake_systemd.clear_calls()
+            fake_systemd.delay_next("GetAll", 0.5)
+            h.daemon._next_resync = 0.0
+            h.daemon.wake()
+            await until(lambda: fake_systemd.calls_to("GetAll"))
+            fake_systemd.remove_unit(BPOD)
+            await until(lambda: len(fake_systemd.calls_to("GetAll")) == len(UPPER_UNITS))
+            await h.settle()
+            await h.settle()
+            assert units_read(fake_systemd) == UPPER_UNITS
+            assert BPOD not in h.daemon.applier.observed
+            assert h.daemon.applier.observed[BCTR] is not None and h.daemon.applier.observed[GPOD] is not None
+    run(body())
+
+
 def test_drift_on_a_pod_slice_is_corrected_by_the_next_full_resync(fake_systemd, tmp_path, monkeypatch):
     import memqos_systemd.daemon as daemon_mod
 

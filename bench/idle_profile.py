@@ -220,23 +220,42 @@ def parent(args) -> int:
     return 0
 
 
+def steady_state(r: dict) -> tuple[float, float]:
+    """(CPU s per hour idle at the defaults, of which resyncs), the resyncs counted at their
+    average over the full-read cycle: (N-1) timer resyncs as measured in the window (or full
+    ones, if the window had none) and one full re-read as timed after it."""
+    w, acts = r["window"], r["activities"]
+    per_hour = 3600.0 / (w["seconds"] * r["speed"])
+    n, full = r["full_resync_every"], r["full_resync_cpu_s"]
+    light = acts.get("resync, timer: upper slices (refresh_all)", {"cpu_s": 0.0, "count": 0})
+    light_each = light["cpu_s"] / light["count"] if light["count"] else full
+    in_window = sum(a["cpu_s"] for k, a in acts.items() if k.startswith("resync"))
+    resyncs = 3600.0 / DEFAULT_RESYNC * ((n - 1) * light_each + full) / n
+    return (w["cpu_s"] - in_window) * per_hour + resyncs, resyncs
+
+
 def report(r: dict) -> None:
     node, w = r["node"], r["window"]
     per_hour = 3600.0 / (w["seconds"] * r["speed"])
     total = w["cpu_s"] * per_hour
+    steady, resyncs = steady_state(r)
     print(f"node: {node['pods']} pods, {node['units']} units of ours, /pods {node['pods_json_bytes'] / 1e6:.2f} MB,"
           f" GetAll answers {node['getall_properties']} properties")
     print(f"idle window: {w['seconds']:.0f} s at intervals / {r['speed']:g} (poll {DEFAULT_POLL / r['speed']:g} s,"
           f" resync {DEFAULT_RESYNC / r['speed']:g} s, memory.events {DEFAULT_THROTTLE / r['speed']:g} s);"
           f" D-Bus calls {w['dbus_calls']}, writes {w['writes']}")
-    print(f"CPU while idle: {w['cpu_s']:.3f} s in the window = {total:.1f} CPU s per hour at the defaults"
-          f" = {total / 36:.3f} % of a core (goal <= 0.1 %: 3.6 s per hour)")
+    print(f"CPU in the window: {w['cpu_s']:.3f} s (system {w['sys_cpu_s']:.3f} s) = {total:.2f} CPU s per hour"
+          f" = {total / 36:.3f} % of a core")
+    print(f"a full re-read of every unit: {1000 * r['full_resync_cpu_s']:.1f} ms; the timer reads every unit"
+          f" every {r['full_resync_every']}th resync: resyncs cost {resyncs:.2f} CPU s per hour over that cycle")
+    print(f"CPU while idle, steady state (the window, its resyncs replaced by the cycle's average):"
+          f" {steady:.2f} CPU s per hour = {steady / 36:.3f} % of a core (goal <= 0.1 %: 3.6 s per hour)")
     print("\nby activity (CPU s per hour at the defaults; count in the window; ms each):")
     for name, a in r["activities"].items():
         each = 1000 * a["cpu_s"] / a["count"] if a["count"] else 0.0
         print(f"  {name:44} {a['cpu_s'] * per_hour:8.2f}  ({a['count']:3d} x {each:7.2f} ms)")
     print(f"  {'other (loop, timers, watchdog, metrics server)':44} {r['other_cpu_s'] * per_hour:8.2f}")
-    print(f"\ntop functions by cumulative time (profiled window of {r['profile_seconds']:.0f} s; cProfile slows"
+    print(f"\ntop functions (profiled window of {r['profile_seconds']:.0f} s; cProfile slows"
           f" what it profiles):\n{r['profile']}")
 
 
@@ -263,6 +282,10 @@ def cpu_now() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def sys_now() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+
+
 def child(args) -> int:
     import memqos_systemd.daemon as daemon_mod
     from memqos_systemd.applier import Applier
@@ -281,9 +304,10 @@ def child(args) -> int:
     server = metrics.serve("127.0.0.1:0")  # as the default 127.0.0.1:9759, on a free port
     acts = {"pod poll: fetch /pods + parse (worker thread)": Activity(),
             "reconcile: plan + diff (every poll and resync)": Activity(),
-            "resync: re-read units (refresh_all)": Activity(),
+            "resync, timer: upper slices (refresh_all)": Activity(),
+            "resync, full: every unit (refresh_all)": Activity(),
             "memory.events (worker thread)": Activity()}
-    fetch_a, plan_a, resync_a, events_a = acts.values()
+    fetch_a, plan_a, light_a, full_a, events_a = acts.values()
     profiles: list[cProfile.Profile] = []
     state = {"profiling": False}
 
@@ -325,7 +349,12 @@ def child(args) -> int:
     d.reconcile = timed_async(d.reconcile, plan_a)
     d.read_throttle_events = timed_thread(d.read_throttle_events, events_a)
     refresh_all = Applier.refresh_all
-    Applier.refresh_all = timed_async(refresh_all, resync_a)
+    light_refresh, full_refresh = timed_async(refresh_all, light_a), timed_async(refresh_all, full_a)
+
+    async def timed_refresh_all(self, *a, **kw):
+        return await (light_refresh if kw.get("levels") is not None else full_refresh)(self, *a, **kw)
+
+    Applier.refresh_all = timed_refresh_all
 
     def calls() -> tuple[int, int]:
         total = writes = 0
@@ -357,9 +386,9 @@ def child(args) -> int:
         before_calls = calls()
         for a in acts.values():
             a.cpu, a.count = 0.0, 0
-        cpu0, wall0 = cpu_now(), time.monotonic()
+        cpu0, sys0, wall0 = cpu_now(), sys_now(), time.monotonic()
         await asyncio.sleep(args.idle)
-        cpu1, wall1 = cpu_now(), time.monotonic()
+        cpu1, sys1, wall1 = cpu_now(), sys_now(), time.monotonic()
         after_calls = calls()
         measured = {k: {"cpu_s": a.cpu, "count": a.count} for k, a in acts.items()}
         # The profiled window.
@@ -369,24 +398,36 @@ def child(args) -> int:
         await asyncio.sleep(args.profile_idle)
         main_prof.disable()
         state["profiling"] = False
+        # What a full re-read costs, whether or not the window held one (with the defaults a
+        # full one comes every FULL_RESYNC_EVERY-th resync: 10 minutes): three, timed directly.
+        full_a.cpu, full_a.count = 0.0, 0
+        for _ in range(3):
+            await d.applier.refresh_all(d._retired)
+        full_each = full_a.cpu / full_a.count
         d.stop()
         await task
-        return cpu1 - cpu0, wall1 - wall0, measured, before_calls, after_calls, main_prof
+        return cpu1 - cpu0, sys1 - sys0, wall1 - wall0, measured, before_calls, after_calls, main_prof, full_each
 
-    cpu, wall, measured, c0, c1, main_prof = asyncio.run(main())
+    cpu, sys_cpu, wall, measured, c0, c1, main_prof, full_each = asyncio.run(main())
     server.close()
     buf = io.StringIO()
     stats = pstats.Stats(main_prof, stream=buf)
     for p in profiles:
         stats.add(p)
     # The loop's own frames and its wait in epoll would head the list: leave them out.
-    stats.strip_dirs().sort_stats("cumulative").print_stats(args.top + len(LOOP_FRAMES))
-    text = buf.getvalue()
-    text = text[text.find("   ncalls"):] if "   ncalls" in text else text
-    lines = [ln for ln in text.splitlines() if not any(f in ln for f in LOOP_FRAMES)]
-    text = "\n".join(lines[:args.top + 1])
-    result = {"speed": speed, "window": {"seconds": wall, "cpu_s": cpu, "dbus_calls": c1[0] - c0[0],
-                                         "writes": c1[1] - c0[1]},
+    texts = []
+    for order in ("cumulative", "tottime"):
+        buf.seek(0)
+        buf.truncate()
+        stats.strip_dirs().sort_stats(order).print_stats(args.top + len(LOOP_FRAMES))
+        text = buf.getvalue()
+        text = text[text.find("   ncalls"):] if "   ncalls" in text else text
+        lines = [ln for ln in text.splitlines() if not any(f in ln for f in LOOP_FRAMES)]
+        texts.append(f"sorted by {order}:\n" + "\n".join(lines[:args.top + 1]))
+    text = "\n\n".join(texts)
+    result = {"speed": speed, "window": {"seconds": wall, "cpu_s": cpu, "sys_cpu_s": sys_cpu,
+                                         "dbus_calls": c1[0] - c0[0], "writes": c1[1] - c0[1]},
+              "full_resync_every": getattr(daemon_mod, "FULL_RESYNC_EVERY", 1), "full_resync_cpu_s": full_each,
               "activities": measured, "other_cpu_s": cpu - sum(a["cpu_s"] for a in measured.values()),
               "profile_seconds": args.profile_idle, "profile": text.rstrip()}
     with open(args.out, "w") as f:

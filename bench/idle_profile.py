@@ -2,6 +2,7 @@
 """Benchmark: the daemon's CPU while idle on a node of 110 pods, natively, with a profile.
 
     python3 bench/idle_profile.py [--idle 120] [--speed 1] [--profile-idle 60] [--json out.json]
+    python3 bench/idle_profile.py --render out.json   # the report again, from saved results
 
 (with dbus-next importable: e.g. `.venv/bin/python bench/idle_profile.py`; needs dbus-daemon.)
 
@@ -246,8 +247,10 @@ def report(r: dict) -> None:
           f" D-Bus calls {w['dbus_calls']}, writes {w['writes']}")
     print(f"CPU in the window: {w['cpu_s']:.3f} s (system {w['sys_cpu_s']:.3f} s) = {total:.2f} CPU s per hour"
           f" = {total / 36:.3f} % of a core")
+    n = r["full_resync_every"]
+    cycle = "at every resync" if n == 1 else f"every {n}th resync, the upper slices at the others"
     print(f"a full re-read of every unit: {1000 * r['full_resync_cpu_s']:.1f} ms; the timer reads every unit"
-          f" every {r['full_resync_every']}th resync: resyncs cost {resyncs:.2f} CPU s per hour over that cycle")
+          f" {cycle}: resyncs cost {resyncs:.2f} CPU s per hour on average")
     print(f"CPU while idle, steady state (the window, its resyncs replaced by the cycle's average):"
           f" {steady:.2f} CPU s per hour = {steady / 36:.3f} % of a core (goal <= 0.1 %: 3.6 s per hour)")
     print("\nby activity (CPU s per hour at the defaults; count in the window; ms each):")
@@ -442,12 +445,17 @@ def main() -> int:
     ap.add_argument("--speed", type=float, default=1.0, help="divide the daemon's intervals by this")
     ap.add_argument("--top", type=int, default=25, help="functions to print from the profile")
     ap.add_argument("--json", help="also write the raw results here")
+    ap.add_argument("--render", metavar="JSON", help="print the report of saved results (--json) and exit")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--bus", help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--cgroup", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.render:
+        with open(args.render) as f:
+            report(json.load(f))
+        return 0
     return child(args) if args.child else parent(args)
 
 

@@ -393,6 +393,7 @@ class Daemon:
             if self._unknown_units:
                 now = self.out.clock()
                 self._unknown_units = {n: t for n, t in self._unknown_units.items() if t > now}
+            self._keep_ledger()  # a write that failed is tried again every round, as before
             if self.out.metrics:
                 self.out.metrics.observe_reconcile(self.out.clock() - started, 0)
             return

@@ -522,6 +522,24 @@ def test_the_ledger_is_written_at_the_first_round_even_with_no_reserved_slice(fa
     run(body())
 
 
+def test_a_ledger_that_could_not_be_written_is_written_once_it_can_be_on_a_steady_node(fake_systemd, tmp_path):
+    """A failed write is tried again every round, rounds that are skipped on a steady node too."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+    blocker = tmp_path / "run"
+    blocker.write_text("")  # a file where the ledger's directory must go
+    path = blocker / "reserved-slices"
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE], ledger_path=path) as h:
+            for _ in range(3):
+                await h.settle()
+            assert not path.exists()
+            blocker.unlink()
+            await h.settle()
+            assert path.read_text() == ""
+    run(body())
+
+
 def test_a_reserved_slice_dropped_from_the_config_while_the_service_was_stopped_is_reset_at_start(fake_systemd, tmp_path):
     """RELIABILITY limit 4, closed: the ledger remembers the reserved slices the daemon wrote."""
     from memqos_systemd import ledger

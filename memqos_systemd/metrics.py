@@ -263,7 +263,7 @@ class MetricsServer:
 
     The thread sleeps until a client connects or `close()` wakes it through a socket pair: the
     stdlib's serve_forever() wakes every poll interval to look for a shutdown, and at 0.1 s that
-    was 1.5 CPU s per hour on an idle node, half of the daemon's idle goal (bench/idle_profile.py).
+    was 1.5 CPU s per hour on an idle node, 40 % of the daemon's idle goal (bench/idle_profile.py).
     """
 
     def __init__(self, registry: CollectorRegistry, host: str, port: int):

@@ -13,15 +13,17 @@
   `insecureSkipTLSVerify: true` turns that off and logs one warning.
 * The whole exchange (connect, headers, body) must finish within `timeout`
   seconds, and at most MAX_RESPONSE_BYTES of body are read.
-* A body identical to the last good one (same bytes, same token) is not decoded
+* A body identical to the last good one (same SHA-256, same token) is not decoded
   again: the last snapshot is returned with a fresh `fetched_at`, and its pods are
   the same objects, which lets the daemon skip planning (daemon._settled_key).
-  Decoding and checking ~110 pods cost ~9 ms of CPU a poll, every 5 s.
+  Decoding and checking ~110 pods cost ~9 ms of CPU a poll, every 5 s; the hash
+  costs ~0.3 ms, and keeps no copy of the body (RSS is close to its goal).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import http.client
 import json
 import logging
@@ -72,7 +74,7 @@ class KubeletSource:
                 self._url_error = "kubelet.url has an invalid port"
         self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self._ssl_key: tuple | None = None
-        # (body as received, token, the snapshot made of it) of the last good fetch.
+        # (SHA-256 of the body as received, token, the snapshot made of it) of the last good fetch.
         self._last_good: tuple[bytes, str | None, Snapshot] | None = None
         self._ssl_context: ssl.SSLContext | None = None
         if self._https and config.insecure_skip_tls_verify:
@@ -112,11 +114,11 @@ class KubeletSource:
     def _fetch(self, token: str | None) -> Snapshot:
         body = self._get(token)
         fetched_at = self._clock()
+        digest = hashlib.sha256(body).digest()
         last = self._last_good
-        if last is not None and last[1] == token and last[0] == body:
+        if last is not None and last[1] == token and last[0] == digest:
             return dataclasses.replace(last[2], fetched_at=fetched_at)
         self._last_good = None
-        received = body
         if token and token[:_MIN_PREFIX].encode() in body:
             # A server that echoes the token into a pod's name or namespace would have it carried
             # into warnings the planner writes later: scrub it before anything reads the body.
@@ -128,7 +130,7 @@ class KubeletSource:
         except RecursionError:
             raise SourceError(f"{self.name}: response is not JSON: nested too deeply", "decode") from None
         snapshot = snapshot_from_doc(doc, self.name, fetched_at)
-        self._last_good = (received, token, snapshot)
+        self._last_good = (digest, token, snapshot)
         return snapshot
 
     def _get(self, token: str | None) -> bytes:

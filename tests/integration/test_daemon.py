@@ -634,7 +634,7 @@ def test_timer_resync_reads_the_upper_slices_and_every_nth_one_reads_every_unit(
     run(body())
 
 
-def test_events_that_call_for_a_full_reread_still_read_every_unit(fake_systemd, tmp_path, monkeypatch):
+def test_events_that_call_for_a_full_reread_still_read_every_unit(fake_systemd, tmp_path):
     start_pods(fake_systemd, *NODE_UNITS)
 
     async def body():

@@ -100,7 +100,8 @@ def _memory_high(request: int, ceiling: int, factor: Fraction, page_size: int) -
     # Integer arithmetic: floor((req + n/d * (ceiling - req)) / page) * page.
     n, d = factor.numerator, factor.denominator
     value = (request * d + n * (ceiling - request)) // (d * page_size) * page_size
-    return value if value > request else INFINITY
+    # At or past 2**64-1 (a ceiling above any real node's memory) it throttles nothing: infinity.
+    return value if request < value < INFINITY else INFINITY
 
 
 def _protection(policy: str, qos: str) -> str | None:

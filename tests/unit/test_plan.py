@@ -126,6 +126,10 @@ def test_kep_comparison_table_v127_column(request_mi, factor, high_mi):
     (0, Gi, 8 * Gi, 0.9, 64 * Ki, 966328320),  # 966367641.6 -> 14745 * 65536
     # exact decimal factor: 0.1 * 10Gi is exactly 1Gi, not a byte less
     (0, 10 * Gi, 64 * Gi, 0.1, 4096, Gi),
+    # a ceiling past 2**64 (found by test_hostile_input: a node of 2**64 + 1.6Gi): throttles
+    # nothing, and systemd takes no value above 2**64-1: infinity
+    (0, None, 2**64 + 1600 * Mi, 1.0, 4096, INF),
+    (0, None, 2**64 - 1, 1.0, 4096, 2**64 - 4096),
 ])
 def test_memory_high_formula(req, lim, alloc, factor, page, expected):
     assert memory_high(req, lim, alloc, factor, page) == expected

@@ -131,10 +131,10 @@ def render(r: dict, host: dict, meta: dict) -> str:
                           f"the last {ms(max(lat))}. systemd itself created the slices' cgroups p50 "
                           f"{ms(cg_ours['p50'])} after their `UnitNew` while the daemon worked, against "
                           f"{ms(cg_floor['p50'])} with the floor: the daemon's calls queue in systemd with the burst's. "
-                          "Why it is slow: the daemon takes a burst as one batch, re-reads every new unit (GetUnit, "
-                          "Get LoadState, GetAll: 3 calls) before it writes any, and each pod-unit write is 4 calls "
-                          "(GetUnit, Get LoadState, Get ActiveState, SetUnitProperties), one call at a time; the floor "
-                          "makes one call per slice, many in flight."]
+                          "Why it is slower: per new slice the daemon asks systemd three things (GetAll of its "
+                          "memory properties, Get of its InvocationID, the write through its invocation path) where "
+                          "the floor asks one, and the levels of the tree are written one after another "
+                          "(see the summary at the top)."]
             lines += ["", HISTORY_NOTE]
         lines += [
             "",

@@ -206,7 +206,7 @@ class Applier:
         if dry_run:
             for change in changes:
                 if echo:
-                    echo(describe_call(change.unit, dict(change.props)))
+                    echo(describe_call(change.unit, dict(change.props), running_only=change.must_exist))
                 result.applied.append(change)
             return result
         gate = asyncio.Semaphore(MAX_WRITES_IN_FLIGHT)

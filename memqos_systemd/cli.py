@@ -234,7 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("apply", "reconcile once: send systemd what differs from the plan",
             "Fetch pods from the configured source, plan, compare with what systemd holds, and send only\n"
-            "the differences through SetUnitProperties (ancestors first when protection grows).")
+            "the differences (ancestors first when protection grows): SetUnitProperties for the reserved\n"
+            "slices, SetProperties on the running unit (its invocation path) for the kubelet's units,\n"
+            "which are never created by a write.")
     p.add_argument("--config", metavar="CONFIG", help=config_help)
     p.add_argument("--once", action="store_true", help="one reconcile, then exit (the only mode; kept for clarity)")
     p.add_argument("--dry-run", action="store_true", help="print the D-Bus calls it would make and change nothing")

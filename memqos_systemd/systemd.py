@@ -234,12 +234,17 @@ def _check_props(unit: str, props: object) -> list[tuple[str, int]]:
     return pairs
 
 
-def describe_call(unit: str, props: dict[str, int], runtime: bool = True) -> str:
-    """One line saying what `set_memory` would send, for --dry-run. Validates like it."""
+def describe_call(unit: str, props: dict[str, int], runtime: bool = True, *, running_only: bool = False) -> str:
+    """One line saying what would be sent, for --dry-run. Validates like the write.
+
+    `running_only`: the write of `set_memory_if_loaded`, `Unit.SetProperties` on the running
+    unit's invocation path (shown as "SetProperties <unit>"); otherwise `set_memory`'s
+    `SetUnitProperties <unit>`."""
     _check_unit(unit, cgroup=True)
     pairs = _check_props(unit, props)
     values = " ".join(f"{name}={_show(value)}" for name, value in pairs)
-    return f"SetUnitProperties {unit} runtime={'true' if runtime else 'false'} {values}"
+    method = "SetProperties" if running_only else "SetUnitProperties"
+    return f"{method} {unit} runtime={'true' if runtime else 'false'} {values}"
 
 
 def _variant(value: object, signature: str, what: str) -> Any:

@@ -33,7 +33,8 @@ INF = 2**64 - 1
 DEFAULTS = {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": INF}
 CODE_ROOT = Path(memqos_systemd.__file__).resolve().parent.parent
 FAKE_VERSION = "252.36-1~deb12u1"  # FakeSystemd's default Version
-CALL = re.compile(r"SetUnitProperties (\S+) runtime=true((?: (?:MemoryMin|MemoryLow|MemoryHigh)=(?:\d+|infinity))+)")
+# SetProperties: the kubepods tree, on the running unit's invocation path; SetUnitProperties: by name.
+CALL = re.compile(r"(SetProperties|SetUnitProperties) (\S+) runtime=true((?: (?:MemoryMin|MemoryLow|MemoryHigh)=(?:\d+|infinity))+)")
 
 
 def _find_examples() -> Path | None:
@@ -53,12 +54,15 @@ INDEXER_SCOPE = "cri-containerd-70fa78e5ae55563976b332a6da662e9877dc6ed6965f6764
 
 def parse_call_line(line: str) -> tuple[str, dict]:
     m = CALL.fullmatch(line)
-    assert m, f"not a SetUnitProperties line: {line!r}"
+    assert m, f"not a SetProperties / SetUnitProperties line: {line!r}"
+    method, unit = m.group(1), m.group(2)
+    # Only the reserved slices are written by name; the kubepods tree only while it runs.
+    assert method == ("SetUnitProperties" if unit in RESERVED else "SetProperties"), line
     props = {}
-    for pair in m.group(2).split():
+    for pair in m.group(3).split():
         name, value = pair.split("=")
         props[name] = INF if value == "infinity" else int(value)
-    return m.group(1), props
+    return unit, props
 
 
 def no_traceback(p: subprocess.CompletedProcess) -> None:

@@ -302,6 +302,7 @@ def test_describe_call_is_one_human_line():
     assert describe_call("kubepods.slice", {"MemoryHigh": UINT64_MAX, "MemoryLow": 0, "MemoryMin": GiB}) == (
         "SetUnitProperties kubepods.slice runtime=true MemoryMin=1073741824 MemoryLow=0 MemoryHigh=infinity")
     assert describe_call(POD, {"MemoryLow": 5}, runtime=False) == f"SetUnitProperties {POD} runtime=false MemoryLow=5"
+    assert describe_call(POD, {"MemoryLow": 5}, running_only=True) == f"SetProperties {POD} runtime=true MemoryLow=5"
     assert MEMORY_PROPERTIES == ("MemoryMin", "MemoryLow", "MemoryHigh")
 
 

@@ -44,11 +44,9 @@ from .systemd import NoSuchUnit, SystemdError, UnitStatus, describe_call
 
 log = logging.getLogger("memqos_systemd")
 
-# Property reads sent at once: enough to keep systemd busy, few enough to stay far below the
-# bus's limit on a connection's pending calls.
-MAX_READS_IN_FLIGHT = 16
-# Writes sent at once within a group of siblings (see sibling_groups).
-MAX_WRITES_IN_FLIGHT = 16
+# D-Bus calls sent at once (a round's reads, or the writes of one group of siblings): enough to
+# keep systemd busy, few enough to stay far below the bus's limit on a connection's pending calls.
+MAX_CALLS_IN_FLIGHT = 16
 CONCURRENT_LEVELS = frozenset({"pod", "container"})
 
 
@@ -92,16 +90,9 @@ class Applier:
 
     async def _read(self, states: dict[str, UnitStatus], names: Iterable[str]) -> dict[str, dict[str, int] | None]:
         """The memory properties of `names` (None: not loaded, or gone), read concurrently: one
-        GetAll each, at most MAX_READS_IN_FLIGHT at a time. Raises the first error, if any,
-        after every read has ended."""
+        GetAll each (`_in_flight`). Raises the first error, if any, after every read has ended."""
         names = sorted(names)
-        gate = asyncio.Semaphore(MAX_READS_IN_FLIGHT)
-
-        async def one(name: str):
-            async with gate:
-                return await self.systemd.read_memory(name, states[name])
-
-        results = await asyncio.gather(*(one(n) for n in names), return_exceptions=True)
+        results = await _in_flight([self.systemd.read_memory(n, states[n]) for n in names], return_exceptions=True)
         values: dict[str, dict[str, int] | None] = {}
         error = None
         for name, value in zip(names, results):
@@ -209,26 +200,24 @@ class Applier:
                     echo(describe_call(change.unit, dict(change.props), running_only=change.must_exist))
                 result.applied.append(change)
             return result
-        gate = asyncio.Semaphore(MAX_WRITES_IN_FLIGHT)
 
         async def one(change: Change) -> tuple[str, str | None]:
-            async with gate:
-                mark = self.systemd.signal_count
-                try:
-                    if change.must_exist:
-                        await self.systemd.set_memory_if_loaded(change.unit, dict(change.props),
-                                                                status=fresh.get(change.unit))
-                    else:
-                        await self.systemd.set_memory(change.unit, dict(change.props))
-                except NoSuchUnit as e:
-                    return ("vanished", None) if change.must_exist else ("failed", str(e))
-                except SystemdError as e:
-                    return "failed", str(e)
-                return ("removed" if self.systemd.removed_since(change.unit, mark) else "applied"), None
+            mark = self.systemd.signal_count
+            try:
+                if change.must_exist:
+                    await self.systemd.set_memory_if_loaded(change.unit, dict(change.props),
+                                                            status=fresh.get(change.unit))
+                else:
+                    await self.systemd.set_memory(change.unit, dict(change.props))
+            except NoSuchUnit as e:
+                return ("vanished", None) if change.must_exist else ("failed", str(e))
+            except SystemdError as e:
+                return "failed", str(e)
+            return ("removed" if self.systemd.removed_since(change.unit, mark) else "applied"), None
 
         sent = 0
         for group in sibling_groups(changes):
-            outcomes = await asyncio.gather(*(one(c) for c in group))
+            outcomes = await _in_flight([one(c) for c in group])
             sent += len(group)
             for change, (outcome, error) in zip(group, outcomes):
                 if outcome == "failed":
@@ -255,6 +244,18 @@ class Applier:
                 result.skipped = len(changes) - sent
                 break
         return result
+
+
+async def _in_flight(calls: list, *, return_exceptions: bool = False) -> list:
+    """Await `calls` (coroutines not started yet), at most MAX_CALLS_IN_FLIGHT at a time; the
+    results in their order."""
+    gate = asyncio.Semaphore(MAX_CALLS_IN_FLIGHT)
+
+    async def one(call):
+        async with gate:
+            return await call
+
+    return await asyncio.gather(*(one(c) for c in calls), return_exceptions=return_exceptions)
 
 
 def sibling_groups(changes: list[Change]) -> list[list[Change]]:

@@ -296,8 +296,8 @@ class Systemd:
         self._signal_seq = 0
         self._removed_at: dict[str, int] = {}
         self._changed_at: dict[str, int] = {}
-        # unit -> (its invocation path, the signal count before it was read); see _invocation_path.
-        self._invocations: dict[str, tuple[str, int]] = {}
+        # unit -> its invocation path while no signal for it has been read; see _invocation_path.
+        self._invocations: dict[str, str] = {}
         # Serial of a call that wants to know `_signal_seq` when its reply is read -> that count.
         self._reply_seq: dict[int, int | None] = {}
         self._dispatcher: asyncio.Task | None = None
@@ -595,10 +595,11 @@ class Systemd:
 
     async def _invocation_path(self, unit: str, path: str, seen: int) -> str:
         """The invocation path of the run of `unit` that was running at signal count `seen`,
-        its by-name object path being `path`. Cached until a signal for the unit is read."""
+        its by-name object path being `path`. Cached until a signal for the unit is read
+        (`_note` drops it)."""
         cached = self._invocations.get(unit)
-        if cached is not None and self._changed_at.get(unit, -1) <= cached[1]:
-            return cached[0]
+        if cached is not None:
+            return cached
         if self._removed_at.get(unit, -1) > seen:
             # Reading through `path` would load the unit again.
             raise NoSuchUnit(f"{unit}: removed since it was checked; not setting properties")
@@ -617,7 +618,10 @@ class Systemd:
             # The unit went away while we read: the ID read may be that of a new unit of that name
             # loaded by our read, or empty; either way not the run that was checked.
             raise NoSuchUnit(f"{unit}: removed while its invocation ID was read; not setting properties")
-        self._invocations[unit] = (target, seen)
+        if self._changed_at.get(unit, -1) <= seen:
+            # No signal for the unit since it was checked (one read during the Get would have
+            # found nothing to drop): the ID is that run's until the next signal.
+            self._invocations[unit] = target
         return target
 
     # ---- signals ----------------------------------------------------------------------

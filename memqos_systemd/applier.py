@@ -22,6 +22,12 @@ unit's state again (`fresh`, see Systemd.set_memory_if_loaded). Under emulation
 every D-Bus call costs 20-30 ms, so the number of calls is the latency of a
 burst of new pods.
 
+A pod slice that has just started need not be read at all (`assume_started`): its
+invocation ID, found on its cgroup, lets its first write go to that run with no
+state check, no `GetAll` and no `Get` of the ID. Until that write it is `UNREAD`
+in the cache, and the diff sends all three values. One call per new pod slice,
+as a bare `SetUnitProperties` per `UnitNew` would cost, instead of three.
+
 `apply` sends changes in the diff's order, the writes to sibling pod slices (or
 sibling container scopes) together, and stops after the first group with a real
 failure: the diff's order makes every prefix safe, and every subset of a group
@@ -39,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Collection, Iterable
 
 from .naming import Naming
-from .reconcile import Change
+from .reconcile import UNREAD, Change
 from .systemd import NoSuchUnit, SystemdError, UnitStatus, describe_call
 
 log = logging.getLogger("memqos_systemd")
@@ -73,6 +79,9 @@ class Applier:
         # States read by refresh_units for this round's apply, which clears them: a state is
         # trusted for the writes of the round it was read in only.
         self.fresh: dict[str, UnitStatus] = {}
+        # Units cached as UNREAD (assume_started) -> the invocation ID of their run, for their
+        # first write; dropped once values are known (read or written) or the unit is forgotten.
+        self.runs: dict[str, bytes] = {}
         self._on_call = on_call or (lambda method, result: None)
         self._clock = clock
 
@@ -132,7 +141,7 @@ class Applier:
         else:
             names = [n for n, s in states.items()
                      if n in extra or refs.get(n) is None or refs[n].level in levels
-                     or s.load_state != "loaded" or self.observed.get(n) is None]
+                     or s.load_state != "loaded" or self.observed.get(n) is None or self.observed[n] is UNREAD]
         fresh: dict[str, dict[str, int] | None] = dict.fromkeys(extra)
         fresh.update(await self._read(states, names))
         if levels is not None:
@@ -144,36 +153,53 @@ class Applier:
                         and not self.systemd.removed_since(n, s.seen):
                     fresh[n] = self.observed[n]
         self.observed = fresh
+        self.runs = {n: r for n, r in self.runs.items() if fresh.get(n) is UNREAD}
         self.generation += 1
 
-    async def refresh_units(self, new: Iterable[str], recheck: Iterable[str] = ()) -> None:
+    async def refresh_units(self, new: Iterable[str], recheck: Iterable[str] = (),
+                            probe: Iterable[str] = ()) -> set[str]:
         """Read what one reconcile round needs, in few calls however many units there are.
 
         `new` units (UnitNew) are read in full: state and memory properties. `recheck` units
         (JobRemoved, or about to be written) need their state only when their properties are
-        cached: a start job does not change them. All states come from one ListUnitsByPatterns
-        call and are kept in `fresh` for this round's apply; the properties come from one GetAll
-        per unit, sent together.
+        cached: a start job does not change them. `probe` units (new pod slices whose cgroup had
+        no invocation ID yet) are read in full if they run, and otherwise left out of the cache
+        and returned: they are waiting for their start job. All states come from one
+        ListUnitsByPatterns call and are kept in `fresh` for this round's apply; the properties
+        come from one GetAll per unit, sent together.
         """
-        new = set(new)
-        names = new | set(recheck)
+        new, probe = set(new), set(probe)
+        names = new | set(recheck) | probe
         self.fresh = {}
         if not names:
-            return
+            return set()
         states = await self._states(self.systemd.unit_states(names))
         for name in names - set(states):
             self.forget(name)  # not in memory
-        values = await self._read(states, [n for n in states if n in new or n not in self.observed])
+        waiting = {n for n in probe if n in states and not states[n].running}
+        for name in waiting:
+            states.pop(name)
+        values = await self._read(states, [n for n in states if n in new or n in probe or n not in self.observed])
         for name, value in values.items():
             if value is None:
                 self.forget(name)  # not loaded, or gone since
                 states.pop(name)
             else:
                 self.observed[name] = value
+                self.runs.pop(name, None)
         self.generation += 1
         self.fresh = states
+        return waiting
+
+    def assume_started(self, unit: str, invocation_id: bytes) -> None:
+        """`unit` runs as the run `invocation_id` (found on its cgroup) and was not read: cache it
+        as UNREAD, so that the diff sends all of the plan's values, in one write to that run."""
+        self.observed[unit] = UNREAD
+        self.runs[unit] = invocation_id
+        self.generation += 1
 
     def forget(self, unit: str) -> None:
+        self.runs.pop(unit, None)
         if unit in self.observed:
             del self.observed[unit]
             self.generation += 1
@@ -201,12 +227,17 @@ class Applier:
                 result.applied.append(change)
             return result
 
+        runs = set(self.runs)  # unread units to be written by their run's ID (assume_started)
+
         async def one(change: Change) -> tuple[str, str | None]:
             mark = self.systemd.signal_count
+            if change.unit in runs and change.unit not in self.runs:
+                return "vanished", None  # forgotten since the round began: its UnitRemoved was handled
             try:
                 if change.must_exist:
                     await self.systemd.set_memory_if_loaded(change.unit, dict(change.props),
-                                                            status=fresh.get(change.unit))
+                                                            status=fresh.get(change.unit),
+                                                            invocation_id=self.runs.get(change.unit))
                 else:
                     await self.systemd.set_memory(change.unit, dict(change.props))
             except NoSuchUnit as e:
@@ -237,8 +268,9 @@ class Applier:
                     continue
                 held = dict(self.observed.get(change.unit) or {"MemoryMin": 0, "MemoryLow": 0,
                                                                 "MemoryHigh": 2**64 - 1})
-                held.update(change.props)
+                held.update(change.props)  # from UNREAD (empty): all three were sent
                 self.observed[change.unit] = held
+                self.runs.pop(change.unit, None)
                 self.generation += 1
             if result.failed is not None:
                 result.skipped = len(changes) - sent

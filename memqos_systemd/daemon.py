@@ -26,14 +26,14 @@ from typing import Any, Callable
 from .applier import Applier, summarize
 from . import ledger
 from .config import Config, ConfigError, load_config
-from .naming import Naming, NamingError, plan_cgroup_paths
+from .naming import Naming, NamingError, cgroup_path, plan_cgroup_paths
 from .node import read_events_file
 from .notify import Notifier, watchdog_interval
 from .plan import NodeFacts, Plan, PlanError, plan
-from .reconcile import DEFAULTS, Change, diff, one_write_per_container
+from .reconcile import DEFAULTS, UNREAD, Change, diff, one_write_per_container
 from .snapshot import carry_over
 from .sources import Snapshot
-from .systemd import SystemdError
+from .systemd import SystemdError, read_invocation_id
 
 log = logging.getLogger("memqos_systemd")
 
@@ -101,6 +101,9 @@ class Outside:
     cgroup_fs: Path = Path("/sys/fs/cgroup")
     ledger_path: Path | None = None  # reserved slices written (ledger.py); None: not kept
     clock: Callable[[], float] = time.monotonic
+    # A started unit's invocation ID from its cgroup directory (systemd.read_invocation_id), or
+    # None; None here: new pod slices are read over D-Bus like any unit (see _take_new_runs).
+    read_invocation: Callable[[Path], bytes | None] | None = read_invocation_id
 
 
 class Daemon:
@@ -132,6 +135,8 @@ class Daemon:
         self._want_reload = False
         self._refresh_units: set[str] = set()  # UnitNew: read state and properties
         self._recheck_units: set[str] = set()  # JobRemoved: read the state again
+        # New pod slices neither read nor written until their start job has ended (_take_new_runs).
+        self._awaiting_start: set[str] = set()
         # New pod/container units the pod source has not described yet -> when we stop asking.
         self._unknown_units: dict[str, float] = {}
         self._unknown_new = False  # one came since the last fetch started
@@ -171,6 +176,7 @@ class Daemon:
             self._unknown_units.pop(name, None)
             self._refresh_units.discard(name)
             self._recheck_units.discard(name)
+            self._awaiting_start.discard(name)
             if ref.level == "pod":
                 self._want_fetch = True  # a pod kept only because its slice ran can go now
                 self.wake()
@@ -413,17 +419,20 @@ class Daemon:
         # stay queued for the next round, not be cleared with the ones just read.
         pending, self._refresh_units = self._refresh_units, set()
         started_units, self._recheck_units = self._recheck_units, set()
+        taken, probe = self._take_new_runs(pending, started_units)
+        pending -= taken | probe
+        started_units -= taken
         # The units this round will write need their state checked before the write: a diff on
         # what is cached says which, and their states come in the same call as the new units'.
         # A started unit (JobRemoved) whose properties are cached needs nothing else: a start job
         # does not change them, and its state matters only if it is to be written. One that was
         # not running when read at UnitNew has been forgotten: read it in full.
-        writes = {c.unit for c in self._changes(desired)[0] if c.must_exist}
+        writes = {c.unit for c in self._changes(desired)[0] if c.must_exist and c.unit not in self.applier.runs}
         again = {u for u in started_units if self.applier.observed.get(u) is None}
         try:
-            await self.applier.refresh_units(pending | again, writes)
+            self._awaiting_start |= await self.applier.refresh_units(pending | again, writes, probe)
         except SystemdError:
-            self._refresh_units |= pending  # read them again after the retry
+            self._refresh_units |= pending | probe  # read them again after the retry
             self._recheck_units |= started_units
             raise
         generation = self.applier.generation  # what this round's diff is computed from
@@ -431,7 +440,11 @@ class Daemon:
         if self.holding_reason is not None:
             self._warn_once("holding", [f"holding ({self.holding_reason}): {held} change(s) that would"
                                         f" lower a protection or move a MemoryHigh not sent"] if held else [])
+        unread = set(self.applier.runs)
         result = await self.applier.apply(changes)
+        # A pod slice written by the ID on its cgroup and refused: that run has ended, or the ID
+        # was stale. Read it over D-Bus next round: gone, it is forgotten; running, it is written.
+        self._recheck_units |= {c.unit for c in result.vanished if c.unit in unread}
         if changes:
             log.info("reconcile: %s", summarize(result))
         if self.out.metrics:
@@ -458,9 +471,42 @@ class Daemon:
         else:
             self.notifier.status(status)
 
+    def _take_new_runs(self, new: set[str], started: set[str]) -> tuple[set[str], set[str]]:
+        """The new pod slices this round takes without reading their values over D-Bus, and those
+        whose state alone is to be read (`Applier.refresh_units(probe=)`).
+
+        A pod slice just loaded (UnitNew) and not cached: if its cgroup carries the invocation ID
+        systemd sets as it starts a slice (systemd.read_invocation_id), it is cached as UNREAD
+        with that run's ID, and its first write is the only call it costs. Without an ID, its
+        state is probed (in the round's one ListUnitsByPatterns call): running, it is read as
+        before; not started yet, it waits for its start job's JobRemoved and is taken then (or
+        read, if its cgroup still has no ID). Not while holding: only raising values may be sent
+        then, which needs the values held. Container scopes carry no such ID on systemd 252
+        (tests/e2e 12-invocation-path X) and are read as before."""
+        read = self.out.read_invocation
+        if read is None or self.holding_reason is not None:
+            return set(), set()
+        taken, probe = set(), set()
+        for name in new | (started & self._awaiting_start):
+            ref = self.naming.parse_unit(name)
+            if ref is None or ref.level != "pod" or self.applier.observed.get(name) is not None:
+                continue
+            self._awaiting_start.discard(name)
+            invocation = read(self.out.cgroup_fs / cgroup_path(name))
+            if invocation is not None:
+                self.applier.assume_started(name, invocation)
+                taken.add(name)
+            elif name not in started:
+                probe.add(name)
+            # else: started, yet no ID on its cgroup: read over D-Bus as before
+        return taken, probe
+
     def _changes(self, desired: Plan) -> tuple[list[Change], int]:
         """The changes to send (only raising ones while holding), and how many were held back."""
         observed = self.applier.observed_for([*(u.unit for u in desired.units), *self._retired])
+        if self.holding_reason is not None:
+            # Values not read cannot be compared: such units are left as they are while holding.
+            observed = {n: (None if v is UNREAD else v) for n, v in observed.items()}
         changes = diff(desired, observed, self.naming, retired=self._retired)
         if self.holding_reason is None:
             return one_write_per_container(changes), 0

@@ -25,19 +25,27 @@ JobRemoved when the kubelet makes them.
 
 Reserved slices dropped from the config (`retired`) are brought back to the
 defaults once, so nothing of ours is left on a slice we no longer manage.
+
+A unit whose values were not read (`UNREAD`: a pod slice that has just started,
+whose invocation ID came from its cgroup; see daemon.py) gets the plan's three
+values in one write: what it holds is unknown (its defaults, or what its
+creator set). It is never taken for an orphan, which needs values read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Iterable, Mapping
 
 from .naming import Naming
 from .plan import INFINITY, Plan, UnitPlan
 
-__all__ = ["Change", "DEFAULTS", "diff", "one_write_per_container", "reset_plan", "MAY_CREATE"]
+__all__ = ["Change", "DEFAULTS", "UNREAD", "diff", "one_write_per_container", "reset_plan", "MAY_CREATE"]
 
 DEFAULTS = {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": INFINITY}
+# In `observed`: the unit runs, and what it holds was not read (compared with `is`).
+UNREAD: Mapping[str, int] = MappingProxyType({})
 # Levels whose unit we may create by setting properties on it (see above).
 MAY_CREATE = frozenset({"reserved"})
 
@@ -65,8 +73,9 @@ def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[st
          naming: Naming | None = None, retired: Iterable[str] = ()) -> list[Change]:
     """Ordered changes that take systemd from `observed` to `desired`.
 
-    `observed` maps unit name -> the properties systemd holds, or None when the
-    unit is not loaded. Units in `observed` that are ours (per `naming`) at the
+    `observed` maps unit name -> the properties systemd holds, None when the
+    unit is not loaded, or UNREAD when it runs and its values were not read (all
+    three are sent). Units in `observed` that are ours (per `naming`) at the
     pod or container level but absent from `desired` are reset to the defaults,
     and so are the `retired` reserved slices (dropped from the config) that
     systemd has loaded.
@@ -80,7 +89,7 @@ def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[st
     if naming is not None:
         orphans = []
         for name in observed:
-            if name in planned or observed[name] is None:
+            if name in planned or observed[name] is None or observed[name] is UNREAD:
                 continue
             ref = naming.parse_unit(name)
             if ref is not None and ref.level in ("pod", "container"):
@@ -95,6 +104,13 @@ def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[st
     shrink: list[Change] = []
     for name, level, want in targets:
         have = observed.get(name)
+        if have is UNREAD:
+            # Unknown values: send all three, in the grow pass (parents first) unless all are the
+            # defaults, which can only be a lowering (the shrink pass, children first).
+            want = dict(want)
+            (shrink if want == DEFAULTS else grow).append(
+                Change(name, level, want, "shrink" if want == DEFAULTS else "grow"))
+            continue
         if have is None:
             if level not in MAY_CREATE or dict(want) == DEFAULTS:
                 continue  # nothing to create, or not ours to create

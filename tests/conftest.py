@@ -25,11 +25,13 @@ def dbus_daemon():
 
 
 @_memqos_pytest.fixture
-def fake_systemd(dbus_daemon):
-    """A FakeSystemd owning org.freedesktop.systemd1 on `dbus_daemon`, with no units loaded."""
+def fake_systemd(dbus_daemon, tmp_path):
+    """A FakeSystemd owning org.freedesktop.systemd1 on `dbus_daemon`, with no units loaded; the
+    running slices' cgroup directories (with their invocation ID) under tmp_path/cgroup."""
     from fakesystemd import FakeSystemd
 
     fake = FakeSystemd(dbus_daemon)
+    fake.cgroup_root = tmp_path / "cgroup"
     fake.start()
     try:
         yield fake

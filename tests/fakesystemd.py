@@ -47,6 +47,7 @@ import signal as signals
 import subprocess
 import tempfile
 import threading
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -341,6 +342,10 @@ class FakeSystemd:
         self.version = version
         self._cgroup_class = _padded_cgroup_class(padding_properties) if padding_properties else _CgroupInterface
         self.created: list[str] = []  # slices SetUnitProperties brought into existence
+        # When set, a directory standing in for the cgroup2 mount: a running slice gets its cgroup
+        # directory there with the user.invocation_id attribute, as systemd sets it on a slice it
+        # starts (252 sets none on scopes: tests/e2e 12-invocation-path X). See _sync_cgroup.
+        self.cgroup_root: Optional[Path] = None
         self._units: dict[str, FakeUnit] = {}
         self._exports: dict[str, list[ServiceInterface]] = {}
         self._invocation_paths: dict[str, str] = {}  # invocation path -> unit, while that run lasts
@@ -548,6 +553,7 @@ class FakeSystemd:
                 unit.invocation_id = os.urandom(16)
             self._units[name] = unit
             self._export_unit(name)
+            self._sync_cgroup(name)
             self._emit(self._manager.UnitNew, name, unit_path(name))
         self._run(add)
 
@@ -556,6 +562,7 @@ class FakeSystemd:
         def remove() -> None:
             del self._units[name]
             self._unexport_unit(name)
+            self._sync_cgroup(name)
             self._emit(self._manager.UnitRemoved, name, unit_path(name))
         self._run(remove)
 
@@ -568,6 +575,7 @@ class FakeSystemd:
                 unit.invocation_id = os.urandom(16)
                 self._export_unit(name)
             unit.active_state = state
+            self._sync_cgroup(name)
         self._run(set_)
 
     def unit(self, name: str) -> Optional[FakeUnit]:
@@ -630,6 +638,23 @@ class FakeSystemd:
         if unit.invocation_id:
             self._invocation_paths[unit.invocation_path] = name
             self._path_names[unit.invocation_path] = name
+
+    def _sync_cgroup(self, name: str) -> None:
+        """Keep a slice's cgroup directory under cgroup_root as systemd would: made, with
+        user.invocation_id, while it runs; the attribute removed once it is unloaded."""
+        if self.cgroup_root is None or not name.endswith(".slice"):
+            return
+        parts = name[: -len(".slice")].split("-")
+        path = Path(self.cgroup_root, *("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts))))
+        unit = self._units.get(name)
+        if unit is not None and unit.invocation_id and unit.active_state != "inactive":
+            path.mkdir(parents=True, exist_ok=True)
+            os.setxattr(path, "user.invocation_id", unit.invocation_id.hex().encode())
+        elif path.is_dir():
+            try:
+                os.removexattr(path, "user.invocation_id")
+            except OSError:
+                pass
 
     def _unexport_unit(self, name: str) -> None:
         self._exports.pop(name, None)

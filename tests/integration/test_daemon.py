@@ -389,12 +389,17 @@ def test_throttle_events_of_containers_reach_the_metrics(fake_systemd, tmp_path)
     run(body())
 
 
-def test_unit_that_starts_after_unit_new_gets_its_properties_when_its_job_is_done(fake_systemd, tmp_path):
+@pytest.mark.parametrize("ids_on_cgroups", [True, False])
+def test_unit_that_starts_after_unit_new_gets_its_properties_when_its_job_is_done(fake_systemd, tmp_path,
+                                                                                  ids_on_cgroups):
     """systemd sends UnitNew when a transient unit is loaded, before its start job has run.
 
     Seen on real systemd 252: the pod slice was still inactive when UnitNew arrived, the write
-    was (rightly) refused, and nothing looked again until the next resync.
+    was (rightly) refused, and nothing looked again until the next resync. Without an invocation
+    ID on the cgroup (ids_on_cgroups False) the slice is read over D-Bus, as before.
     """
+    if not ids_on_cgroups:
+        fake_systemd.cgroup_root = None
     start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, GCTR)
 
     async def body():
@@ -405,6 +410,72 @@ def test_unit_that_starts_after_unit_new_gets_its_properties_when_its_job_is_don
             fake_systemd.set_active_state(NPOD, "active")
             fake_systemd.emit_job_removed(NPOD, "done")
             await until(lambda: h.memory(NPOD)["MemoryLow"] == 128 * MI)
+    run(body())
+
+
+def test_a_new_pod_slice_the_kubelet_has_listed_costs_one_call_its_write_by_the_id_on_its_cgroup(
+        fake_systemd, tmp_path):
+    """The pod is listed before its slice starts (as the kubelet does): the slice's UnitNew is
+    answered with one write, all three values, to the run named by the invocation ID systemd put
+    on its cgroup. No state check, no GetAll, no Get of the ID (each a call that waits in PID 1's
+    queue during a burst)."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, GCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, NEWCOMER]) as h:
+            await h.settle()
+            fake_systemd.clear_calls()
+            fake_systemd.add_unit(NPOD)
+            await until(lambda: (h.memory(NPOD) or {}).get("MemoryLow") == 128 * MI)
+            await h.settle()
+            calls = fake_systemd.calls
+            assert [c.method for c in calls] == ["SetProperties"]
+            assert calls[0].path == fake_systemd.unit(NPOD).invocation_path
+            assert fake_systemd.write_of(calls[0]) == (
+                NPOD, True, {"MemoryMin": 0, "MemoryLow": 128 * MI, "MemoryHigh": UINT64_MAX})
+            assert h.daemon.applier.observed[NPOD] == {"MemoryMin": 0, "MemoryLow": 128 * MI,
+                                                       "MemoryHigh": UINT64_MAX}
+            assert h.daemon.applier.runs == {}
+    run(body())
+
+
+def test_a_pod_slice_loaded_before_its_start_is_probed_then_written_by_its_id_once_started(fake_systemd, tmp_path):
+    """UnitNew before the start job: no ID on the cgroup yet, so its state is probed (one
+    ListUnitsByPatterns), not its values; its JobRemoved brings the ID, and one write."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, GCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, NEWCOMER]) as h:
+            await h.settle()
+            fake_systemd.clear_calls()
+            fake_systemd.add_unit(NPOD, active_state="inactive")
+            await until(lambda: NPOD in h.daemon._awaiting_start)
+            assert [c.method for c in fake_systemd.calls] == ["ListUnitsByPatterns"]
+            assert NPOD not in h.daemon.applier.observed
+            fake_systemd.set_active_state(NPOD, "active")
+            fake_systemd.emit_job_removed(NPOD, "done")
+            await until(lambda: (h.memory(NPOD) or {}).get("MemoryLow") == 128 * MI)
+            await h.settle()
+            assert [c.method for c in fake_systemd.calls] == ["ListUnitsByPatterns", "SetProperties"]
+            assert not h.daemon._awaiting_start
+    run(body())
+
+
+def test_while_holding_a_new_pod_slice_is_read_not_taken_unread(fake_systemd, tmp_path):
+    """Holding (no pod list yet) sends only raised values, which needs the values held: a new pod
+    slice is read over D-Bus even with an ID on its cgroup, and nothing is lowered on it."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice")
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, SourceError("kubelet: connection refused", "connect")) as h:
+            fake_systemd.clear_calls()
+            fake_systemd.add_unit(NPOD, memory={"MemoryLow": 64 * MI})
+            await until(lambda: NPOD in h.daemon.applier.observed)
+            await h.settle()
+            assert h.daemon.applier.observed[NPOD]["MemoryLow"] == 64 * MI
+            assert "GetAll" in [c.method for c in fake_systemd.calls]
+            assert fake_systemd.writes == []
+            assert h.memory(NPOD)["MemoryLow"] == 64 * MI
     run(body())
 
 

@@ -27,7 +27,7 @@ import uuid
 import pytest
 import yaml
 from dbus_next.errors import DBusError
-from fakesystemd import WRITE_METHODS
+from fakesystemd import WRITE_METHODS, unit_path
 
 from memqos_systemd.config import parse_config
 from memqos_systemd.daemon import Daemon, Outside
@@ -196,7 +196,8 @@ class Harness:
         self.metrics = Metrics()
         # The daemon's view, in order: ("checked", unit) set_memory_if_loaded found it loaded,
         # ("read", unit) UnitRemoved read off the socket, ("removed", unit) delivered to the
-        # daemon's handler, ("set", unit) SetUnitProperties about to be sent.
+        # daemon's handler, ("set", unit) a write (SetUnitProperties or SetProperties on the
+        # unit's invocation path) about to be sent.
         self.events: list[tuple[str, str]] = []
         self.busy = 0.0  # seconds the daemon's loop is kept busy after each such check
         self.capacity = capacity
@@ -210,6 +211,13 @@ class Harness:
                 return await send(unit, props, **kw)
 
             sd.set_memory = set_memory
+            send_running = sd.set_memory_if_loaded
+
+            async def set_memory_if_loaded(unit, props, **kw):
+                self.events.append(("set", unit))
+                return await send_running(unit, props, **kw)
+
+            sd.set_memory_if_loaded = set_memory_if_loaded
             status = sd._status
 
             async def checked(action, unit):
@@ -495,6 +503,9 @@ def test_hung_call_times_out_and_the_daemon_recovers(fake_systemd, tmp_path, met
     the batch stops at a safe point, and the retry (1 s later) finishes the job. The late answer,
     when it comes, changes nothing; no child is ever above its parent, even counting it."""
     start_units(fake_systemd, None, *BASE_UNITS, GUARANTEED)
+    if method == "GetAll":
+        # A new pod slice is read over D-Bus only when its cgroup has no invocation ID.
+        fake_systemd.cgroup_root = None
 
     async def body():
         h = Harness(fake_systemd, tmp_path, [GUARANTEED], call_timeout=1.0)
@@ -744,8 +755,10 @@ class _RemovedOnRead:
 def test_no_write_after_the_daemon_heard_unit_removed(fake_systemd, tmp_path):
     """The unit goes right after systemd told the daemon it was active, and the daemon's loop is
     busy for 0.1 s before it writes: by then it has read and handled the UnitRemoved (and
-    forgotten the unit). Once it has heard, it must not send the write."""
+    forgotten the unit). Once it has heard, it must not send the write. (The pod slice is read
+    over D-Bus: its cgroup has no invocation ID here; the next test takes the other path.)"""
     start_units(fake_systemd, None, *BASE_UNITS, GUARANTEED)
+    fake_systemd.cgroup_root = None
 
     async def body():
         h = Harness(fake_systemd, tmp_path, [GUARANTEED])
@@ -769,6 +782,47 @@ def test_no_write_after_the_daemon_heard_unit_removed(fake_systemd, tmp_path):
             assert heard, "UnitRemoved was not delivered"
             assert not [i for i in sent if i > heard[0]], (h.events, name)
             assert name not in fake_systemd.created
+    run(body())
+
+
+def test_a_slice_taken_by_its_cgroup_id_and_removed_before_the_write_is_not_written_or_created(
+        fake_systemd, tmp_path):
+    """A new pod slice taken by the invocation ID on its cgroup (no read over D-Bus) is removed
+    right after that ID was read. Whether the daemon has handled the UnitRemoved by the time of
+    the write (then it sends nothing) or not (then the write goes to the ended run, is refused
+    and creates nothing), the slice never comes back and the node converges without the pod."""
+    from memqos_systemd.systemd import read_invocation_id
+
+    start_units(fake_systemd, None, *BASE_UNITS, GUARANTEED)
+
+    async def body():
+        h = Harness(fake_systemd, tmp_path, [GUARANTEED])
+        name = pod_slice(NEWCOMER)
+        removed: dict[str, int] = {}
+
+        def read_then_remove(path):
+            found = read_invocation_id(path)
+            if path.name == name and found is not None and not removed:
+                fake_systemd.remove_unit(name)
+                removed[name] = len(fake_systemd.calls)
+            return found
+        h.daemon.out.read_invocation = read_then_remove
+        async with h:
+            h.source.items = [GUARANTEED, NEWCOMER]
+            fake_systemd.add_unit(name)
+            await until(lambda: name in removed, timeout=5)
+            await until(lambda: ("removed", name) in h.events, timeout=5)
+            h.source.items = [GUARANTEED]
+            h.daemon._want_fetch = True
+            await until(lambda: h.memory("kubepods-burstable.slice")["MemoryLow"] == 0, timeout=10)
+            await h.settle()
+            assert h.alive()
+            assert fake_systemd.unit(name) is None
+            assert fake_systemd.created == []
+            heard = h.events.index(("removed", name))
+            assert ("set", name) not in h.events[heard:], h.events
+            # The write, if it went out before the UnitRemoved was handled, went to the ended run.
+            assert all(c.path != unit_path(name) for c in fake_systemd.calls if c.method in WRITE_METHODS)
     run(body())
 
 

@@ -160,3 +160,37 @@ def test_no_prefix_of_an_apply_puts_a_child_above_its_parent(g0, b0, g1, b1):
         state[change.unit] = {**state[change.unit], **change.props}
         assert not violations(after, state), change
     assert state == held(after)
+
+
+def test_a_unit_whose_values_were_not_read_gets_all_three_in_one_write_in_its_place():
+    """UNREAD (a pod slice taken by the invocation ID on its cgroup): what it holds is unknown, so
+    every planned value is sent, in the grow pass after its parents; a unit whose plan is all
+    defaults gets them in the shrink pass."""
+    from memqos_systemd.reconcile import UNREAD
+
+    p = tree(512 * MI, 256 * MI)
+    have = held(p)
+    have[BPOD] = UNREAD
+    changes = diff(p, have, NAMING)
+    assert [(c.unit, dict(c.props), c.direction) for c in changes] == [
+        (BPOD, {"MemoryMin": 0, "MemoryLow": 256 * MI, "MemoryHigh": INFINITY}, "grow")]
+
+    have = {**held(p), "kubepods-besteffort.slice": held(p)["kubepods-besteffort.slice"]}
+    besteffort_pod = NAMING.pod_slice("BestEffort", G_UID)
+    plan = Plan(p.capacity, p.allocatable, p.units + (
+        UnitPlan(besteffort_pod, "pod", "kubepods-besteffort.slice", 0, 0, INFINITY, "ns/be"),))
+    have[besteffort_pod] = UNREAD
+    have[BPOD] = {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": INFINITY}  # grows: parents first
+    changes = diff(plan, have, NAMING)
+    assert [(c.unit, c.direction) for c in changes] == [(BPOD, "grow"), (besteffort_pod, "shrink")]
+    assert dict(changes[1].props) == DEFAULTS
+
+
+def test_a_unit_whose_values_were_not_read_is_never_taken_for_an_orphan():
+    """Orphans are reset to what they held minus ours; with nothing read there is nothing to
+    compare, and the full re-read finds its values later."""
+    from memqos_systemd.reconcile import UNREAD
+
+    p = tree(512 * MI, 256 * MI)
+    stray = NAMING.pod_slice("Burstable", "00000000-0000-4000-8000-000000000001")
+    assert diff(p, {**held(p), stray: UNREAD}, NAMING) == []

@@ -8,12 +8,16 @@ daemon-reload or a kubelet restart, and on the resync timer), kept current by
 after every successful write. `generation` counts the changes to the cache, so
 the daemon can tell that a reconcile would see exactly what the last one saw.
 
-The resync timer may refresh only some levels (`refresh_all(levels=...)`): every
-unit is still listed, units no longer listed leave the cache and units not in it
-are read, but the units of other levels keep their cached values. A GetAll of
-systemd's cgroup interface answers ~72 properties, which dbus-next decodes in pure
-Python: reading the 220 pod and container units of a 110-pod node every minute was
-most of the daemon's idle CPU (bench/idle_profile.py).
+The resync timer may refresh only the levels whose units have fixed names
+(`refresh_all(levels=...)`: node, QoS, reserved slices): it lists and reads those
+units and the `extra` names only, by name, and every pod slice and container scope
+keeps its cached values. A unit the cache lacks is then not looked for: UnitNew
+brings new units in, UnitRemoved takes gone ones out, and the full re-read (every
+few resyncs, and at every event that calls for it) catches whatever they missed.
+A GetAll of systemd's cgroup interface answers ~72 properties, and every row of a
+listing is decoded by dbus-next in pure Python: reading the 220 pod and container
+units of a 110-pod node every minute, then listing them, was most of the daemon's
+idle CPU (bench/idle_profile.py).
 
 A reconcile round reads the state of every unit it refreshes or is about to
 write in one ListUnitsByPatterns call, and the memory properties of new units
@@ -54,6 +58,8 @@ log = logging.getLogger("memqos_systemd")
 # keep systemd busy, few enough to stay far below the bus's limit on a connection's pending calls.
 MAX_CALLS_IN_FLIGHT = 16
 CONCURRENT_LEVELS = frozenset({"pod", "container"})
+# The levels whose units have names known without listing them (refresh_all(levels=...)).
+FIXED_LEVELS = frozenset({"node", "qos", "reserved"})
 
 
 @dataclass
@@ -126,35 +132,44 @@ class Applier:
         One ListUnitsByPatterns for the states of all our units (a second one for `extra` names
         it did not match), then one GetAll per loaded unit.
 
-        With `levels` (e.g. {"node", "qos", "reserved"}), only the loaded units of those levels,
-        the `extra` names and the units the cache has no values for are read; a loaded unit of
-        another level keeps its cached values. Units no longer loaded leave the cache either way.
+        With `levels` (some of FIXED_LEVELS), only the units of those levels and the `extra`
+        names are listed, by name in one ListUnitsByPatterns, and read; every other unit of ours
+        keeps its cached values (UNREAD included). A unit the cache lacks is not found this way:
+        only UnitNew or a full re-read brings it in. A listed unit no longer loaded, and a unit
+        of `levels` no longer in memory, leave the cache either way.
         """
-        listed = await self._states(self.systemd.list_unit_states(self.naming.patterns()))
-        refs = {n: self.naming.parse_unit(n) for n in listed}
-        states = {n: s for n, s in listed.items() if refs[n] is not None}
-        extra = set(extra) - set(states)
-        if extra:
-            states.update(await self._states(self.systemd.unit_states(extra)))
+        extra = set(extra)
         if levels is None:
-            names = list(states)
+            listed = await self._states(self.systemd.list_unit_states(self.naming.patterns()))
+            states = {n: s for n, s in listed.items() if self.naming.parse_unit(n) is not None}
+            if extra - set(states):
+                states.update(await self._states(self.systemd.unit_states(extra - set(states))))
         else:
-            names = [n for n, s in states.items()
-                     if n in extra or refs.get(n) is None or refs[n].level in levels
-                     or s.load_state != "loaded" or self.observed.get(n) is None or self.observed[n] is UNREAD]
-        fresh: dict[str, dict[str, int] | None] = dict.fromkeys(extra)
-        fresh.update(await self._read(states, names))
+            # By name: listing the pod slices and container scopes too (~225 rows on a 110-pod
+            # node, each decoded in Python) cost ~1 CPU s an hour, for units whose coming and
+            # going UnitNew and UnitRemoved already tell.
+            states = await self._states(self.systemd.unit_states(self._named_units(levels) | extra))
+        fresh: dict[str, dict[str, int] | None] = dict.fromkeys(extra - set(states))
+        fresh.update(await self._read(states, states))
         if levels is not None:
-            # Kept as cached, read after the reads: a UnitRemoved handled meanwhile has already
+            # Kept as cached, taken after the reads: a UnitRemoved handled meanwhile has already
             # taken the unit out of the cache (forget), and must not be undone here.
-            read = set(names)
-            for n, s in states.items():
-                if n not in read and self.observed.get(n) is not None \
-                        and not self.systemd.removed_since(n, s.seen):
-                    fresh[n] = self.observed[n]
+            for n, value in self.observed.items():
+                ref = self.naming.parse_unit(n)
+                if n not in fresh and ref is not None and ref.level not in levels:
+                    fresh[n] = value
         self.observed = fresh
         self.runs = {n: r for n, r in self.runs.items() if fresh.get(n) is UNREAD}
         self.generation += 1
+
+    def _named_units(self, levels: Collection[str]) -> set[str]:
+        """Our units of `levels` by name: only FIXED_LEVELS have names known without a listing."""
+        if not set(levels) <= FIXED_LEVELS:
+            raise ValueError(f"levels {sorted(levels)}: only {', '.join(sorted(FIXED_LEVELS))} units can be read by name")
+        n = self.naming
+        names = [*n.root_slices(), n.node_slice(), n.qos_slice("Burstable"), n.qos_slice("BestEffort"),
+                 *n.reserved_slices()]
+        return {u for u in names if n.parse_unit(u).level in levels}
 
     async def refresh_units(self, new: Iterable[str], recheck: Iterable[str] = (),
                             probe: Iterable[str] = ()) -> set[str]:

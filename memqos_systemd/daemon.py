@@ -56,12 +56,13 @@ KUBELET_START_PATIENCE = 30.0
 KUBELET_START_RETRY = 0.25
 # How often memory.events of the containers is read for the throttling metric.
 THROTTLE_READ_INTERVAL = 15.0
-# The resync timer re-reads the node, QoS and reserved slices (and any unit not cached) every
+# The resync timer re-reads the node, QoS and reserved slices (listed by name) every
 # resyncInterval, and every unit, pod slices and container scopes included, every
 # FULL_RESYNC_EVERY-th time (and at every event that calls for it: start, reconnect,
-# daemon-reload, kubelet restart, config reload). The values of our units change only through
-# our writes, a reload (which reads all) or a third party; reading the ~220 pod and container
-# units of a 110-pod node every minute was most of the daemon's idle CPU (docs/BENCHMARKS.md).
+# daemon-reload, kubelet restart, config reload, signal overflow). In between, a unit the cache
+# lacks is found only by its UnitNew. The values of our units change only through our writes, a
+# reload (which reads all) or a third party; listing and reading the ~220 pod and container units
+# of a 110-pod node every minute was most of the daemon's idle CPU (docs/BENCHMARKS.md).
 FULL_RESYNC_EVERY = 10
 LIGHT_RESYNC_LEVELS = frozenset({"node", "qos", "reserved"})
 

@@ -656,6 +656,8 @@ RESERVED = {**TIERED, "enforceNodeAllocatable": ["pods", "kube-reserved"],
             "kubeReservedCgroup": "/kube.slice", "kubeReserved": {"memory": "300Mi"}}
 NODE_UNITS = ["kubepods.slice", "kubepods-burstable.slice", GPOD, BPOD, GCTR, BCTR, "kube.slice"]
 UPPER_UNITS = ["kube.slice", "kubepods-burstable.slice", "kubepods.slice"]  # node, QoS, reserved
+# What a timer resync lists, by name: the upper units, kubepods-besteffort.slice too (not in memory).
+UPPER_NAMES = sorted([*UPPER_UNITS, "kubepods-besteffort.slice"])
 
 
 def units_read(fake) -> list[str]:
@@ -677,11 +679,17 @@ async def timer_resync(h: Harness) -> None:
     await h.settle()
 
 
+def units_listed(fake) -> list[list[str]]:
+    """The patterns of each ListUnitsByPatterns call, in order."""
+    return [c.args[1] for c in fake.calls_to("ListUnitsByPatterns")]
+
+
 def test_timer_resync_reads_the_upper_slices_and_every_nth_one_reads_every_unit(fake_systemd, tmp_path,
                                                                                 monkeypatch):
-    """A GetAll answers ~72 properties on systemd; reading every pod slice and container scope
-    every minute was most of the idle CPU. The units a timer resync skips are still listed (their
-    state, in one call), and a unit the cache lacks is read."""
+    """A GetAll answers ~72 properties on systemd, and every row of a listing is decoded in
+    Python: listing and reading every pod slice and container scope every minute was most of the
+    idle CPU. A timer resync lists the upper units by name and reads them, nothing else; a unit
+    the cache lacks waits for the full one."""
     import memqos_systemd.daemon as daemon_mod
 
     monkeypatch.setattr(daemon_mod, "FULL_RESYNC_EVERY", 3)
@@ -689,19 +697,25 @@ def test_timer_resync_reads_the_upper_slices_and_every_nth_one_reads_every_unit(
 
     async def body():
         async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
-            read = []
+            read, listed = [], []
             for _ in range(6):
                 fake_systemd.clear_calls()
                 await timer_resync(h)
                 read.append(units_read(fake_systemd))
-                assert len(fake_systemd.calls_to("ListUnitsByPatterns")) == 1
+                listed.append(units_listed(fake_systemd))
                 assert fake_systemd.writes == []
             assert read == [UPPER_UNITS, UPPER_UNITS, sorted(NODE_UNITS)] * 2
-            # A unit the cache has no values for (its UnitNew missed) is read by the next one.
+            assert listed == [[UPPER_NAMES], [UPPER_NAMES], [h.daemon.naming.patterns()]] * 2
+            # A unit the cache has no values for (its UnitNew missed) is read by the full one only.
             h.daemon.applier.forget(BPOD)
             fake_systemd.clear_calls()
             await timer_resync(h)
-            assert units_read(fake_systemd) == sorted([*UPPER_UNITS, BPOD])
+            assert units_read(fake_systemd) == UPPER_UNITS and BPOD not in h.daemon.applier.observed
+            await timer_resync(h)
+            fake_systemd.clear_calls()
+            await timer_resync(h)
+            assert units_read(fake_systemd) == sorted(NODE_UNITS)
+            assert h.daemon.applier.observed[BPOD] == h.memory(BPOD)
     run(body())
 
 
@@ -737,6 +751,7 @@ def test_a_unit_removed_while_a_timer_resync_reads_is_not_kept_in_the_cache(fake
             await h.settle()
             await h.settle()
             assert units_read(fake_systemd) == UPPER_UNITS
+            assert units_listed(fake_systemd)[0] == UPPER_NAMES
             assert BPOD not in h.daemon.applier.observed
             assert h.daemon.applier.observed[BCTR] is not None and h.daemon.applier.observed[GPOD] is not None
     run(body())

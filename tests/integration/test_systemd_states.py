@@ -171,6 +171,46 @@ def test_a_unit_removed_while_it_is_written_is_not_cached_again(fake_systemd):
     run(body())
 
 
+def test_a_light_refresh_lists_and_reads_only_the_upper_units_by_name(fake_systemd):
+    """The resync timer's refresh: one ListUnitsByPatterns naming the node, QoS and reserved
+    slices and the `extra` names, one GetAll per one of them in memory, and no pod or container
+    unit listed or read. An upper unit gone leaves the cache; the pod and container units keep
+    what is cached, an UNREAD pod slice its run too: only their signals, or a full re-read,
+    change them."""
+    from fakesystemd import unit_path
+
+    from memqos_systemd.applier import Applier
+    from memqos_systemd.naming import Naming
+    from memqos_systemd.reconcile import UNREAD
+
+    for unit in ("kubepods.slice", "kubepods-burstable.slice", "kube.slice", POD, SCOPE):
+        fake_systemd.add_unit(unit)
+    upper = ["kubepods-besteffort.slice", "kubepods-burstable.slice", "kubepods.slice", "system.slice"]
+
+    async def body():
+        async with client(fake_systemd) as sd:
+            applier = Applier(sd, Naming("/", ("/system.slice",)))  # not subscribed: no signal reaches it
+            await applier.refresh_all(["kube.slice"])
+            applier.assume_started(EARLY, b"\x01" * 16)
+            fake_systemd.remove_unit("kubepods-burstable.slice")
+            fake_systemd.remove_unit(SCOPE)
+            fake_systemd.clear_calls()
+            await applier.refresh_all(["kube.slice"], levels={"node", "qos", "reserved"})
+            listed, *reads = fake_systemd.calls
+            assert (listed.method, listed.args) == ("ListUnitsByPatterns", [[], sorted([*upper, "kube.slice"])])
+            assert sorted((c.method, c.path) for c in reads) == [("GetAll", unit_path("kube.slice")),
+                                                                  ("GetAll", unit_path("kubepods.slice"))]
+            assert set(applier.observed) == {"kubepods.slice", "kube.slice", POD, SCOPE, EARLY}
+            assert applier.observed[EARLY] is UNREAD and applier.runs == {EARLY: b"\x01" * 16}
+            fake_systemd.clear_calls()
+            with pytest.raises(ValueError, match="can be read by name"):
+                await applier.refresh_all(levels={"node", "pod"})
+            assert fake_systemd.calls == []
+            await applier.refresh_all()  # the full re-read lists every unit of ours
+            assert set(applier.observed) == {"kubepods.slice", POD} and applier.runs == {}
+    run(body())
+
+
 # ---- writes through the invocation path: one run of a unit, never a new one --------------------
 
 def test_a_unit_collected_after_its_check_is_not_created_again_by_the_write(fake_systemd):

@@ -26,9 +26,10 @@ unit's state again (`fresh`, see Systemd.set_memory_if_loaded). Under emulation
 every D-Bus call costs 20-30 ms, so the number of calls is the latency of a
 burst of new pods.
 
-A pod slice that has just started need not be read at all (`assume_started`): its
-invocation ID, found on its cgroup, lets its first write go to that run with no
-state check, no `GetAll` and no `Get` of the ID. Until that write it is `UNREAD`
+A slice of the kubepods tree is written to the run named by the invocation ID on
+its cgroup (`run_of`), with no state check and no `Get` of the ID first; a stale
+ID is refused by systemd like an ended run. A pod slice that has just started
+need not be read at all (`assume_started`): until its first write it is `UNREAD`
 in the cache, and the diff sends all three values. One call per new pod slice,
 as a bare `SetUnitProperties` per `UnitNew` would cost, instead of three.
 
@@ -77,7 +78,8 @@ class ApplyResult:
 
 class Applier:
     def __init__(self, systemd, naming: Naming, *, on_call: Callable[[str, str], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 run_of: Callable[[str], bytes | None] | None = None):
         self.systemd = systemd
         self.naming = naming
         self.observed: dict[str, dict[str, int] | None] = {}
@@ -88,6 +90,9 @@ class Applier:
         # Units cached as UNREAD (assume_started) -> the invocation ID of their run, for their
         # first write; dropped once values are known (read or written) or the unit is forgotten.
         self.runs: dict[str, bytes] = {}
+        # The invocation ID on a unit's cgroup (systemd.read_invocation_id), or None: a write of the
+        # kubepods tree with one goes straight to that run, with no state check or ID read first.
+        self.run_of = run_of
         self._on_call = on_call or (lambda method, result: None)
         self._clock = clock
 
@@ -250,9 +255,18 @@ class Applier:
                 return "vanished", None  # forgotten since the round began: its UnitRemoved was handled
             try:
                 if change.must_exist:
-                    await self.systemd.set_memory_if_loaded(change.unit, dict(change.props),
-                                                            status=fresh.get(change.unit),
-                                                            invocation_id=self.runs.get(change.unit))
+                    run = self.runs.get(change.unit)
+                    if run is None and self.run_of is not None:
+                        run = self.run_of(change.unit)
+                    try:
+                        await self.systemd.set_memory_if_loaded(change.unit, dict(change.props),
+                                                                status=fresh.get(change.unit), invocation_id=run)
+                    except NoSuchUnit:
+                        if run is None:
+                            raise
+                        # The ID on the cgroup named a run that has ended: the unit has gone, or its
+                        # cgroup still carries an older run's ID. Ask systemd (state, then its ID).
+                        await self.systemd.set_memory_if_loaded(change.unit, dict(change.props))
                 else:
                     await self.systemd.set_memory(change.unit, dict(change.props))
             except NoSuchUnit as e:

@@ -121,6 +121,8 @@ class Daemon:
         self.holding_reason: str | None = "no pod snapshot yet"
         self.capacity = outside.read_capacity()
         self.last_plan: Plan | None = None
+        self._planned: tuple[tuple, Plan, dict] | None = None  # (inputs, plan, by unit): see _plan
+        self._shown_plan: Plan | None = None  # the plan the metrics show
         self.ready = False
         self.stopping = False
         self._wake = asyncio.Event()
@@ -164,7 +166,7 @@ class Daemon:
         if ref is None:
             return
         self._refresh_units.add(name)
-        if ref.level in ("pod", "container") and self.last_plan is not None and name not in self.last_plan.by_unit():
+        if ref.level in ("pod", "container") and self.last_plan is not None and name not in self._planned_units():
             # The kubelet has not told us about it yet: ask now, and again soon (_fast_poll_at).
             self._unknown_units[name] = self.out.clock() + UNKNOWN_UNIT_PATIENCE
             self._unknown_new = True
@@ -191,9 +193,14 @@ class Daemon:
             self.wake()
             return
         if unit == KUBELET_UNIT and result == "done":
-            log.info("kubelet.service (re)started: re-reading units and pods")
+            # What a kubelet start may rewrite are the kubepods and QoS slices (docs/PACKAGING.md):
+            # those are read again, as the resync timer does. Its pod slices and container scopes
+            # come and go with UnitNew/UnitRemoved; re-reading them all here cost one GetAll per
+            # unit in PID 1's queue at the moment a node's pods start (issue 6, convergence), and
+            # drift on them is still found by the full re-read every FULL_RESYNC_EVERY resyncs.
+            log.info("kubelet.service (re)started: re-reading the kubepods and QoS slices, and the pods")
             self._kubelet_started = self.out.clock()
-            self._want_full_refresh = True
+            self._want_light_refresh = True
             self._want_fetch = True
             self.wake()
 
@@ -275,7 +282,7 @@ class Daemon:
                                      on_returned=self._on_systemd_returned, on_overflow=self._on_signal_overflow)
         self._disconnected = False
         on_call = self.out.metrics.dbus_call if self.out.metrics else None
-        self.applier = Applier(self.systemd, self.naming, on_call=on_call)
+        self.applier = Applier(self.systemd, self.naming, on_call=on_call, run_of=self._run_of)
         self._want_full_refresh = True
 
     def _reload_config(self) -> None:
@@ -381,6 +388,25 @@ class Daemon:
         self._read_capacity()
         self.wake()
 
+    def _plan(self, pods: list) -> Plan:
+        """`plan` of these inputs; the same Plan object again while they are unchanged. A burst of
+        new pod slices brings a round per few signals, all with the same pods: planning them all
+        again each time was most of the daemon's CPU in a burst, taken from PID 1 on a small
+        node (bench/vm_speed.py; `plan` is pure, so this is safe)."""
+        inputs = (pods, self.capacity, self.out.page_size, self.config)
+        if self._planned is None or self._planned[0] != inputs:
+            desired = plan(pods, NodeFacts(self.capacity, self.out.page_size), self.config)
+            self._planned = (inputs, desired, desired.by_unit())
+        return self._planned[1]
+
+    def _planned_units(self) -> dict:
+        """The last plan's units by name (made once per plan: every UnitNew looks here)."""
+        if self.last_plan is None:
+            return {}
+        if self._planned is None or self._planned[1] is not self.last_plan:
+            return self.last_plan.by_unit()
+        return self._planned[2]
+
     def _settled_key(self) -> tuple:
         """Everything a reconcile's plan and diff are computed from. `plan` is pure and the diff
         reads only the Applier's cache (whose generation counts its changes): when this equals
@@ -407,13 +433,13 @@ class Daemon:
         self._settled = None
         pods = list(self.snapshot.pods) if self.snapshot else []
         try:
-            desired = plan(pods, NodeFacts(self.capacity, self.out.page_size), self.config)
+            desired = self._plan(pods)
         except PlanError as e:
             log.error("cannot plan, nothing changed: %s", e)
             return
         self._warn_once("plan", desired.warnings)
         self.last_plan = desired
-        planned = desired.by_unit()
+        planned = self._planned_units()
         now = self.out.clock()
         self._unknown_units = {n: t for n, t in self._unknown_units.items() if n not in planned and t > now}
         # Take the sets before awaiting: a UnitNew or JobRemoved that arrives while we read must
@@ -428,7 +454,8 @@ class Daemon:
         # A started unit (JobRemoved) whose properties are cached needs nothing else: a start job
         # does not change them, and its state matters only if it is to be written. One that was
         # not running when read at UnitNew has been forgotten: read it in full.
-        writes = {c.unit for c in self._changes(desired)[0] if c.must_exist and c.unit not in self.applier.runs}
+        writes = {c.unit for c in self._changes(desired)[0]
+                  if c.must_exist and c.unit not in self.applier.runs and self._run_of(c.unit) is None}
         again = {u for u in started_units if self.applier.observed.get(u) is None}
         try:
             self._awaiting_start |= await self.applier.refresh_units(pending | again, writes, probe)
@@ -441,15 +468,13 @@ class Daemon:
         if self.holding_reason is not None:
             self._warn_once("holding", [f"holding ({self.holding_reason}): {held} change(s) that would"
                                         f" lower a protection or move a MemoryHigh not sent"] if held else [])
-        unread = set(self.applier.runs)
         result = await self.applier.apply(changes)
-        # A pod slice written by the ID on its cgroup and refused: that run has ended, or the ID
-        # was stale. Read it over D-Bus next round: gone, it is forgotten; running, it is written.
-        self._recheck_units |= {c.unit for c in result.vanished if c.unit in unread}
         if changes:
             log.info("reconcile: %s", summarize(result))
         if self.out.metrics:
-            self.out.metrics.set_plan(desired)
+            if self._shown_plan is not desired:
+                self.out.metrics.set_plan(desired)
+                self._shown_plan = desired
             self.out.metrics.observe_reconcile(self.out.clock() - started, len(result.applied))
         # A retired slice is ours to reset once; after that it is the operator's again.
         self._retired = {n for n in self._retired if self.applier.observed.get(n) not in (None, DEFAULTS)}
@@ -484,8 +509,7 @@ class Daemon:
         read, if its cgroup still has no ID). Not while holding: only raising values may be sent
         then, which needs the values held. Container scopes carry no such ID on systemd 252
         (tests/e2e 12-invocation-path X) and are read as before."""
-        read = self.out.read_invocation
-        if read is None or self.holding_reason is not None:
+        if self.out.read_invocation is None or self.holding_reason is not None:
             return set(), set()
         taken, probe = set(), set()
         for name in new | (started & self._awaiting_start):
@@ -493,7 +517,7 @@ class Daemon:
             if ref is None or ref.level != "pod" or self.applier.observed.get(name) is not None:
                 continue
             self._awaiting_start.discard(name)
-            invocation = read(self.out.cgroup_fs / cgroup_path(name))
+            invocation = self._run_of(name)
             if invocation is not None:
                 self.applier.assume_started(name, invocation)
                 taken.add(name)
@@ -501,6 +525,13 @@ class Daemon:
                 probe.add(name)
             # else: started, yet no ID on its cgroup: read over D-Bus as before
         return taken, probe
+
+    def _run_of(self, unit: str) -> bytes | None:
+        """The invocation ID systemd put on a slice's cgroup as it started it; None for a scope
+        (systemd 252 puts none on them) or when there is none (see systemd.read_invocation_id)."""
+        if self.out.read_invocation is None or not unit.endswith(".slice"):
+            return None
+        return self.out.read_invocation(self.out.cgroup_fs / cgroup_path(unit))
 
     def _changes(self, desired: Plan) -> tuple[list[Change], int]:
         """The changes to send (only raising ones while holding), and how many were held back."""

@@ -68,6 +68,16 @@ class Plan:
     def by_unit(self) -> dict[str, UnitPlan]:
         return {u.unit: u for u in self.units}
 
+    @functools.cached_property
+    def targets(self) -> tuple[tuple[str, str, dict[str, int]], ...]:
+        """(unit, level, properties) of every unit, in order; made once per plan (the diff of a
+        burst's rounds asks for it every time). Read-only by convention."""
+        return tuple((u.unit, u.level, u.properties()) for u in self.units)
+
+    @functools.cached_property
+    def unit_names(self) -> frozenset[str]:
+        return frozenset(u.unit for u in self.units)
+
     def node_unit(self) -> UnitPlan:
         """The kubepods slice (the last node-level unit: any cgroupRoot slices come first)."""
         return [u for u in self.units if u.level == "node"][-1]

@@ -80,12 +80,12 @@ def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[st
     and so are the `retired` reserved slices (dropped from the config) that
     systemd has loaded.
     """
-    units = desired.units if isinstance(desired, Plan) else desired
-    targets: list[tuple[str, str, Mapping[str, int]]] = []
-    planned = set()
-    for u in units:
-        planned.add(u.unit)
-        targets.append((u.unit, u.level, u.properties()))
+    if isinstance(desired, Plan):
+        targets: list[tuple[str, str, Mapping[str, int]]] = list(desired.targets)
+        planned = desired.unit_names
+    else:
+        targets = [(u.unit, u.level, u.properties()) for u in desired]
+        planned = frozenset(u.unit for u in desired)
     if naming is not None:
         orphans = []
         for name in observed:
@@ -104,6 +104,8 @@ def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[st
     shrink: list[Change] = []
     for name, level, want in targets:
         have = observed.get(name)
+        if have == want:
+            continue  # the steady case, most units of most rounds
         if have is UNREAD:
             # Unknown values: send all three, in the grow pass (parents first) unless all are the
             # defaults, which can only be a lowering (the shrink pass, children first).

@@ -666,9 +666,16 @@ class FakeSystemd:
                 self._bus.unexport(unit.invocation_path)
 
     def _ended_run(self, msg: Message) -> Optional[Message]:
-        """systemd's answer to a call on the invocation path of a run that has ended, else None."""
+        """systemd's answer to a call on an invocation path of no current run, else None: like
+        manager_load_unit_from_dbus_path, any unit path whose label is 32 hex digits (an ended
+        run's, or one never given out) is refused as an unknown invocation ID."""
         path = msg.path or ""
-        if path not in self._path_names or path in self._invocation_paths:
+        if path in self._invocation_paths or not path.startswith(UNIT_PREFIX):
+            return None
+        label = path[len(UNIT_PREFIX):]
+        if label[:1] == "_" and len(label) == 34:  # a leading digit, escaped as _3N
+            label = chr(int(label[1:3], 16)) + label[3:]
+        if path not in self._path_names and not (len(label) == 32 and set(label) <= set("0123456789abcdef")):
             return None
         return Message.new_error(msg, NO_UNIT_FOR_INVOCATION_ID,
                                  f"No unit with the specified invocation ID {path[len(UNIT_PREFIX):]} known.")

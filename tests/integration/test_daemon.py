@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 import socket
 
 import pytest
+from fakesystemd import unit_path
 
 from memqos_systemd.config import parse_config
 from memqos_systemd.daemon import Daemon, Outside
@@ -123,6 +125,11 @@ class Harness:
         before = self.metrics_reconciles()
         self.daemon.wake()
         await until(lambda: self.metrics_reconciles() > before)
+
+    def dbus_errors(self) -> float:
+        return sum(self.metrics.registry.get_sample_value("memqos_dbus_calls_total",
+                                                          {"method": m, "result": "error"}) or 0
+                   for m in ("SetUnitProperties", "ListUnitsByPatterns", "GetAll", "GetUnit"))
 
     def metrics_reconciles(self) -> float:
         return self.metrics.registry.get_sample_value("memqos_reconcile_duration_seconds_count") or 0
@@ -342,6 +349,31 @@ def test_kubelet_restart_triggers_a_full_reread(fake_systemd, tmp_path):
     run(body())
 
 
+def test_kubelet_start_re_reads_the_upper_slices_not_every_pod_unit(fake_systemd, tmp_path):
+    """A kubelet start rewrites the kubepods and QoS slices (with its MemoryQoS gate): those are
+    read again, and the pods fetched; the pod slices and scopes are not each read again (one
+    GetAll each in PID 1's queue just as the node's pods start). A value the kubelet lowered on
+    the QoS slice while it started is put back."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE]) as h:
+            await h.settle()
+            fake_systemd.clear_calls()
+            fetches = h.source.fetches
+            behind_our_back(fake_systemd, "kubepods-burstable.slice", MemoryLow=0)
+            behind_our_back(fake_systemd, BPOD, MemoryLow=0)  # left to the full re-read
+            fake_systemd.emit_job_removed("kubelet.service", "done")
+            await until(lambda: h.memory("kubepods-burstable.slice")["MemoryLow"] == 256 * MI)
+            await h.settle()
+            assert h.source.fetches > fetches
+            read = {c.path for c in fake_systemd.calls_to("GetAll")}
+            assert unit_path("kubepods-burstable.slice") in read
+            assert read.isdisjoint({unit_path(BPOD), unit_path(BCTR)}), read
+            assert h.memory(BPOD)["MemoryLow"] == 0
+    run(body())
+
+
 def test_reload_with_invalid_config_keeps_the_old_one(fake_systemd, tmp_path):
     start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
 
@@ -458,6 +490,58 @@ def test_a_pod_slice_loaded_before_its_start_is_probed_then_written_by_its_id_on
             await h.settle()
             assert [c.method for c in fake_systemd.calls] == ["ListUnitsByPatterns", "SetProperties"]
             assert not h.daemon._awaiting_start
+    run(body())
+
+
+def test_a_running_pods_new_request_costs_only_its_writes_each_to_the_run_on_its_cgroup(fake_systemd, tmp_path):
+    """A Burstable pod's request grows: its pod slice, the QoS slice and kubepods.slice are
+    written, each to the run named by the ID on its cgroup: no state check (ListUnitsByPatterns,
+    GetUnit, Get) and no ID read first. The container scope (no ID on its cgroup on 252) is still
+    checked and its ID read."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE]) as h:
+            await h.settle()
+            fake_systemd.clear_calls()
+            h.source.items = [pod(B_UID, "b", "300Mi", "1Gi", "b" * 64, "Burstable")]
+            h.daemon._want_fetch = True
+            await until(lambda: h.memory(BCTR)["MemoryLow"] == 300 * MI)
+            await h.settle()
+            calls = fake_systemd.calls
+            slices = ("kubepods.slice", "kubepods-burstable.slice", BPOD)
+            runs = {fake_systemd.unit(u).invocation_path: u for u in (*slices, BCTR)}
+            assert sorted(runs[c.path] for c in calls if c.method == "SetProperties") == sorted((*slices, BCTR))
+            checks = [c for c in calls if c.method != "SetProperties"]
+            # Only the scope is checked (its state in one listing; its ID was read at the first round).
+            assert [c.method for c in checks] == ["ListUnitsByPatterns"], checks
+            assert checks[0].args[1] == [BCTR]
+    run(body())
+
+
+def test_a_slice_whose_cgroup_carries_an_older_runs_id_is_still_written(fake_systemd, tmp_path):
+    """The ID on a cgroup names a run that has ended (an older run's, left on a directory systemd
+    did not make again): systemd refuses that write, and the daemon asks systemd for the state
+    and ID instead, and writes."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE]) as h:
+            await h.settle()
+            os.setxattr(tmp_path / "cgroup/kubepods.slice/kubepods-burstable.slice" / BPOD,
+                        "user.invocation_id", os.urandom(16).hex().encode())
+            fake_systemd.clear_calls()
+            h.source.items = [pod(B_UID, "b", "300Mi", "1Gi", "b" * 64, "Burstable")]
+            h.daemon._want_fetch = True
+            await until(lambda: h.memory(BPOD)["MemoryLow"] == 300 * MI)
+            await h.settle()
+            runs = {fake_systemd.unit(u).invocation_path: u
+                    for u in ("kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)}
+            written = [runs.get(c.path, "an ended run") for c in fake_systemd.calls_to("SetProperties")]
+            assert sorted(written) == sorted(["kubepods.slice", "kubepods-burstable.slice", "an ended run", BPOD, BCTR])
+            assert written.index("an ended run") < written.index(BPOD)
+            assert fake_systemd.created == []
+            assert h.dbus_errors() == 0
     run(body())
 
 
@@ -724,8 +808,8 @@ def test_events_that_call_for_a_full_reread_still_read_every_unit(fake_systemd, 
 
     async def body():
         async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
-            for event in (lambda: fake_systemd.emit_job_removed("kubelet.service", "done"),
-                          lambda: fake_systemd.emit_reloading(False), h.daemon.request_reload):
+            # (A kubelet start reads only the upper slices: see test_kubelet_start_re_reads_...)
+            for event in (lambda: fake_systemd.emit_reloading(False), h.daemon.request_reload):
                 fake_systemd.clear_calls()
                 event()
                 await until(lambda: len(fake_systemd.calls_to("GetAll")) >= len(NODE_UNITS), timeout=5)
@@ -781,12 +865,14 @@ def test_drift_on_a_pod_slice_is_corrected_by_the_next_full_resync(fake_systemd,
 def test_an_unchanged_pod_list_is_not_planned_again_until_something_changes(fake_systemd, tmp_path, monkeypatch):
     """Planning is pure and the diff reads only the cache: a poll that brings the same pods to
     the same cache is not planned again. Anything else they depend on still is: the pods, the
-    node's memory, a value read back from systemd, a unit event."""
+    node's memory, a value read back from systemd, a unit event. (`planned` counts the rounds
+    that plan and diff; `computed`, the calls of `plan` itself, which the same inputs reuse.)"""
     import memqos_systemd.daemon as daemon_mod
 
-    planned = []
-    real_plan = daemon_mod.plan
-    monkeypatch.setattr(daemon_mod, "plan", lambda *a, **kw: planned.append(1) or real_plan(*a, **kw))
+    planned, computed = [], []
+    real_plan, real_step = daemon_mod.plan, daemon_mod.Daemon._plan
+    monkeypatch.setattr(daemon_mod, "plan", lambda *a, **kw: computed.append(1) or real_plan(*a, **kw))
+    monkeypatch.setattr(daemon_mod.Daemon, "_plan", lambda self, pods: planned.append(1) or real_step(self, pods))
     start_pods(fake_systemd, *NODE_UNITS)
 
     async def settle_after(h: Harness, change) -> int:
@@ -808,7 +894,9 @@ def test_an_unchanged_pod_list_is_not_planned_again_until_something_changes(fake
             bigger["spec"]["containers"][0]["resources"]["requests"]["memory"] = "384Mi"
             assert await settle_after(h, lambda: setattr(h.source, "items", [GUARANTEED, bigger])) == 1
             assert h.memory(BPOD)["MemoryLow"] == 384 * MI
+            computed_then = len(computed)
             assert await settle_after(h, lambda: None) == 1  # the round after a write plans again
+            assert len(computed) == computed_then  # with the plan it had: the same inputs
             assert await settle_after(h, lambda: None) == 0
             # The node's memory changes (udev memory event).
             h.capacity = 32 << 30

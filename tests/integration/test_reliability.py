@@ -494,17 +494,18 @@ def test_restart_during_a_long_outage_keeps_what_systemd_holds(fake_systemd, tmp
 
 # ------------------------------------------------------------------ a hung systemd
 
-# The calls a new pod costs: its state (with any other unit's of the round) in one
-# ListUnitsByPatterns, its properties in a GetAll, then the writes (GetUnit and Get are only used
-# when a state read earlier in the round may be stale).
+# The calls a new pod costs when its slices' cgroups carry no invocation ID: its state (with any
+# other unit's of the round) in one ListUnitsByPatterns, its properties in a GetAll, then the
+# writes (GetUnit and Get are only used when a state read earlier in the round may be stale).
+# With IDs on the cgroups, the writes alone.
 @pytest.mark.parametrize("method", ["SetUnitProperties", "ListUnitsByPatterns", "GetAll"])
 def test_hung_call_times_out_and_the_daemon_recovers(fake_systemd, tmp_path, method):
     """systemd does not answer one call for 3 s, the call timeout is 1 s: the call is abandoned,
     the batch stops at a safe point, and the retry (1 s later) finishes the job. The late answer,
     when it comes, changes nothing; no child is ever above its parent, even counting it."""
     start_units(fake_systemd, None, *BASE_UNITS, GUARANTEED)
-    if method == "GetAll":
-        # A new pod slice is read over D-Bus only when its cgroup has no invocation ID.
+    if method in ("GetAll", "ListUnitsByPatterns"):
+        # Slices are checked and read over D-Bus only when their cgroup has no invocation ID.
         fake_systemd.cgroup_root = None
 
     async def body():

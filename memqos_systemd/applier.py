@@ -176,30 +176,24 @@ class Applier:
                  *n.reserved_slices()]
         return {u for u in names if n.parse_unit(u).level in levels}
 
-    async def refresh_units(self, new: Iterable[str], recheck: Iterable[str] = (),
-                            probe: Iterable[str] = ()) -> set[str]:
+    async def refresh_units(self, new: Iterable[str], recheck: Iterable[str] = ()) -> None:
         """Read what one reconcile round needs, in few calls however many units there are.
 
         `new` units (UnitNew) are read in full: state and memory properties. `recheck` units
         (JobRemoved, or about to be written) need their state only when their properties are
-        cached: a start job does not change them. `probe` units (new pod slices whose cgroup had
-        no invocation ID yet) are read in full if they run, and otherwise left out of the cache
-        and returned: they are waiting for their start job. All states come from one
-        ListUnitsByPatterns call and are kept in `fresh` for this round's apply; the properties
-        come from one GetAll per unit, sent together.
+        cached: a start job does not change them. All states come from one ListUnitsByPatterns
+        call and are kept in `fresh` for this round's apply; the properties come from one GetAll
+        per unit, sent together.
         """
-        new, probe = set(new), set(probe)
-        names = new | set(recheck) | probe
+        new = set(new)
+        names = new | set(recheck)
         self.fresh = {}
         if not names:
-            return set()
+            return
         states = await self._states(self.systemd.unit_states(names))
         for name in names - set(states):
             self.forget(name)  # not in memory
-        waiting = {n for n in probe if n in states and not states[n].running}
-        for name in waiting:
-            states.pop(name)
-        values = await self._read(states, [n for n in states if n in new or n in probe or n not in self.observed])
+        values = await self._read(states, [n for n in states if n in new or n not in self.observed])
         for name, value in values.items():
             if value is None:
                 self.forget(name)  # not loaded, or gone since
@@ -209,7 +203,6 @@ class Applier:
                 self.runs.pop(name, None)
         self.generation += 1
         self.fresh = states
-        return waiting
 
     def assume_started(self, unit: str, invocation_id: bytes) -> None:
         """`unit` runs as the run `invocation_id` (found on its cgroup) and was not read: cache it

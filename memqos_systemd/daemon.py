@@ -446,8 +446,8 @@ class Daemon:
         # stay queued for the next round, not be cleared with the ones just read.
         pending, self._refresh_units = self._refresh_units, set()
         started_units, self._recheck_units = self._recheck_units, set()
-        taken, probe = self._take_new_runs(pending, started_units)
-        pending -= taken | probe
+        taken = self._take_new_runs(pending, started_units)
+        pending -= taken
         started_units -= taken
         # The units this round will write need their state checked before the write: a diff on
         # what is cached says which, and their states come in the same call as the new units'.
@@ -458,9 +458,9 @@ class Daemon:
                   if c.must_exist and c.unit not in self.applier.runs and self._run_of(c.unit) is None}
         again = {u for u in started_units if self.applier.observed.get(u) is None}
         try:
-            self._awaiting_start |= await self.applier.refresh_units(pending | again, writes, probe)
+            await self.applier.refresh_units(pending | again, writes)
         except SystemdError:
-            self._refresh_units |= pending | probe  # read them again after the retry
+            self._refresh_units |= pending  # read them again after the retry
             self._recheck_units |= started_units
             raise
         generation = self.applier.generation  # what this round's diff is computed from
@@ -497,21 +497,22 @@ class Daemon:
         else:
             self.notifier.status(status)
 
-    def _take_new_runs(self, new: set[str], started: set[str]) -> tuple[set[str], set[str]]:
-        """The new pod slices this round takes without reading their values over D-Bus, and those
-        whose state alone is to be read (`Applier.refresh_units(probe=)`).
+    def _take_new_runs(self, new: set[str], started: set[str]) -> set[str]:
+        """The new pod slices this round takes without reading them over D-Bus.
 
         A pod slice just loaded (UnitNew) and not cached: if its cgroup carries the invocation ID
         systemd sets as it starts a slice (systemd.read_invocation_id), it is cached as UNREAD
-        with that run's ID, and its first write is the only call it costs. Without an ID, its
-        state is probed (in the round's one ListUnitsByPatterns call): running, it is read as
-        before; not started yet, it waits for its start job's JobRemoved and is taken then (or
-        read, if its cgroup still has no ID). Not while holding: only raising values may be sent
-        then, which needs the values held. Container scopes carry no such ID on systemd 252
+        with that run's ID, and its first write is the only call it costs. Without an ID yet, its
+        start job has not run: it is neither read nor written until that job's JobRemoved, then
+        taken the same way, or read over D-Bus if its cgroup still has no ID (a systemd that sets
+        none). Asking systemd for its state meanwhile cost a ListUnitsByPatterns per round, each
+        pattern matched against every unit in PID 1: in a burst that slowed the burst itself
+        (bench/vm_speed.py). Not while holding: only raising values may be sent then, which
+        needs the values held. Container scopes carry no such ID on systemd 252
         (tests/e2e 12-invocation-path X) and are read as before."""
         if self.out.read_invocation is None or self.holding_reason is not None:
-            return set(), set()
-        taken, probe = set(), set()
+            return set()
+        taken = set()
         for name in new | (started & self._awaiting_start):
             ref = self.naming.parse_unit(name)
             if ref is None or ref.level != "pod" or self.applier.observed.get(name) is not None:
@@ -522,9 +523,10 @@ class Daemon:
                 self.applier.assume_started(name, invocation)
                 taken.add(name)
             elif name not in started:
-                probe.add(name)
+                self._awaiting_start.add(name)
+                taken.add(name)
             # else: started, yet no ID on its cgroup: read over D-Bus as before
-        return taken, probe
+        return taken
 
     def _run_of(self, unit: str) -> bytes | None:
         """The invocation ID systemd put on a slice's cgroup as it started it; None for a scope

@@ -517,6 +517,7 @@ def test_hung_call_times_out_and_the_daemon_recovers(fake_systemd, tmp_path, met
             h.source.items = [GUARANTEED, NEWCOMER]
             started = loop.time()
             fake_systemd.add_unit(pod_slice(NEWCOMER))
+            fake_systemd.emit_job_removed(pod_slice(NEWCOMER), "done")  # its start job ends
             await until(lambda: (h.memory(pod_slice(NEWCOMER)) or {}).get("MemoryLow") == 128 * MI, timeout=10)
             took = loop.time() - started
             errors = sum(h.dbus(m, "error") for m in ("SetUnitProperties", "GetUnit", "ListUnitsByPatterns", "GetAll"))
@@ -769,6 +770,7 @@ def test_no_write_after_the_daemon_heard_unit_removed(fake_systemd, tmp_path):
             h.source.items = [GUARANTEED, NEWCOMER]
             name = pod_slice(NEWCOMER)
             fake_systemd.add_unit(name)
+            fake_systemd.emit_job_removed(name, "done")  # its start job ends
 
             def arm():
                 iface = fake_systemd._exports[name][0]  # org.freedesktop.systemd1.Unit

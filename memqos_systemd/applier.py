@@ -217,13 +217,6 @@ class Applier:
             del self.observed[unit]
             self.generation += 1
 
-    def observed_for(self, names: Iterable[str]) -> dict[str, dict[str, int] | None]:
-        """The cache, with None for any name it has not seen (treated as not loaded)."""
-        view = dict(self.observed)
-        for n in names:
-            view.setdefault(n, None)
-        return view
-
     async def apply(self, changes: list[Change], *, dry_run: bool = False,
                     echo: Callable[[str], None] | None = None) -> ApplyResult:
         """Send `changes` in their order, a group of siblings at a time (`sibling_groups`): the

@@ -454,8 +454,10 @@ class Daemon:
         # A started unit (JobRemoved) whose properties are cached needs nothing else: a start job
         # does not change them, and its state matters only if it is to be written. One that was
         # not running when read at UnitNew has been forgotten: read it in full.
-        writes = {c.unit for c in self._changes(desired)[0]
+        before = self._changes(desired)
+        writes = {c.unit for c in before[0]
                   if c.must_exist and c.unit not in self.applier.runs and self._run_of(c.unit) is None}
+        read_from = self.applier.generation
         again = {u for u in started_units if self.applier.observed.get(u) is None}
         try:
             await self.applier.refresh_units(pending | again, writes)
@@ -464,7 +466,8 @@ class Daemon:
             self._recheck_units |= started_units
             raise
         generation = self.applier.generation  # what this round's diff is computed from
-        changes, held = self._changes(desired)
+        # The diff again only if the reads changed the cache (a burst's rounds read nothing).
+        changes, held = before if generation == read_from else self._changes(desired)
         if self.holding_reason is not None:
             self._warn_once("holding", [f"holding ({self.holding_reason}): {held} change(s) that would"
                                         f" lower a protection or move a MemoryHigh not sent"] if held else [])
@@ -537,7 +540,7 @@ class Daemon:
 
     def _changes(self, desired: Plan) -> tuple[list[Change], int]:
         """The changes to send (only raising ones while holding), and how many were held back."""
-        observed = self.applier.observed_for([*(u.unit for u in desired.units), *self._retired])
+        observed = self.applier.observed  # read only; a unit it lacks is not loaded (diff)
         if self.holding_reason is not None:
             # Values not read cannot be compared: such units are left as they are while holding.
             observed = {n: (None if v is UNREAD else v) for n, v in observed.items()}

@@ -124,7 +124,10 @@ _CGROUP_INTERFACE = {".slice": "org.freedesktop.systemd1.Slice", ".scope": "org.
 # none of them but the backslash of \x2d escapes): such names are looked up one by one instead.
 _GLOB_CHARS = frozenset("*?[\\")
 
-_SIGNAL_MATCH = f"type='signal',sender='{_SYSTEMD}',path='{_MANAGER_PATH}',interface='{_MANAGER}'"
+# One rule per signal handled: the manager also sends JobNew, StartupFinished, UnitFilesChanged,
+# and a burst of pods brings a JobNew per unit, each decoded in Python for nothing otherwise.
+_SIGNAL_MATCHES = tuple(f"type='signal',sender='{_SYSTEMD}',path='{_MANAGER_PATH}',interface='{_MANAGER}',"
+                        f"member='{member}'" for member in ("UnitNew", "UnitRemoved", "JobRemoved", "Reloading"))
 _OWNER_MATCH = (f"type='signal',sender='{_BUS_NAME}',path='{_BUS_PATH}',interface='{_BUS_NAME}',"
                 f"member='NameOwnerChanged',arg0='{_SYSTEMD}'")
 
@@ -695,7 +698,7 @@ class Systemd:
             return
         action = "subscribe to systemd's unit signals"
         # Match rules and our message handler first, so nothing sent after Subscribe is missed.
-        for rule in (_SIGNAL_MATCH, _OWNER_MATCH):
+        for rule in (*_SIGNAL_MATCHES, _OWNER_MATCH):
             await self._call(action, "AddMatch", "s", [rule], path=_BUS_PATH, interface=_BUS_NAME,
                              destination=_BUS_NAME, reply_signature="")
         self._bus.add_message_handler(self._on_message)

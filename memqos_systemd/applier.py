@@ -29,9 +29,11 @@ burst of new pods.
 A slice of the kubepods tree is written to the run named by the invocation ID on
 its cgroup (`run_of`), with no state check and no `Get` of the ID first; a stale
 ID is refused by systemd like an ended run. A pod slice that has just started
-need not be read at all (`assume_started`): until its first write it is `UNREAD`
-in the cache, and the diff sends all three values. One call per new pod slice,
-as a bare `SetUnitProperties` per `UnitNew` would cost, instead of three.
+need not be read over D-Bus at all (`assume_started`): it is cached with the
+values its cgroup's memory files show, what systemd applied as it started it
+(or as `UNREAD` if they cannot be read: the diff then sends all three values).
+One call per new pod slice, as a bare `SetUnitProperties` per `UnitNew` would
+cost, instead of three.
 
 `apply` sends changes in the diff's order, the writes to sibling pod slices (or
 sibling container scopes) together, and stops after the first group with a real
@@ -164,7 +166,7 @@ class Applier:
                 if n not in fresh and ref is not None and ref.level not in levels:
                     fresh[n] = value
         self.observed = fresh
-        self.runs = {n: r for n, r in self.runs.items() if fresh.get(n) is UNREAD}
+        self.runs = {n: r for n, r in self.runs.items() if n in fresh and n not in states}  # not re-read
         self.generation += 1
 
     def _named_units(self, levels: Collection[str]) -> set[str]:
@@ -204,10 +206,11 @@ class Applier:
         self.generation += 1
         self.fresh = states
 
-    def assume_started(self, unit: str, invocation_id: bytes) -> None:
-        """`unit` runs as the run `invocation_id` (found on its cgroup) and was not read: cache it
-        as UNREAD, so that the diff sends all of the plan's values, in one write to that run."""
-        self.observed[unit] = UNREAD
+    def assume_started(self, unit: str, invocation_id: bytes, values: dict[str, int] | None = None) -> None:
+        """`unit` runs as the run `invocation_id` (found on its cgroup) and was not read over
+        D-Bus: cache the `values` its cgroup shows, or UNREAD without them (the diff then sends all
+        of the plan's values); its first write goes to that run."""
+        self.observed[unit] = dict(values) if values is not None else UNREAD
         self.runs[unit] = invocation_id
         self.generation += 1
 
@@ -233,12 +236,12 @@ class Applier:
                 result.applied.append(change)
             return result
 
-        runs = set(self.runs)  # unread units to be written by their run's ID (assume_started)
-
         async def one(change: Change) -> tuple[str, str | None]:
             mark = self.systemd.signal_count
-            if change.unit in runs and change.unit not in self.runs:
-                return "vanished", None  # forgotten since the round began: its UnitRemoved was handled
+            if change.must_exist and change.unit not in self.observed:
+                # Forgotten since the diff (which writes the kubepods tree only for units in the
+                # cache): its UnitRemoved has been handled. Nothing to send.
+                return "vanished", None
             try:
                 if change.must_exist:
                     run = self.runs.get(change.unit)

@@ -96,7 +96,7 @@ from dbus_next.errors import AuthError
 __all__ = [
     "MEMORY_PROPERTIES", "UINT64_MAX", "ACTIVE_STATES",
     "SystemdError", "NoSuchUnit", "AccessDenied", "CallTimeout", "BusClosed",
-    "Systemd", "UnitStatus", "describe_call", "read_invocation_id", "INVOCATION_XATTRS",
+    "Systemd", "UnitStatus", "describe_call", "read_invocation_id", "read_cgroup_memory", "INVOCATION_XATTRS",
 ]
 
 log = logging.getLogger(__name__)
@@ -226,6 +226,32 @@ def read_invocation_id(cgroup_dir: str | os.PathLike) -> bytes | None:
         if len(text) == 32 and _HEX.issuperset(text) and text != "0" * 32:
             return bytes.fromhex(text)
     return None
+
+
+_CGROUP_MEMORY_FILES = {"MemoryMin": "memory.min", "MemoryLow": "memory.low", "MemoryHigh": "memory.high"}
+
+
+def read_cgroup_memory(cgroup_dir: str | os.PathLike) -> dict[str, int] | None:
+    """MemoryMin/MemoryLow/MemoryHigh as the kernel holds them for a cgroup systemd has just
+    realized (memory.min, memory.low, memory.high; "max" is infinity): what systemd applied from
+    the unit's properties when it started it, read without a D-Bus call. None when a file is
+    missing or not a number. Differs from systemd's own values only where systemd derives the
+    kernel's (a parent's DefaultMemoryLow=/DefaultMemoryMin=, page rounding); the full re-read
+    over D-Bus corrects what that hides."""
+    values = {}
+    for name, file in _CGROUP_MEMORY_FILES.items():
+        try:
+            with open(os.path.join(cgroup_dir, file), "rb") as f:
+                text = f.read(64).strip()
+        except OSError:
+            return None
+        if text == b"max":
+            values[name] = UINT64_MAX
+        elif text.isdigit() and int(text) <= UINT64_MAX:
+            values[name] = int(text)
+        else:
+            return None
+    return values
 
 
 def _show(value: int) -> str:

@@ -650,6 +650,10 @@ class FakeSystemd:
         if unit is not None and unit.invocation_id and unit.active_state != "inactive":
             path.mkdir(parents=True, exist_ok=True)
             os.setxattr(path, "user.invocation_id", unit.invocation_id.hex().encode())
+            # What the kernel shows of the values systemd applied (memory.min/low/high).
+            for prop, file in (("MemoryMin", "memory.min"), ("MemoryLow", "memory.low"), ("MemoryHigh", "memory.high")):
+                value = unit.memory[prop]
+                (path / file).write_text("max\n" if value == UINT64_MAX else f"{value}\n")
         elif path.is_dir():
             try:
                 os.removexattr(path, "user.invocation_id")
@@ -706,3 +710,4 @@ class FakeSystemd:
         for prop, value in properties:
             unit.memory[prop] = value.value
             unit.dropins[prop] = (value.value, runtime)
+        self._sync_cgroup(name)

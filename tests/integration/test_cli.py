@@ -103,7 +103,11 @@ class Node:
             self.base_config.update(kubeReserved={"memory": "64Mi"}, systemReserved={"memory": "32Mi"})
         self.config = self.write_config(podsFile=str(self.pods_path))
         self.cgroup = tmp_path / "cgroup"
-        self.cgroup.mkdir()
+        self.cgroup.mkdir(exist_ok=True)
+        # The kernel's files here are the test's own (node.kernel): the stand-in does not mirror
+        # its slices into them.
+        if fake is not None:
+            fake.cgroup_root = None
 
     def write_config(self, name: str = "config.yaml", **changes) -> Path:
         path = self.tmp / name

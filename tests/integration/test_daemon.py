@@ -463,11 +463,38 @@ def test_a_new_pod_slice_the_kubelet_has_listed_costs_one_call_its_write_by_the_
             calls = fake_systemd.calls
             assert [c.method for c in calls] == ["SetProperties"]
             assert calls[0].path == fake_systemd.unit(NPOD).invocation_path
-            assert fake_systemd.write_of(calls[0]) == (
-                NPOD, True, {"MemoryMin": 0, "MemoryLow": 128 * MI, "MemoryHigh": UINT64_MAX})
+            # What differs from what the kernel shows it holds (memory.min/low/high): MemoryLow.
+            assert fake_systemd.write_of(calls[0]) == (NPOD, True, {"MemoryLow": 128 * MI})
             assert h.daemon.applier.observed[NPOD] == {"MemoryMin": 0, "MemoryLow": 128 * MI,
                                                        "MemoryHigh": UINT64_MAX}
             assert h.daemon.applier.runs == {}
+    run(body())
+
+
+@pytest.mark.parametrize("files", ["unreadable", "kubelet-set"])
+def test_a_new_pod_slice_whose_kernel_values_cannot_be_read_or_differ_gets_what_differs(fake_systemd, tmp_path, files):
+    """Without the kernel's memory files (unreadable), all three planned values are sent in the
+    one write; with values the creator set (the kubelet's MemoryQoS gate sets MemoryMin), what
+    differs from them is sent, MemoryMin back to 0 included, each by the run's ID."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, GCTR)
+
+    async def body():
+        h = Harness(fake_systemd, tmp_path, [GUARANTEED, NEWCOMER])
+        if files == "unreadable":
+            h.daemon.out.read_cgroup_memory = lambda path: None
+        async with h:
+            await h.settle()
+            fake_systemd.clear_calls()
+            fake_systemd.add_unit(NPOD, memory={"MemoryMin": 128 * MI} if files == "kubelet-set" else None)
+            await until(lambda: (h.memory(NPOD) or {}).get("MemoryLow") == 128 * MI)
+            await h.settle()
+            sent = [fake_systemd.write_of(c)[2] for c in fake_systemd.calls]
+            assert {c.method for c in fake_systemd.calls} == {"SetProperties"}
+            if files == "unreadable":
+                assert sent == [{"MemoryMin": 0, "MemoryLow": 128 * MI, "MemoryHigh": UINT64_MAX}]
+            else:  # the diff's order: what grows first, then what shrinks
+                assert sent == [{"MemoryLow": 128 * MI}, {"MemoryMin": 0}]
+            assert h.memory(NPOD) == {"MemoryMin": 0, "MemoryLow": 128 * MI, "MemoryHigh": UINT64_MAX}
     run(body())
 
 

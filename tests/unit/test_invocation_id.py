@@ -1,4 +1,4 @@
-"""read_invocation_id: the invocation ID systemd sets on a started slice's cgroup directory
+"""read_invocation_id and read_cgroup_memory: what systemd applied to a started slice's cgroup, read
 (user.invocation_id / trusted.invocation_id, 32 hex digits; tests/e2e 12-invocation-path X shows
 it on systemd 252). Real extended attributes on real directories: the CI machine's disk takes
 user.* attributes, which is what the service reads."""
@@ -45,3 +45,29 @@ def test_no_attribute_no_directory_or_a_file_is_no_id(tmp_path):
     f = tmp_path / "memory.low"
     f.write_text("0\n")
     assert read_invocation_id(f) is None
+
+
+def test_the_kernels_memory_values_are_read_from_the_cgroup_files(tmp_path):
+    from memqos_systemd.systemd import UINT64_MAX, read_cgroup_memory
+
+    d = cgroup(tmp_path)
+    (d / "memory.min").write_text("0\n")
+    (d / "memory.low").write_text("134217728\n")
+    (d / "memory.high").write_text("max\n")
+    assert read_cgroup_memory(d) == {"MemoryMin": 0, "MemoryLow": 128 << 20, "MemoryHigh": UINT64_MAX}
+    (d / "memory.low").write_text("max\n")
+    assert read_cgroup_memory(d)["MemoryLow"] == UINT64_MAX
+
+
+@pytest.mark.parametrize("bad", ["", "-1\n", "12k\n", str(2**64) + "\n", "1 2\n"])
+def test_a_missing_or_unreadable_memory_file_gives_no_values(tmp_path, bad):
+    from memqos_systemd.systemd import read_cgroup_memory
+
+    d = cgroup(tmp_path)
+    assert read_cgroup_memory(d) is None  # no files at all
+    (d / "memory.min").write_text("0\n")
+    (d / "memory.high").write_text("max\n")
+    assert read_cgroup_memory(d) is None  # memory.low missing
+    (d / "memory.low").write_text(bad)
+    assert read_cgroup_memory(d) is None
+    assert read_cgroup_memory(tmp_path / "gone.slice") is None

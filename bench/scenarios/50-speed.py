@@ -192,6 +192,13 @@ async def reaction(bus):
     await one("floor", fresh())
     floor.terminate()
     floor.wait()
+    # the safe floor: one write per started slice, to the run named by its cgroup's ID
+    safe = subprocess.Popen([PY, os.path.join(GUEST, "safe_floor_subscriber.py"), "kubepods-burstable-pod",
+                             "MemoryLow", str(value)], stdout=subprocess.PIPE, text=True)
+    assert safe.stdout.readline().strip() == "ready"
+    await one("safe_floor", fresh())
+    safe.terminate()
+    safe.wait()
     # a 1 s poll loop
     poll = subprocess.Popen([PY, os.path.join(GUEST, "poll_loop.py"), "kubepods-burstable-pod*.slice",
                              "MemoryLow", str(value), "1.0"], stdout=subprocess.PIPE, text=True)

@@ -236,12 +236,12 @@ class Applier:
                 result.applied.append(change)
             return result
 
-        async def one(change: Change) -> tuple[str, str | None]:
+        async def one(change: Change) -> tuple[str, str | None, int]:
             mark = self.systemd.signal_count
             if change.must_exist and change.unit not in self.observed:
                 # Forgotten since the diff (which writes the kubepods tree only for units in the
                 # cache): its UnitRemoved has been handled. Nothing to send.
-                return "vanished", None
+                return "vanished", None, mark
             try:
                 if change.must_exist:
                     run = self.runs.get(change.unit)
@@ -251,24 +251,24 @@ class Applier:
                         await self.systemd.set_memory_if_loaded(change.unit, dict(change.props),
                                                                 status=fresh.get(change.unit), invocation_id=run)
                     except NoSuchUnit:
-                        if run is None:
-                            raise
+                        if run is None or change.unit not in self.observed:
+                            raise  # (forgotten meanwhile: its UnitRemoved has been handled)
                         # The ID on the cgroup named a run that has ended: the unit has gone, or its
                         # cgroup still carries an older run's ID. Ask systemd (state, then its ID).
                         await self.systemd.set_memory_if_loaded(change.unit, dict(change.props))
                 else:
                     await self.systemd.set_memory(change.unit, dict(change.props))
             except NoSuchUnit as e:
-                return ("vanished", None) if change.must_exist else ("failed", str(e))
+                return ("vanished", None, mark) if change.must_exist else ("failed", str(e), mark)
             except SystemdError as e:
-                return "failed", str(e)
-            return ("removed" if self.systemd.removed_since(change.unit, mark) else "applied"), None
+                return "failed", str(e), mark
+            return "applied", None, mark
 
         sent = 0
         for group in sibling_groups(changes):
             outcomes = await _in_flight([one(c) for c in group])
             sent += len(group)
-            for change, (outcome, error) in zip(group, outcomes):
+            for change, (outcome, error, mark) in zip(group, outcomes):
                 if outcome == "failed":
                     self._count("SetUnitProperties", "error")
                     if result.failed is None:
@@ -281,8 +281,11 @@ class Applier:
                     continue
                 self._count("SetUnitProperties", "ok")
                 result.applied.append(change)
-                if outcome == "removed":
-                    self.forget(change.unit)  # removed while we wrote: do not cache it again
+                # Asked now, once the whole group is answered: a UnitRemoved read while any write
+                # of the group was out (and perhaps already handled: forgotten) must not be undone
+                # by caching the unit again (seen: a deleted pod slice kept its pod's protection).
+                if self.systemd.removed_since(change.unit, mark) or (change.must_exist and change.unit not in self.observed):
+                    self.forget(change.unit)
                     continue
                 held = dict(self.observed.get(change.unit) or {"MemoryMin": 0, "MemoryLow": 0,
                                                                 "MemoryHigh": 2**64 - 1})

@@ -402,7 +402,7 @@ def child(args) -> int:
         main_prof.disable()
         state["profiling"] = False
         # What a full re-read costs, whether or not the window held one (with the defaults a
-        # full one comes every FULL_RESYNC_EVERY-th resync: 10 minutes): three, timed directly.
+        # full one comes every FULL_RESYNC_EVERY-th resync: 15 minutes): three, timed directly.
         full_a.cpu, full_a.count = 0.0, 0
         for _ in range(3):
             await d.applier.refresh_all(d._retired)

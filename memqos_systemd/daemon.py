@@ -59,11 +59,13 @@ THROTTLE_READ_INTERVAL = 15.0
 # The resync timer re-reads the node, QoS and reserved slices (listed by name) every
 # resyncInterval, and every unit, pod slices and container scopes included, every
 # FULL_RESYNC_EVERY-th time (and at every event that calls for it: start, reconnect,
-# daemon-reload, kubelet restart, config reload, signal overflow). In between, a unit the cache
-# lacks is found only by its UnitNew. The values of our units change only through our writes, a
-# reload (which reads all) or a third party; listing and reading the ~220 pod and container units
-# of a 110-pod node every minute was most of the daemon's idle CPU (docs/BENCHMARKS.md).
-FULL_RESYNC_EVERY = 10
+# daemon-reload, config reload, signal overflow). In between, a unit the cache lacks is found
+# only by its UnitNew. The values of our units change only through our writes, a reload (which
+# reads all) or a third party; listing and reading the ~220 pod and container units of a 110-pod
+# node every minute was most of the daemon's idle CPU (docs/BENCHMARKS.md), and every 10th time
+# it was still the largest part after the kubelet poll (1.1 of 3.8 CPU s an hour, natively): at
+# the default interval a third party's change to a pod slice or scope is put right within 15 min.
+FULL_RESYNC_EVERY = 15
 LIGHT_RESYNC_LEVELS = frozenset({"node", "qos", "reserved"})
 
 

@@ -9,9 +9,9 @@ the .deb built from a clean clone of HEAD; the guest side is bench/scenarios/50-
 (a) reaction: N pod slices created in one burst (pipelined StartTransientUnit); for each, the time
     from its UnitNew to MemoryLow showing in its memory.low, for memqos-systemd (the installed
     service; the kubelet stand-in already lists the pods), the floor (bench/guest/floor_subscriber.py:
-    one SetUnitProperties per UnitNew and nothing else), the safe floor
-    (bench/guest/safe_floor_subscriber.py: one Unit.SetProperties per JobRemoved, to the run named
-    by the slice's cgroup's invocation ID) and a 1 s poll loop (bench/guest/poll_loop.py);
+    one SetUnitProperties per UnitNew and nothing else), the safe floor (the same with --safe:
+    one Unit.SetProperties per JobRemoved, to the run named by the slice's cgroup's invocation ID)
+    and a 1 s poll loop (bench/guest/poll_loop.py);
     the kubelet's model (QoS-level values on its 60 s resync) is computed, not waited for.
 (b) throughput: converging 110 and 500 pods from nothing: raw SetUnitProperties pipelined on one
     connection (floor), a `systemctl set-property --runtime` loop, and memqos-systemd from the

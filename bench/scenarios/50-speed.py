@@ -185,20 +185,15 @@ async def reaction(bus):
         return [pod_slice(p["metadata"]["uid"]) for p in pods_burstable(n, lambda i: req)]
 
     daemon_stop()
-    # floor: one SetUnitProperties per UnitNew, nothing else
-    floor = subprocess.Popen([PY, os.path.join(GUEST, "floor_subscriber.py"), "kubepods-burstable-pod",
-                              "MemoryLow", str(value)], stdout=subprocess.PIPE, text=True)
-    assert floor.stdout.readline().strip() == "ready"
-    await one("floor", fresh())
-    floor.terminate()
-    floor.wait()
-    # the safe floor: one write per started slice, to the run named by its cgroup's ID
-    safe = subprocess.Popen([PY, os.path.join(GUEST, "safe_floor_subscriber.py"), "kubepods-burstable-pod",
-                             "MemoryLow", str(value)], stdout=subprocess.PIPE, text=True)
-    assert safe.stdout.readline().strip() == "ready"
-    await one("safe_floor", fresh())
-    safe.terminate()
-    safe.wait()
+    # floor: one SetUnitProperties per UnitNew, nothing else; the safe floor (--safe): one write
+    # per started slice, to the run named by its cgroup's ID
+    for label, flags in (("floor", []), ("safe_floor", ["--safe"])):
+        floor = subprocess.Popen([PY, os.path.join(GUEST, "floor_subscriber.py"), *flags, "kubepods-burstable-pod",
+                                  "MemoryLow", str(value)], stdout=subprocess.PIPE, text=True)
+        assert floor.stdout.readline().strip() == "ready"
+        await one(label, fresh())
+        floor.terminate()
+        floor.wait()
     # a 1 s poll loop
     poll = subprocess.Popen([PY, os.path.join(GUEST, "poll_loop.py"), "kubepods-burstable-pod*.slice",
                              "MemoryLow", str(value), "1.0"], stdout=subprocess.PIPE, text=True)

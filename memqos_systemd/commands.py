@@ -20,7 +20,7 @@ from .daemon import Daemon, Outside, grow_only, naming_for
 from .naming import cgroup_path
 from .plan import INFINITY, NodeFacts, Plan, plan
 from .reconcile import DEFAULTS, diff, reset_plan
-from .systemd import Systemd, SystemdError
+from .systemd import Systemd, SystemdError, read_cgroup_memory
 
 EXIT_OK, EXIT_FAILURE = 0, 1
 SERVICE = "memqos-systemd.service"
@@ -143,17 +143,6 @@ async def _send(cfg: Config, make_changes, *, dry_run: bool, label: str) -> int:
 
 
 # ------------------------------------------------------------------ status
-def _kernel_values(path: str) -> dict[str, int] | None:
-    out = {}
-    for prop, fname in (("MemoryMin", "memory.min"), ("MemoryLow", "memory.low"), ("MemoryHigh", "memory.high")):
-        try:
-            text = (CGROUP_ROOT / path / fname).read_text().strip()
-        except OSError:
-            return None
-        out[prop] = INFINITY if text == "max" else int(text)
-    return out
-
-
 def status(args, cfg: Config) -> int:
     return asyncio.run(_status(cfg, args.output or ("table" if sys.stdout.isatty() else "json")))
 
@@ -192,7 +181,7 @@ async def _status(cfg: Config, output: str) -> int:
         dirs[name] = d
         want = u.properties() if u else None
         held = applier.observed.get(name)
-        kernel = _kernel_values(d) if held is not None else None
+        kernel = read_cgroup_memory(CGROUP_ROOT / d) if held is not None else None
         drift = (want is not None and held is not None and want != held) or \
                 (held is not None and kernel is not None and held != kernel)
         rows.append({"unit": name, "level": u.level if u else "unplanned", "cgroup": d,

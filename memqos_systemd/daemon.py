@@ -513,10 +513,10 @@ class Daemon:
         values the kernel holds for it (systemd.read_cgroup_memory: what systemd applied as it
         started it), or as UNREAD if they cannot be read, and its first write, of what differs
         (all three if UNREAD), is the only call it costs. One property instead of three is also
-        less work for PID 1 (a drop-in and a cgroup write each) in the middle of a burst. Without an ID yet, its
-        start job has not run: it is neither read nor written until that job's JobRemoved, then
-        taken the same way, or read over D-Bus if its cgroup still has no ID (a systemd that sets
-        none). Asking systemd for its state meanwhile cost a ListUnitsByPatterns per round, each
+        less work for PID 1 (a drop-in and a cgroup write each) in the middle of a burst. Without
+        an ID yet, its start job has not run: it is neither read nor written until that job's
+        JobRemoved, then taken the same way, or read over D-Bus if its cgroup still has no ID (a
+        systemd that sets none). Asking systemd for its state meanwhile cost a ListUnitsByPatterns per round, each
         pattern matched against every unit in PID 1: in a burst that slowed the burst itself
         (bench/vm_speed.py). Not while holding: only raising values may be sent then, which
         needs the values held. Container scopes carry no such ID on systemd 252

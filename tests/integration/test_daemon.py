@@ -782,8 +782,12 @@ def units_read(fake) -> list[str]:
 
 
 def behind_our_back(fake, unit: str, **props) -> None:
-    """A third party changes a unit's values: no signal, nothing the daemon hears of."""
-    fake._run(lambda: fake._units[unit].memory.update(props))
+    """A third party changes a unit's values through systemd (`systemctl set-property`): no
+    signal, nothing the daemon hears of; systemd applies them to the unit's cgroup at once."""
+    def change() -> None:
+        fake._units[unit].memory.update(props)
+        fake._sync_cgroup(unit)
+    fake._run(change)
 
 
 async def timer_resync(h: Harness) -> None:
@@ -801,12 +805,15 @@ def test_timer_resync_reads_the_upper_slices_and_every_nth_one_reads_every_unit(
                                                                                 monkeypatch):
     """A GetAll answers ~72 properties on systemd, and every row of a listing is decoded in
     Python: listing and reading every pod slice and container scope every minute was most of the
-    idle CPU. A timer resync lists the upper units by name and reads them, nothing else; a unit
-    the cache lacks waits for the full one."""
+    idle CPU. A timer resync lists the upper units by name, every FULL_RESYNC_EVERY-th one every
+    unit; of those, it reads over D-Bus only the units whose cgroup does not show the cached
+    values (the stand-in keeps slices' cgroups, not scopes': the daemon has no kernel view of the
+    scopes here and reads them). A unit the cache lacks waits for the full one."""
     import memqos_systemd.daemon as daemon_mod
 
     monkeypatch.setattr(daemon_mod, "FULL_RESYNC_EVERY", 3)
     start_pods(fake_systemd, *NODE_UNITS)
+    scopes = sorted([GCTR, BCTR])
 
     async def body():
         async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
@@ -817,18 +824,83 @@ def test_timer_resync_reads_the_upper_slices_and_every_nth_one_reads_every_unit(
                 read.append(units_read(fake_systemd))
                 listed.append(units_listed(fake_systemd))
                 assert fake_systemd.writes == []
-            assert read == [UPPER_UNITS, UPPER_UNITS, sorted(NODE_UNITS)] * 2
+            assert read == [[], [], scopes] * 2
             assert listed == [[UPPER_NAMES], [UPPER_NAMES], [h.daemon.naming.patterns()]] * 2
             # A unit the cache has no values for (its UnitNew missed) is read by the full one only.
             h.daemon.applier.forget(BPOD)
             fake_systemd.clear_calls()
             await timer_resync(h)
-            assert units_read(fake_systemd) == UPPER_UNITS and BPOD not in h.daemon.applier.observed
+            assert units_read(fake_systemd) == [] and BPOD not in h.daemon.applier.observed
             await timer_resync(h)
             fake_systemd.clear_calls()
             await timer_resync(h)
-            assert units_read(fake_systemd) == sorted(NODE_UNITS)
+            assert units_read(fake_systemd) == sorted([BPOD, *scopes])
             assert h.daemon.applier.observed[BPOD] == h.memory(BPOD)
+    run(body())
+
+
+def kernel_only(tmp_path, unit: str, file: str, value: int) -> None:
+    """Someone writes a unit's cgroup file behind systemd's back: systemd still holds its value."""
+    from memqos_systemd.naming import cgroup_path
+
+    (tmp_path / "cgroup" / cgroup_path(unit) / file).write_text(f"{value}\n")
+
+
+def test_a_timer_resync_reads_over_dbus_the_units_whose_cgroup_differs(fake_systemd, tmp_path, monkeypatch):
+    """The kernel's files stand in for a GetAll only while they show the cached values: a cgroup
+    that shows anything else is read over D-Bus, and what systemd holds decides. A value changed
+    through systemd shows in the cgroup, so it is read and put right; a file written behind
+    systemd's back is read too, and nothing is sent while systemd holds the planned values."""
+    import memqos_systemd.daemon as daemon_mod
+
+    monkeypatch.setattr(daemon_mod, "FULL_RESYNC_EVERY", 2)
+    start_pods(fake_systemd, *NODE_UNITS)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
+            for _ in range(2):
+                await timer_resync(h)
+            planned = h.memory(BPOD)
+            kernel_only(tmp_path, BPOD, "memory.low", 4096)
+            kernel_only(tmp_path, "kubepods.slice", "memory.min", 8192)
+            fake_systemd.clear_calls()
+            await timer_resync(h)  # the upper slices only
+            assert units_read(fake_systemd) == ["kubepods.slice"] and fake_systemd.writes == []
+            fake_systemd.clear_calls()
+            await timer_resync(h)  # every unit
+            assert set(units_read(fake_systemd)) >= {BPOD, "kubepods.slice"}
+            assert fake_systemd.writes == [] and h.memory(BPOD) == planned
+            behind_our_back(fake_systemd, BPOD, MemoryLow=0)
+            await timer_resync(h)
+            await timer_resync(h)
+            assert h.memory(BPOD) == planned
+            assert [u for u, _ in h.sets()] == [BPOD]
+    run(body())
+
+
+def test_a_new_pod_slice_cached_from_its_cgroup_is_read_over_dbus_by_the_next_full_resync(fake_systemd, tmp_path,
+                                                                                           monkeypatch):
+    """A pod slice taken by its cgroup's invocation ID is cached with the values its cgroup
+    shows, which may not be systemd's own (a parent's DefaultMemoryLow=): the cgroup agreeing
+    with itself proves nothing, so the next full re-read asks systemd for it, and only then
+    trusts the kernel."""
+    import memqos_systemd.daemon as daemon_mod
+
+    monkeypatch.setattr(daemon_mod, "FULL_RESYNC_EVERY", 1)
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE, GUARANTEED]) as h:
+            fake_systemd.add_unit(GPOD)
+            await until(lambda: GPOD in h.daemon.applier.observed)
+            await h.settle()
+            assert GPOD in h.daemon.applier.unconfirmed
+            fake_systemd.clear_calls()
+            await timer_resync(h)
+            assert GPOD in units_read(fake_systemd) and GPOD not in h.daemon.applier.unconfirmed
+            fake_systemd.clear_calls()
+            await timer_resync(h)
+            assert GPOD not in units_read(fake_systemd)
     run(body())
 
 
@@ -854,16 +926,16 @@ def test_a_unit_removed_while_a_timer_resync_reads_is_not_kept_in_the_cache(fake
 
     async def body():
         async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
+            kernel_only(tmp_path, "kubepods.slice", "memory.min", 8192)  # so that one is read
             fake_systemd.clear_calls()
             fake_systemd.delay_next("GetAll", 0.5)
             h.daemon._next_resync = 0.0
             h.daemon.wake()
             await until(lambda: fake_systemd.calls_to("GetAll"))
             fake_systemd.remove_unit(BPOD)
-            await until(lambda: len(fake_systemd.calls_to("GetAll")) == len(UPPER_UNITS))
             await h.settle()
             await h.settle()
-            assert units_read(fake_systemd) == UPPER_UNITS
+            assert units_read(fake_systemd) == ["kubepods.slice"]
             assert units_listed(fake_systemd)[0] == UPPER_NAMES
             assert BPOD not in h.daemon.applier.observed
             assert h.daemon.applier.observed[BCTR] is not None and h.daemon.applier.observed[GPOD] is not None

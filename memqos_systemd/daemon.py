@@ -8,6 +8,9 @@ Promises kept here:
 * Protections are never lowered because the pod source failed: the last good
   snapshot is kept, and until a first good one exists (or while a sudden drop
   to zero pods is unconfirmed) only changes that raise values are sent.
+* A pod the pod source stops listing keeps its protection while its pod slice runs
+  (snapshot.carry_over), also just after the daemon itself restarted: the pods of the last
+  run's snapshot are kept in a runtime file (last_pods.py) for the first one.
 * An invalid config on SIGHUP is logged and the old one stays in force.
 * A lost bus is reconnected with backoff, then everything is re-read and re-applied.
 * SIGTERM exits without touching any unit: protections stay in place.

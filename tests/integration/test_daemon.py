@@ -1060,3 +1060,23 @@ def test_the_pods_are_written_only_when_they_change_and_a_failed_write_warns_onc
                 assert len(writes) == done + 1
                 assert [p.uid for p in last_pods.read(path)] == [G_UID, B_UID]
     run(body())
+
+
+def test_an_unusable_file_of_the_last_pods_is_one_warning_and_the_daemon_starts_as_before(fake_systemd, tmp_path,
+                                                                                           caplog):
+    import logging
+    from memqos_systemd import last_pods
+
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, GCTR)
+    path = tmp_path / "last-pods.json"
+    path.write_text('{"version": 1, "pods": [{"uid": 5}]}')
+
+    async def body():
+        with caplog.at_level(logging.WARNING, logger="memqos_systemd"):
+            async with Harness(fake_systemd, tmp_path, [GUARANTEED], last_pods_path=path) as h:
+                await h.settle()
+                assert h.memory(GPOD)["MemoryMin"] == 512 * MI
+        warned = [r.getMessage() for r in caplog.records if "last run" in r.getMessage()]
+        assert len(warned) == 1 and str(path) in warned[0] and "ignored" in warned[0]
+        assert [p.uid for p in last_pods.read(path)] == [G_UID]  # replaced by this run's pods
+    run(body())

@@ -202,3 +202,19 @@ def test_a_failed_replace_keeps_the_old_file_whole_and_leaves_no_temporary(tmp_p
     assert last_pods.read(path) == (POD_A,)
     assert os.listdir(tmp_path) == ["last-pods.json"]
     _one_warning(warnings, path, "No space left on device")
+
+
+def test_any_text_the_kubelet_sent_round_trips(tmp_path):
+    """Names are untrusted text: control characters, a lone surrogate (JSON allows \\ud800), NUL."""
+    odd = dataclasses.replace(POD_B, namespace="a\x00b\x1b[31m", name="\ud800x\U0001f600\u2028")
+    path = tmp_path / "last-pods.json"
+    assert last_pods.write(path, (odd,))
+    assert last_pods.read(path) == (odd,)
+
+
+def test_more_pods_than_a_node_can_run_discards_the_file(tmp_path, warnings, monkeypatch):
+    path = tmp_path / "last-pods.json"
+    assert last_pods.write(path, (POD_A, POD_B))
+    monkeypatch.setattr(last_pods, "MAX_PODS", 1)
+    assert last_pods.read(path) == ()
+    _one_warning(warnings, path, "more than 1 pods")

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import ledger
+from . import last_pods, ledger
 from .applier import Applier, summarize
 from .config import Config
 from .daemon import Daemon, Outside, grow_only, naming_for
@@ -27,6 +27,8 @@ SERVICE = "memqos-systemd.service"
 CGROUP_ROOT = Path(os.environ.get("MEMQOS_CGROUP_FS", "/sys/fs/cgroup"))
 # The reserved slices the service has written (ledger.py); the variable is for tests, like the one above.
 LEDGER_PATH = Path(os.environ.get("MEMQOS_LEDGER", str(ledger.DEFAULT_PATH)))
+# The pods of the last run, for the first carry_over after a restart (last_pods.py): next to the ledger.
+LAST_PODS_PATH = Path(os.environ.get("MEMQOS_LAST_PODS", str(LEDGER_PATH.with_name(last_pods.DEFAULT_PATH.name))))
 CALL_TIMEOUT = 10.0
 
 
@@ -272,7 +274,8 @@ def run(args, cfg: Config) -> int:
     metrics = _metrics(cfg, log)
     outside = Outside(connect=lambda address: Systemd.connect(address, call_timeout=CALL_TIMEOUT),
                       make_source=make_source, read_capacity=read_meminfo, page_size=page_size(),
-                      metrics=metrics, memory_watcher=_memory_watcher(log), ledger_path=LEDGER_PATH)
+                      metrics=metrics, memory_watcher=_memory_watcher(log), ledger_path=LEDGER_PATH,
+                      last_pods_path=LAST_PODS_PATH)
     if cfg.kubelet_memory_qos_gate:
         log.warning("the kubelet's MemoryQoS feature gate is on: two writers will fight over memory.min/high")
     config_path = getattr(args, "config", None) or _default_config_path()

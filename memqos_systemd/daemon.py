@@ -8,6 +8,9 @@ Promises kept here:
 * Protections are never lowered because the pod source failed: the last good
   snapshot is kept, and until a first good one exists (or while a sudden drop
   to zero pods is unconfirmed) only changes that raise values are sent.
+* A pod the pod source stops listing keeps its protection while its pod slice runs
+  (snapshot.carry_over), also just after the daemon itself restarted: the pods of the last
+  run's snapshot are kept in a runtime file (last_pods.py) for the first one.
 * An invalid config on SIGHUP is logged and the old one stays in force.
 * A lost bus is reconnected with backoff, then everything is re-read and re-applied.
 * SIGTERM exits without touching any unit: protections stay in place.
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .applier import Applier, summarize
-from . import ledger
+from . import last_pods, ledger
 from .config import Config, ConfigError, load_config
 from .naming import Naming, NamingError, cgroup_path, plan_cgroup_paths
 from .node import read_events_file
@@ -103,6 +106,8 @@ class Outside:
     bus_address: str | None = None
     cgroup_fs: Path = Path("/sys/fs/cgroup")
     ledger_path: Path | None = None  # reserved slices written (ledger.py); None: not kept
+    # The last snapshot's pods, for the first carry_over after a restart (last_pods.py); None: not kept.
+    last_pods_path: Path | None = None
     clock: Callable[[], float] = time.monotonic
     # A started unit's invocation ID from its cgroup directory (systemd.read_invocation_id), or
     # None; None here: new pod slices are read over D-Bus like any unit (see _take_new_runs).
@@ -123,6 +128,10 @@ class Daemon:
         self.systemd = None
         self.applier: Applier | None = None
         self.snapshot = None  # last good pods snapshot
+        # The pods of the last run (last_pods.py): the `previous` of the first snapshot's carry_over only.
+        self._last_run_pods: tuple = ()
+        self._remembered: tuple | None = None  # the pods last written to last_pods_path
+        self._remember_failing = False
         self.holding_reason: str | None = "no pod snapshot yet"
         self.capacity = outside.read_capacity()
         self.last_plan: Plan | None = None
@@ -361,12 +370,32 @@ class Daemon:
                             " the slices are gone", len(live))
             self.holding_reason = "suspect empty pod list"
             return
-        pods, carried = carry_over(snap.pods, self.snapshot.pods if self.snapshot else (), live)
+        # Before the first snapshot, the pods of the last run stand in for the previous one: a
+        # kubelet that lists only some pods just after our restart takes no protection away.
+        pods, carried = carry_over(snap.pods, self.snapshot.pods if self.snapshot else self._last_run_pods, live)
+        self._last_run_pods = ()
         self._warn_once("carried", [
             f"pod {p.display} is no longer listed by the pod source but its slice still exists;"
             f" keeping its protection until the slice is gone" for p in carried])
         self.snapshot = Snapshot(tuple(pods), snap.warnings, snap.source, snap.fetched_at)
         self.holding_reason = None
+        self._remember_pods()
+
+    def _remember_pods(self) -> None:
+        """Write the snapshot's pods for the next start (last_pods.py) when they have changed.
+        Cheap on an unchanged poll: the source hands back the same Pod objects, and a tuple
+        compares its items by identity first. A write that fails is tried again at every poll,
+        with one warning until it succeeds."""
+        path = self.out.last_pods_path
+        if path is None or self.snapshot is None or self.snapshot.pods == self._remembered:
+            return
+        if last_pods.write(path, self.snapshot.pods, warn=not self._remember_failing):
+            if self._remember_failing:
+                log.info("remembering the pods of this run in %s again", path)
+            self._remembered = self.snapshot.pods
+            self._remember_failing = False
+        else:
+            self._remember_failing = True
 
     def _live_pod_uids(self) -> set[str]:
         """UIDs of the pods whose slices systemd has loaded (from the cache of what it holds).
@@ -625,6 +654,12 @@ class Daemon:
                 log.info("%s was a reserved cgroup when the service last ran and the config no longer names"
                          " it: bringing it back to MemoryMin=0 MemoryLow=0 MemoryHigh=infinity", name)
             self._retired |= gone
+        if self.out.last_pods_path is not None and self.snapshot is None:
+            self._last_run_pods = last_pods.read(self.out.last_pods_path)
+            if self._last_run_pods:
+                log.info("remembered %d pods from the last run (%s): a pod among them the pod source does not"
+                         " list at first keeps its protection while its slice runs", len(self._last_run_pods),
+                         self.out.last_pods_path)
         if self.out.memory_watcher is not None:
             loop.add_reader(self.out.memory_watcher.fileno(), self.on_memory_event)
         wd = watchdog_interval()

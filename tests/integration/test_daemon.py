@@ -84,7 +84,7 @@ class NotifySocket:
 
 
 class Harness:
-    def __init__(self, fake, tmp_path, items, config=None, capacity=16 << 30, ledger_path=None):
+    def __init__(self, fake, tmp_path, items, config=None, capacity=16 << 30, ledger_path=None, last_pods_path=None):
         self.fake = fake
         self.source = ControlledSource(items)
         self.notify = NotifySocket(tmp_path)
@@ -99,7 +99,7 @@ class Harness:
             connect=lambda address: Systemd.connect(fake.address, call_timeout=2.0),
             make_source=lambda c: self.source, read_capacity=lambda: self.capacity, page_size=4096,
             metrics=self.metrics, notifier=Notifier(self.notify.path), cgroup_fs=tmp_path / "cgroup",
-            ledger_path=ledger_path)
+            ledger_path=ledger_path, last_pods_path=last_pods_path)
         self.daemon = Daemon(str(self.config_path), cfg, outside)
         self.task = None
 
@@ -1016,4 +1016,139 @@ def test_an_unchanged_pod_list_is_not_planned_again_until_something_changes(fake
             for _ in range(3):
                 assert await settle_after(h, lambda: None) == 0
             assert fake_systemd.calls == []
+    run(body())
+
+
+def test_a_pod_the_kubelet_leaves_out_of_its_first_list_after_a_daemon_restart_keeps_its_protection(
+        fake_systemd, tmp_path):
+    """The daemon restarts (systemctl restart, a crash, an upgrade) while the kubelet, mid-restart
+    itself, lists only some pods: a pod of the last run whose slice still runs is kept until its
+    slice is gone, as it would be without the restart (the pods of the last run are remembered
+    in the runtime directory, last_pods.py)."""
+    from memqos_systemd import last_pods
+
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, BPOD, GCTR, BCTR)
+    first, again = tmp_path / "first", tmp_path / "again"
+    first.mkdir()
+    again.mkdir()
+    path = tmp_path / "run" / "last-pods.json"
+
+    async def body():
+        async with Harness(fake_systemd, first, [GUARANTEED, BURSTABLE], last_pods_path=path) as h:
+            held = {u: h.memory(u) for u in ("kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)}
+            assert held[BPOD]["MemoryLow"] == 256 * MI
+        assert [p.uid for p in last_pods.read(path)] == [G_UID, B_UID]
+        fake_systemd.clear_calls()
+        async with Harness(fake_systemd, again, [GUARANTEED], last_pods_path=path) as h:
+            await h.settle()
+            assert {u: h.memory(u) for u in held} == held
+            assert all(u not in (BPOD, BCTR) for u, _ in h.sets())
+            assert h.daemon.holding_reason is None  # a snapshot like any: B is carried, not held for
+            assert [p.uid for p in last_pods.read(path)] == [G_UID, B_UID]  # still remembered
+            # The pod really goes: its slices are removed, and only then is its share released.
+            for unit in (BCTR, BPOD):
+                fake_systemd.remove_unit(unit)
+            await until(lambda: h.memory("kubepods.slice")["MemoryLow"] == 0)
+            assert [p.uid for p in h.daemon.snapshot.pods] == [G_UID]
+            assert h.memory("kubepods.slice")["MemoryMin"] == 512 * MI
+            assert h.memory(GPOD)["MemoryMin"] == 512 * MI
+        assert [p.uid for p in last_pods.read(path)] == [G_UID]
+    run(body())
+
+
+def test_the_pods_of_the_last_run_are_never_planned_on_their_own(fake_systemd, tmp_path, caplog):
+    """A remembered pod whose slice is gone, or that the kubelet lists again (with new values:
+    the list wins), is not carried; without a path nothing is read or written."""
+    import logging
+    from memqos_systemd import last_pods
+    from memqos_systemd.pods import parse_pods
+
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, GCTR)
+    path = tmp_path / "run" / "last-pods.json"
+    old, _ = parse_pods({"items": [pod(G_UID, "g", "256Mi", "256Mi", "a" * 64, "Guaranteed"), BURSTABLE]})
+    assert last_pods.write(path, old)
+
+    async def body():
+        with caplog.at_level(logging.INFO, logger="memqos_systemd"):
+            async with Harness(fake_systemd, tmp_path, [GUARANTEED], last_pods_path=path) as h:
+                await h.settle()
+                assert [p.uid for p in h.daemon.snapshot.pods] == [G_UID]  # B's slice is not live
+                assert h.memory(GPOD)["MemoryMin"] == 512 * MI  # the kubelet's values, not the file's
+                assert h.memory("kubepods.slice")["MemoryLow"] == 0
+        assert f"remembered 2 pods from the last run ({path})" in caplog.text
+        assert "no longer listed" not in caplog.text
+        assert [p.uid for p in last_pods.read(path)] == [G_UID]
+    run(body())
+
+
+def test_the_pods_are_written_only_when_they_change_and_a_failed_write_warns_once(fake_systemd, tmp_path,
+                                                                                   monkeypatch, caplog):
+    """The poll runs every 5 s and an unchanged /pods gives the same pods: no write then. A write
+    that fails is tried again at each poll, with one warning, until it succeeds."""
+    import logging
+    from memqos_systemd import last_pods
+
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, BPOD, GCTR, BCTR)
+    blocker = tmp_path / "run"
+    blocker.write_text("")  # a file where the directory must go
+    path = blocker / "last-pods.json"
+    writes = []
+    real_write = last_pods.write
+    monkeypatch.setattr(last_pods, "write", lambda *a, **k: writes.append(a[1]) or real_write(*a, **k))
+
+    class SameObjects(ControlledSource):
+        """As the kubelet source: the same Pod objects while the document is unchanged."""
+        def fetch(self):
+            key = repr(self.items)
+            if getattr(self, "_last", (None,))[0] != key:
+                self._last = (key, super().fetch())
+            self.fetches += 1
+            return self._last[1]
+
+    async def body():
+        with caplog.at_level(logging.WARNING, logger="memqos_systemd"):
+            h = Harness(fake_systemd, tmp_path, [GUARANTEED], last_pods_path=path)
+            h.source = h.daemon.source = SameObjects([GUARANTEED])
+            async with h:
+                for _ in range(3):
+                    h.daemon._want_fetch = True
+                    await h.settle()
+                assert not path.exists() and len(writes) >= 3  # tried at every poll
+                assert sum("cannot remember the pods" in r.getMessage() for r in caplog.records) == 1
+                blocker.unlink()
+                h.daemon._want_fetch = True
+                await h.settle()
+                assert [p.uid for p in last_pods.read(path)] == [G_UID]
+                done = len(writes)
+                for _ in range(3):
+                    h.daemon._want_fetch = True
+                    await h.settle()
+                assert len(writes) == done  # the same pods: not written again
+                h.source.items = [GUARANTEED, BURSTABLE]
+                h.daemon._want_fetch = True
+                h.daemon.wake()
+                await until(lambda: len(writes) > done)
+                await h.settle()
+                assert len(writes) == done + 1
+                assert [p.uid for p in last_pods.read(path)] == [G_UID, B_UID]
+    run(body())
+
+
+def test_an_unusable_file_of_the_last_pods_is_one_warning_and_the_daemon_starts_as_before(fake_systemd, tmp_path,
+                                                                                           caplog):
+    import logging
+    from memqos_systemd import last_pods
+
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, GCTR)
+    path = tmp_path / "last-pods.json"
+    path.write_text('{"version": 1, "pods": [{"uid": 5}]}')
+
+    async def body():
+        with caplog.at_level(logging.WARNING, logger="memqos_systemd"):
+            async with Harness(fake_systemd, tmp_path, [GUARANTEED], last_pods_path=path) as h:
+                await h.settle()
+                assert h.memory(GPOD)["MemoryMin"] == 512 * MI
+        warned = [r.getMessage() for r in caplog.records if "last run" in r.getMessage()]
+        assert len(warned) == 1 and str(path) in warned[0] and "ignored" in warned[0]
+        assert [p.uid for p in last_pods.read(path)] == [G_UID]  # replaced by this run's pods
     run(body())

@@ -68,6 +68,8 @@ THROTTLE_READ_INTERVAL = 15.0
 # node every minute was most of the daemon's idle CPU (docs/BENCHMARKS.md), and every 10th time
 # it was still the largest part after the kubelet poll (1.1 of 3.8 CPU s an hour, natively): at
 # the default interval a third party's change to a pod slice or scope is put right within 15 min.
+# Of the units a timer resync lists, only those whose cgroup does not show the cached values are
+# read over D-Bus (Applier.refresh_all(trust_kernel=True)).
 FULL_RESYNC_EVERY = 15
 LIGHT_RESYNC_LEVELS = frozenset({"node", "qos", "reserved"})
 

@@ -169,6 +169,7 @@ class FakeUnit:
     # What SetUnitProperties wrote: {property: (value, runtime)}; a drop-in on real systemd.
     dropins: dict = field(default_factory=dict)
     invocation_id: bytes = b""
+    slice: str = ""  # a scope's parent slice, when the caller gave one (its cgroup is then kept)
 
     @property
     def invocation_path(self) -> Optional[str]:
@@ -544,10 +545,12 @@ class FakeSystemd:
     # ---- units --------------------------------------------------------------------------
 
     def add_unit(self, name: str, *, active_state: str = "active", load_state: str = "loaded",
-                 transient: bool = True, memory: Optional[dict] = None) -> None:
-        """Load a unit (as the kubelet starting a pod slice would) and send UnitNew."""
+                 transient: bool = True, memory: Optional[dict] = None, slice: str = "") -> None:
+        """Load a unit (as the kubelet starting a pod slice would) and send UnitNew. A scope given
+        its parent `slice` gets a cgroup directory under cgroup_root as slices do (no ID on it)."""
         def add() -> None:
-            unit = FakeUnit(name, load_state=load_state, active_state=active_state, transient=transient)
+            unit = FakeUnit(name, load_state=load_state, active_state=active_state, transient=transient,
+                            slice=slice)
             unit.memory.update(memory or {})
             if load_state == "loaded" and active_state != "inactive":
                 unit.invocation_id = os.urandom(16)
@@ -641,15 +644,26 @@ class FakeSystemd:
 
     def _sync_cgroup(self, name: str) -> None:
         """Keep a slice's cgroup directory under cgroup_root as systemd would: made, with
-        user.invocation_id, while it runs; the attribute removed once it is unloaded."""
-        if self.cgroup_root is None or not name.endswith(".slice"):
-            return
-        parts = name[: -len(".slice")].split("-")
-        path = Path(self.cgroup_root, *("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts))))
+        user.invocation_id and the memory values applied, while it runs; the attribute removed
+        once it is unloaded. A scope added with its parent slice gets its directory and values
+        too, with no ID (as on 252)."""
+        def slice_dir(slice_name: str) -> Path:
+            parts = slice_name[: -len(".slice")].split("-")
+            return Path(self.cgroup_root, *("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts))))
+
         unit = self._units.get(name)
+        if self.cgroup_root is None:
+            return
+        if name.endswith(".slice"):
+            path = slice_dir(name)
+        elif unit is not None and unit.slice:
+            path = slice_dir(unit.slice) / name
+        else:
+            return
         if unit is not None and unit.invocation_id and unit.active_state != "inactive":
             path.mkdir(parents=True, exist_ok=True)
-            os.setxattr(path, "user.invocation_id", unit.invocation_id.hex().encode())
+            if name.endswith(".slice"):
+                os.setxattr(path, "user.invocation_id", unit.invocation_id.hex().encode())
             # What the kernel shows of the values systemd applied (memory.min/low/high).
             for prop, file in (("MemoryMin", "memory.min"), ("MemoryLow", "memory.low"), ("MemoryHigh", "memory.high")):
                 value = unit.memory[prop]

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Sequence
 
+from . import runfile
 from .pods import MAX_CONTAINERS, MAX_PODS, QOS_CLASSES, Container, Pod, one_line
 from .quantity import MAX_BYTES as MAX_QUANTITY
 
@@ -89,22 +89,11 @@ def write(path: Path, pods: Sequence[Pod], *, warn: bool = True) -> bool:
         except OSError:
             pass
         return False
-    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        with open(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        runfile.replace(path, data, 0o600)
     except OSError as e:
         if warn:
             log.warning("cannot remember the pods of this run in %s: %s", path, e.strerror or e)
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
         return False
     return True
 

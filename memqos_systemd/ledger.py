@@ -15,9 +15,9 @@ name is ignored with a warning (it names nothing we could have written).
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
+from . import runfile
 from .naming import valid_slice_name
 
 __all__ = ["DEFAULT_PATH", "read", "write"]
@@ -55,19 +55,9 @@ def read(path: Path) -> set[str]:
 
 def write(path: Path, names: set[str] | frozenset[str]) -> bool:
     """Replace the ledger at `path` with `names` (atomically); False, with a warning, if it cannot."""
-    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write("".join(f"{n}\n" for n in sorted(names)))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        runfile.replace(path, "".join(f"{n}\n" for n in sorted(names)).encode())
     except OSError as e:
         log.warning("cannot write the reserved-slice ledger %s: %s", path, e.strerror or e)
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
         return False
     return True

@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from memqos_systemd import last_pods
+from memqos_systemd import last_pods, runfile
 from memqos_systemd.pods import Container, Pod
 
 GI = 2**30
@@ -197,7 +197,7 @@ def test_a_failed_replace_keeps_the_old_file_whole_and_leaves_no_temporary(tmp_p
 
     def refuse(src, dst):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(last_pods.os, "replace", refuse)
+    monkeypatch.setattr(runfile.os, "replace", refuse)
     assert last_pods.write(path, (POD_A, POD_B)) is False
     assert last_pods.read(path) == (POD_A,)
     assert os.listdir(tmp_path) == ["last-pods.json"]

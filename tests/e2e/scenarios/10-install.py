@@ -78,6 +78,16 @@ check(p.returncode == 0 and not errors,
       f"memqos-systemd check exit {p.returncode}: {len(lines)} findings, errors {errors}, "
       f"warnings {[l for l in lines if l.startswith('warn')]}")
 
+# The pods of its last snapshot, for the first pod list after a restart (last_pods.py), next to
+# the ledger: written once it has a snapshot, which a kubelet answering (with no pods) gives it.
+last_pods_file = "/run/memqos-systemd/last-pods.json"
+wait_for(lambda: os.path.isfile(last_pods_file), timeout=30.0)
+journal = journal_since(None)
+check(os.path.isfile(last_pods_file) and not any("cannot remember the pods" in l for l in journal),
+      f"the sandbox lets it keep the pods of its last snapshot in {last_pods_file}:"
+      f" {open(last_pods_file).read()[:80] if os.path.isfile(last_pods_file) else 'absent'}"
+      f" (mode {oct(os.stat(last_pods_file).st_mode & 0o777) if os.path.isfile(last_pods_file) else '-'})")
+
 # --- reload ----------------------------------------------------------------------------------
 pid = main_pid()
 cursor = journal_cursor()

@@ -330,6 +330,9 @@ class Daemon:
         if source_changed:
             self.source = self.out.make_source(config)
             self._want_fetch = True
+        # A shorter resyncInterval counts from now: the deadline set with the old one could be
+        # up to that interval away (60 s by default; measured in the VM, 32-resync-kernel).
+        self._next_resync = min(self._next_resync, self.out.clock() + config.resync_interval)
         self._want_full_refresh = True
         log.info("config reloaded from %s: policy %s, hierarchy %s", self.config_path,
                  config.memory_reservation_policy, config.hierarchy)

@@ -395,6 +395,24 @@ def test_reload_with_invalid_config_keeps_the_old_one(fake_systemd, tmp_path):
     run(body())
 
 
+def test_a_reload_to_a_shorter_resync_interval_takes_effect_at_once(fake_systemd, tmp_path):
+    """The timer's deadline was set with the old interval (60 s by default): after a reload to
+    resyncInterval 1s the first timer resync came up to a minute later (seen in the VM,
+    32-resync-kernel: 16 resyncs took 63 s instead of 16)."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE]) as h:
+            import yaml
+            h.config_path.write_text(yaml.safe_dump({**TIERED, "resyncInterval": "1s"}))
+            h.daemon.request_reload()
+            await h.settle()
+            assert h.daemon.config.resync_interval == 1
+            fake_systemd.clear_calls()  # the reload's own full re-read
+            await until(lambda: len(fake_systemd.calls_to("ListUnitsByPatterns")) >= 2, timeout=4)
+    run(body())
+
+
 def test_throttle_events_of_containers_reach_the_metrics(fake_systemd, tmp_path):
     start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
     scope_dir = tmp_path / "cgroup" / "kubepods.slice" / "kubepods-burstable.slice" / BPOD / BCTR

@@ -177,17 +177,18 @@ class Applier:
         fresh: dict[str, dict[str, int] | None] = dict.fromkeys(extra - set(states))
         read = [n for n in states if not (trust_kernel and self._kernel_agrees(n, states[n]))]
         fresh.update(await self._read(states, read))
-        for n in states.keys() - fresh.keys():
-            # Kept as cached, taken after the reads: a UnitRemoved handled meanwhile has already
-            # taken the unit out of the cache (forget), and must not be undone here.
-            if self.observed.get(n) is not None and not self.systemd.removed_since(n, states[n].seen):
-                fresh[n] = self.observed[n]
-        if levels is not None:
-            # Kept as cached, taken after the reads: a UnitRemoved handled meanwhile has already
-            # taken the unit out of the cache (forget), and must not be undone here.
-            for n, value in self.observed.items():
+        # Kept as cached, taken after the reads: a UnitRemoved handled meanwhile has already taken
+        # the unit out of the cache (forget), and must not be undone here. Kept: a listed unit
+        # whose cgroup showed its cached values, and with `levels`, every unit of other levels.
+        for n, value in self.observed.items():
+            if n in fresh:
+                continue
+            if n in states:
+                if value is not None and not self.systemd.removed_since(n, states[n].seen):
+                    fresh[n] = value
+            elif levels is not None:
                 ref = self.naming.parse_unit(n)
-                if n not in fresh and ref is not None and ref.level not in levels:
+                if ref is not None and ref.level not in levels:
                     fresh[n] = value
         self.observed = fresh
         read_set = set(read)
@@ -199,7 +200,7 @@ class Applier:
         """Whether `name` runs and its cgroup shows the values cached for it (see refresh_all)."""
         held = self.observed.get(name)
         if (self.kernel_values is None or not status.running or held is None or held is UNREAD
-                or name in self.unconfirmed or self.systemd.removed_since(name, status.seen)):
+                or name in self.unconfirmed):
             return False
         kernel = self.kernel_values(name)
         if kernel is None:

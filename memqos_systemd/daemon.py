@@ -151,9 +151,9 @@ class Daemon:
         # What the last reconcile that had nothing to send was computed from (see _settled_key).
         self._settled: tuple | None = None
         self._live_uids: tuple[tuple, frozenset[str]] | None = None  # see _live_pod_uids
-        # The memory.events files of the last plan's containers: (plan, [(unit, path)]).
-        self._events_files: tuple[Plan, list[tuple[str, str]]] | None = None
-        self._scope_paths: tuple[Plan, dict[str, str]] | None = None  # container scopes' cgroups, by plan
+        # The cgroup directories of a plan's container scopes, and their memory.events files:
+        # (plan, {unit: dir}, [(unit, memory.events path)]); see _container_dirs.
+        self._container_cgroups: tuple[Plan, dict[str, Path], list[tuple[str, str]]] | None = None
         self._want_reload = False
         self._refresh_units: set[str] = set()  # UnitNew: read state and properties
         self._recheck_units: set[str] = set()  # JobRemoved: read the state again
@@ -555,8 +555,8 @@ class Daemon:
         less work for PID 1 (a drop-in and a cgroup write each) in the middle of a burst. Without
         an ID yet, its start job has not run: it is neither read nor written until that job's
         JobRemoved, then taken the same way, or read over D-Bus if its cgroup still has no ID (a
-        systemd that sets none). Asking systemd for its state meanwhile cost a ListUnitsByPatterns per round, each
-        pattern matched against every unit in PID 1: in a burst that slowed the burst itself
+        systemd that sets none). Asking systemd for its state meanwhile cost a ListUnitsByPatterns
+        per round, each pattern matched against every unit in PID 1: in a burst that slowed the burst itself
         (bench/vm_speed.py). Not while holding: only raising values may be sent then, which
         needs the values held. Container scopes carry no such ID on systemd 252
         (tests/e2e 12-invocation-path X) and are read as before."""
@@ -570,9 +570,8 @@ class Daemon:
             self._awaiting_start.discard(name)
             invocation = self._run_of(name)
             if invocation is not None:
-                read = self.out.read_cgroup_memory
                 self.applier.assume_started(name, invocation,
-                                            read(self.out.cgroup_fs / cgroup_path(name)) if read else None)
+                                            self._kernel_values(name) if self.out.read_cgroup_memory else None)
                 taken.add(name)
             elif name not in started:
                 self._awaiting_start.add(name)
@@ -580,29 +579,37 @@ class Daemon:
             # else: started, yet no ID on its cgroup: read over D-Bus as before
         return taken
 
-    def _kernel_values(self, unit: str) -> dict[str, int] | None:
-        """memory.min/low/high of a unit's cgroup (systemd.read_cgroup_memory): a slice's place
-        follows from its name, a container scope's from the last plan; None for any other scope."""
+    def _container_cgroups_of(self, desired: Plan) -> tuple[Plan, dict[str, Path], list[tuple[str, str]]]:
+        """The cgroup directories of `desired`'s container scopes and their memory.events files,
+        made once per plan (asked from the loop and from the memory.events thread)."""
+        cached = self._container_cgroups
+        if cached is None or cached[0] is not desired:
+            paths = plan_cgroup_paths(desired.units)
+            dirs = {u.unit: self.out.cgroup_fs / paths[u.unit] for u in desired.units if u.level == "container"}
+            cached = (desired, dirs, [(unit, str(d / "memory.events")) for unit, d in dirs.items()])
+            self._container_cgroups = cached
+        return cached
+
+    def _cgroup_dir(self, unit: str) -> Path | None:
+        """Where a unit's cgroup is: a slice's place follows from its name, a container scope's
+        from the last plan; None for any other scope."""
         if unit.endswith(".slice"):
-            path = cgroup_path(unit)
-        else:
-            desired = self.last_plan
-            if desired is None:
-                return None
-            if self._scope_paths is None or self._scope_paths[0] is not desired:
-                paths = plan_cgroup_paths(desired.units)
-                self._scope_paths = (desired, {u.unit: paths[u.unit] for u in desired.units if u.level == "container"})
-            path = self._scope_paths[1].get(unit)
-            if path is None:
-                return None
-        return self.out.read_cgroup_memory(self.out.cgroup_fs / path.lstrip("/"))
+            return self.out.cgroup_fs / cgroup_path(unit)
+        desired = self.last_plan
+        return None if desired is None else self._container_cgroups_of(desired)[1].get(unit)
+
+    def _kernel_values(self, unit: str) -> dict[str, int] | None:
+        """memory.min/low/high of a unit's cgroup (systemd.read_cgroup_memory); None where it
+        cannot be placed or read."""
+        path = self._cgroup_dir(unit)
+        return None if path is None else self.out.read_cgroup_memory(path)
 
     def _run_of(self, unit: str) -> bytes | None:
         """The invocation ID systemd put on a slice's cgroup as it started it; None for a scope
         (systemd 252 puts none on them) or when there is none (see systemd.read_invocation_id)."""
         if self.out.read_invocation is None or not unit.endswith(".slice"):
             return None
-        return self.out.read_invocation(self.out.cgroup_fs / cgroup_path(unit))
+        return self.out.read_invocation(self._cgroup_dir(unit))
 
     def _changes(self, desired: Plan) -> tuple[list[Change], int]:
         """The changes to send (only raising ones while holding), and how many were held back."""
@@ -621,13 +628,7 @@ class Daemon:
         desired = self.last_plan  # read once: the loop may plan again meanwhile
         if self.out.metrics is None or desired is None:
             return
-        files = self._events_files
-        if files is None or files[0] is not desired:
-            paths = plan_cgroup_paths(desired.units)
-            files = (desired, [(u.unit, str(self.out.cgroup_fs / paths[u.unit] / "memory.events"))
-                               for u in desired.units if u.level == "container"])
-            self._events_files = files
-        for unit, path in files[1]:
+        for unit, path in self._container_cgroups_of(desired)[2]:
             events = read_events_file(path)
             if "high" in events:
                 self.out.metrics.throttle_events(unit, events["high"])

@@ -49,7 +49,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Iterable
+from typing import Callable, Collection, Iterable, Mapping
 
 from .naming import Naming
 from .reconcile import UNREAD, Change
@@ -371,6 +371,27 @@ def sibling_groups(changes: list[Change]) -> list[list[Change]]:
         else:
             groups.append([change])
     return groups
+
+
+def name_changes(changes: Iterable[Change], was: dict[str, dict[str, int] | None], limit: int = 4) -> str:
+    """The first `limit` changes as "unit Property old -> new" (old: what the cache held before the
+    write, from `was`; "?" when unread), then how many more: which unit a round wrote, and from
+    what, is the first thing an operator asks when a "reconcile:" line appears on a quiet node."""
+    changes = list(changes)
+    parts = []
+    for change in changes[:limit]:
+        held = was.get(change.unit)
+        props = " ".join(f"{name} {_value(held, name)} -> {_value(change.props, name)}" for name in change.props)
+        parts.append(f"{change.unit} {props}")
+    if len(changes) > limit:
+        parts.append(f"and {len(changes) - limit} more")
+    return ", ".join(parts)
+
+
+def _value(values: Mapping[str, int] | None, name: str) -> str:
+    if values is None or values is UNREAD or name not in values:
+        return "?"
+    return "infinity" if values[name] == UINT64_MAX else str(values[name])
 
 
 def summarize(result: ApplyResult) -> str:

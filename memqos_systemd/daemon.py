@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .applier import Applier, summarize
+from .applier import Applier, name_changes, summarize
 from . import last_pods, ledger
 from .config import Config, ConfigError, load_config
 from .naming import Naming, NamingError, cgroup_path, plan_cgroup_paths
@@ -515,9 +515,11 @@ class Daemon:
         if self.holding_reason is not None:
             self._warn_once("holding", [f"holding ({self.holding_reason}): {held} change(s) that would"
                                         f" lower a protection or move a MemoryHigh not sent"] if held else [])
+        was = {c.unit: self.applier.observed.get(c.unit) for c in changes}
         result = await self.applier.apply(changes)
         if changes:
-            log.info("reconcile: %s", summarize(result))
+            named = name_changes(result.applied, was)
+            log.info("reconcile: %s%s", summarize(result), f": {named}" if named else "")
         if self.out.metrics:
             if self._shown_plan is not desired:
                 self.out.metrics.set_plan(desired)

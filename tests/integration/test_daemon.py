@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 import os
 import socket
 
@@ -1169,4 +1170,22 @@ def test_an_unusable_file_of_the_last_pods_is_one_warning_and_the_daemon_starts_
         warned = [r.getMessage() for r in caplog.records if "last run" in r.getMessage()]
         assert len(warned) == 1 and str(path) in warned[0] and "ignored" in warned[0]
         assert [p.uid for p in last_pods.read(path)] == [G_UID]  # replaced by this run's pods
+    run(body())
+
+
+def test_the_reconcile_line_names_each_unit_written_with_its_old_and_new_value(fake_systemd, tmp_path, caplog):
+    """On a quiet node an operator who sees "reconcile: 1 change(s) applied" asks which unit and
+    from what: the line says so (the cached value it replaced, then the value sent)."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE]) as h:
+            with caplog.at_level(logging.INFO, logger="memqos_systemd"):
+                fake_systemd.remove_unit("kubepods-burstable.slice")
+                fake_systemd.add_unit("kubepods-burstable.slice", memory={"MemoryLow": 0})
+                fake_systemd.emit_job_removed("kubelet.service", "done")
+                await until(lambda: h.memory("kubepods-burstable.slice")["MemoryLow"] == 256 * MI)
+                await h.settle()
+            lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("reconcile:")]
+            assert lines == [f"reconcile: 1 change(s) applied: kubepods-burstable.slice MemoryLow 0 -> {256 * MI}"]
     run(body())

@@ -509,6 +509,15 @@ class Daemon:
             self._refresh_units |= pending  # read them again after the retry
             self._recheck_units |= started_units
             raise
+        if self.out.clock() < self._quiet_until:
+            # systemd began reloading (or came back) while this round awaited the pods or its
+            # reads: a daemon-reload sends UnitRemoved for every unit, then UnitNew, and those
+            # handled so far have emptied the cache under this diff. A reserved slice, which the
+            # diff may create, was then written with what systemd already held (e2e 40-survival).
+            # Drop the round; the full re-read after the reload decides (_after_systemd_change).
+            self._refresh_units |= pending
+            self._recheck_units |= started_units
+            return
         generation = self.applier.generation  # what this round's diff is computed from
         # The diff again only if the reads changed the cache (a burst's rounds read nothing).
         changes, held = before if generation == read_from else self._changes(desired)

@@ -11,6 +11,7 @@ import copy
 import logging
 import os
 import socket
+import threading
 
 import pytest
 from fakesystemd import unit_path
@@ -1188,4 +1189,48 @@ def test_the_reconcile_line_names_each_unit_written_with_its_old_and_new_value(f
                 await h.settle()
             lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("reconcile:")]
             assert lines == [f"reconcile: 1 change(s) applied: kubepods-burstable.slice MemoryLow 0 -> {256 * MI}"]
+    run(body())
+
+
+def test_a_round_under_way_when_systemd_starts_reloading_writes_nothing(fake_systemd, tmp_path):
+    """Seen on systemd 252 (e2e 40-survival, one CI run in seven): a daemon-reload sends UnitRemoved
+    then UnitNew for every unit (11-systemd-facts D). A round already past its quiet check (here:
+    waiting for the pods) went on with a cache the UnitRemoveds had emptied, and wrote the reserved
+    slices, which the diff may create, with what systemd already held. The round is dropped: the
+    full re-read after the reload decides."""
+    start_pods(fake_systemd, *NODE_UNITS)
+    gate, held = threading.Event(), threading.Event()
+
+    class HeldSource(ControlledSource):
+        def fetch(self):
+            if self.hold:
+                held.set()
+                gate.wait(5)
+            return super().fetch()
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
+            h.source.__class__, h.source.hold = HeldSource, True
+            kube = h.memory("kube.slice")
+            assert kube["MemoryMin"] == 300 * MI
+            fake_systemd.clear_calls()
+            h.daemon._want_fetch = True
+            h.daemon.wake()
+            await until(held.is_set)
+            fake_systemd.emit_reloading(True)
+            await until(lambda: h.daemon._quiet_until == float("inf"))
+            fake_systemd.remove_unit("kube.slice")  # UnitRemoved, its UnitNew not yet handled
+            await until(lambda: "kube.slice" not in h.daemon.applier.observed)
+            fake_systemd.add_unit("kube.slice", memory=kube)
+            h.source.hold = False
+            gate.set()
+            await until(lambda: h.source.fetches >= 2)
+            await asyncio.sleep(0.3)
+            assert fake_systemd.writes == []
+            fake_systemd.emit_reloading(False)
+            await until(lambda: h.daemon._quiet_until < float("inf"))
+            await asyncio.sleep(1.5)  # SYSTEMD_SETTLE, then the full re-read
+            await h.settle()
+            assert "GetAll" in [c.method for c in fake_systemd.calls]
+            assert fake_systemd.writes == []
     run(body())

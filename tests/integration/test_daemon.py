@@ -555,6 +555,7 @@ def test_a_running_pods_new_request_costs_only_its_writes_each_to_the_run_on_its
             fake_systemd.clear_calls()
             h.source.items = [pod(B_UID, "b", "300Mi", "1Gi", "b" * 64, "Burstable")]
             h.daemon._want_fetch = True
+            h.daemon.wake()  # not left to the next poll, 5 s away
             await until(lambda: h.memory(BCTR)["MemoryLow"] == 300 * MI)
             await h.settle()
             calls = fake_systemd.calls
@@ -582,6 +583,7 @@ def test_a_slice_whose_cgroup_carries_an_older_runs_id_is_still_written(fake_sys
             fake_systemd.clear_calls()
             h.source.items = [pod(B_UID, "b", "300Mi", "1Gi", "b" * 64, "Burstable")]
             h.daemon._want_fetch = True
+            h.daemon.wake()  # not left to the next poll, 5 s away
             await until(lambda: h.memory(BPOD)["MemoryLow"] == 300 * MI)
             await h.settle()
             runs = {fake_systemd.unit(u).invocation_path: u

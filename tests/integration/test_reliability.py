@@ -817,6 +817,7 @@ def test_a_slice_taken_by_its_cgroup_id_and_removed_before_the_write_is_not_writ
             await until(lambda: ("removed", name) in h.events, timeout=5)
             h.source.items = [GUARANTEED]
             h.daemon._want_fetch = True
+            h.daemon.wake()  # not left to the next poll, 5 s away
             await until(lambda: h.memory("kubepods-burstable.slice")["MemoryLow"] == 0, timeout=10)
             await h.settle()
             assert h.alive()
@@ -851,6 +852,7 @@ def test_a_slice_removed_between_check_and_write_is_not_created_again(fake_syste
             removed = remove_units(fake_systemd, pod_slice(NEWCOMER))
             h.source.items = [GUARANTEED]
             h.daemon._want_fetch = True
+            h.daemon.wake()  # not left to the next poll, 5 s away
             await until(lambda: h.dbus("SetUnitProperties", "no_such_unit") > errors, timeout=5)
             await h.settle()
             await h.settle()

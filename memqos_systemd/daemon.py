@@ -732,7 +732,14 @@ class Daemon:
         # The timer's own re-reads trust a cgroup that shows the cached values (see
         # Applier.refresh_all); those an event calls for read systemd's state of every unit read.
         if self._want_full_refresh or self._want_timer_refresh:
+            # Units announced (UnitNew) before this re-read asked systemd are read by it, from
+            # systemd, when it reads every unit: a daemon-reload announces them all just before
+            # its re-read, and reading each again in the round cost a second GetAll per unit.
+            # One announced while it awaits stays queued. (The timer's re-read may keep a cached
+            # unit unread, so it serves none.)
+            served = set(self._refresh_units) if self._want_full_refresh else set()
             await self.applier.refresh_all(self._retired, trust_kernel=not self._want_full_refresh)
+            self._refresh_units -= served
             self._want_full_refresh = self._want_timer_refresh = False
             self._want_light_refresh = self._want_timer_light = False
             self._light_resyncs = 0

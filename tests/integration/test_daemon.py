@@ -1236,3 +1236,27 @@ def test_a_round_under_way_when_systemd_starts_reloading_writes_nothing(fake_sys
             assert "GetAll" in [c.method for c in fake_systemd.calls]
             assert fake_systemd.writes == []
     run(body())
+
+
+def test_a_daemon_reload_costs_one_read_per_unit(fake_systemd, tmp_path):
+    """A daemon-reload sends UnitRemoved and UnitNew for every unit before Reloading(false): the
+    full re-read after it serves those UnitNew too. Seen in the VM: two GetAll per unit (24 for
+    12 units), the second a repeat of the first."""
+    start_pods(fake_systemd, *NODE_UNITS)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
+            await h.settle()
+            fake_systemd.clear_calls()
+            fake_systemd.emit_reloading(True)
+            for unit in NODE_UNITS:
+                memory = h.memory(unit)
+                fake_systemd.remove_unit(unit)
+                fake_systemd.add_unit(unit, memory=memory)
+            fake_systemd.emit_reloading(False)
+            await until(lambda: len(fake_systemd.calls_to("GetAll")) >= len(NODE_UNITS))
+            await asyncio.sleep(0.5)
+            await h.settle()
+            assert units_read(fake_systemd) == sorted(NODE_UNITS)
+            assert fake_systemd.writes == []
+    run(body())

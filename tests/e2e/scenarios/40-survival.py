@@ -7,7 +7,7 @@ just before it until the daemon has settled, and the kernel must hold the plan a
   from UnitNew), systemctl kill -s KILL (systemd restarts it: NRestarts +1, READY again, 0
   SetUnitProperties from the new process, no "reconcile:" line; a new pod still works),
   systemctl restart (0 writes), systemctl restart kubelet (the daemon re-reads; 0 writes) and
-  the kubelet down for 3 s. SetUnitProperties are counted from the daemon's metrics
+  the kubelet down for 3 s. After the daemon-reload, at most one GetAll per unit. SetUnitProperties are counted from the daemon's metrics
   (memqos_dbus_calls_total{method="SetUnitProperties"}) and its journal."""
 # e2e-timeout: 300
 import os
@@ -139,8 +139,13 @@ def finished_reloading(lines):
 
 
 # --- systemd ---------------------------------------------------------------------------------
+reads = metric("memqos_dbus_calls_total", method="GetAll")
 lines = event("daemon-reload", lambda: systemctl("daemon-reload").returncode and "failed")
 check(finished_reloading(lines), f"daemon-reload: the daemon noticed: {finished_reloading(lines)}")
+# systemd announces every unit again (UnitRemoved, UnitNew) before Reloading(false); the re-read
+# after it serves those UnitNew: one GetAll per unit, not two (2c46556).
+reads = metric("memqos_dbus_calls_total", method="GetAll") - reads
+check(reads <= len(expected), f"daemon-reload: {reads:.0f} GetAll for {len(expected)} units (at most one each)")
 
 lines = event("daemon-reexec", lambda: systemctl("daemon-reexec").returncode and "failed", settle=4)
 check(True, f"daemon-reexec: the daemon logged {[l[:100] for l in lines][:4]}")

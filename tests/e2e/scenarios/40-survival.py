@@ -139,6 +139,9 @@ def finished_reloading(lines):
 
 
 # --- systemd ---------------------------------------------------------------------------------
+# The SIGHUP above re-reads every unit after memqos_reload() returns: count from a round after it.
+rounds = metric("memqos_reconcile_duration_seconds_count")
+wait_for(lambda: metric("memqos_reconcile_duration_seconds_count") > rounds, 10, 0.1)
 reads = metric("memqos_dbus_calls_total", method="GetAll")
 lines = event("daemon-reload", lambda: systemctl("daemon-reload").returncode and "failed")
 check(finished_reloading(lines), f"daemon-reload: the daemon noticed: {finished_reloading(lines)}")

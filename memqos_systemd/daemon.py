@@ -367,6 +367,13 @@ class Daemon:
         self._warn_once("pods", snap.warnings)
         if self.out.metrics:
             self.out.metrics.source_ok(snap)
+        if self.out.clock() < self._quiet_until or self._want_full_refresh:
+            # systemd began reloading (or came back, or signals were dropped) while we fetched:
+            # the pod slices the cache knows are not all the running ones until the re-read (a
+            # daemon-reload's UnitRemoveds empty it), and a pod the list leaves out would be
+            # dropped for good as if its slice had gone. Ask again after the re-read.
+            self._want_fetch = True
+            return
         live = self._live_pod_uids()
         if self.snapshot is None and not snap.pods and live:
             # The first answer says "no pods" while pod slices run: believe it once they are gone.

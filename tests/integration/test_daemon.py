@@ -69,6 +69,27 @@ class ControlledSource:
         return Snapshot(tuple(pods), tuple(warnings), "test", 0.0)
 
 
+class HeldSource(ControlledSource):
+    """A ControlledSource whose fetch, while `hold` is set, waits (in the daemon's fetch thread)
+    until `release()`: a round held mid-flight while the test sends signals."""
+
+    def __init__(self, items):
+        super().__init__(items)
+        self.hold = False
+        self.held = threading.Event()
+        self._gate = threading.Event()
+
+    def fetch(self) -> Snapshot:
+        if self.hold:
+            self.held.set()
+            self._gate.wait(5)
+        return super().fetch()
+
+    def release(self) -> None:
+        self.hold = False
+        self._gate.set()
+
+
 class NotifySocket:
     def __init__(self, tmp_path):
         self.path = str(tmp_path / "notify")
@@ -88,7 +109,7 @@ class NotifySocket:
 class Harness:
     def __init__(self, fake, tmp_path, items, config=None, capacity=16 << 30, ledger_path=None, last_pods_path=None):
         self.fake = fake
-        self.source = ControlledSource(items)
+        self.source = HeldSource(items)
         self.notify = NotifySocket(tmp_path)
         self.config_path = tmp_path / "config.yaml"
         self.config_path.write_text("")
@@ -1201,31 +1222,22 @@ def test_a_round_under_way_when_systemd_starts_reloading_writes_nothing(fake_sys
     slices, which the diff may create, with what systemd already held. The round is dropped: the
     full re-read after the reload decides."""
     start_pods(fake_systemd, *NODE_UNITS)
-    gate, held = threading.Event(), threading.Event()
-
-    class HeldSource(ControlledSource):
-        def fetch(self):
-            if self.hold:
-                held.set()
-                gate.wait(5)
-            return super().fetch()
 
     async def body():
         async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
-            h.source.__class__, h.source.hold = HeldSource, True
+            h.source.hold = True
             kube = h.memory("kube.slice")
             assert kube["MemoryMin"] == 300 * MI
             fake_systemd.clear_calls()
             h.daemon._want_fetch = True
             h.daemon.wake()
-            await until(held.is_set)
+            await until(h.source.held.is_set)
             fake_systemd.emit_reloading(True)
             await until(lambda: h.daemon._quiet_until == float("inf"))
             fake_systemd.remove_unit("kube.slice")  # UnitRemoved, its UnitNew not yet handled
             await until(lambda: "kube.slice" not in h.daemon.applier.observed)
             fake_systemd.add_unit("kube.slice", memory=kube)
-            h.source.hold = False
-            gate.set()
+            h.source.release()
             await until(lambda: h.source.fetches >= 2)
             await asyncio.sleep(0.3)
             assert fake_systemd.writes == []
@@ -1258,5 +1270,43 @@ def test_a_daemon_reload_costs_one_read_per_unit(fake_systemd, tmp_path):
             await asyncio.sleep(0.5)
             await h.settle()
             assert units_read(fake_systemd) == sorted(NODE_UNITS)
+            assert fake_systemd.writes == []
+    run(body())
+
+
+def test_a_pod_list_that_arrives_while_systemd_reloads_drops_no_carried_pod(fake_systemd, tmp_path):
+    """A pod the kubelet no longer lists keeps its protection while its slice runs (carry_over asks
+    the cache). A daemon-reload's UnitRemoveds empty the cache until the re-read: a pod list that
+    arrived then found no slice running, and the pod was dropped for good. The list is now asked
+    for again after the re-read."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, BPOD, GCTR, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE]) as h:
+            h.source.items = [GUARANTEED]
+            h.daemon._want_fetch = True
+            await h.settle()
+            assert len(h.daemon.snapshot.pods) == 2  # carried over: its slice still runs
+            slices = {u: h.memory(u) for u in (BPOD, BCTR)}
+            fake_systemd.clear_calls()
+            h.source.hold = True
+            h.daemon._want_fetch = True
+            h.daemon.wake()
+            await until(h.source.held.is_set)
+            fake_systemd.emit_reloading(True)
+            await until(lambda: h.daemon._quiet_until == float("inf"))
+            for unit in (BCTR, BPOD):  # UnitRemoved: forgotten until the re-read
+                fake_systemd.remove_unit(unit)
+            await until(lambda: BPOD not in h.daemon.applier.observed)
+            for unit in (BPOD, BCTR):
+                fake_systemd.add_unit(unit, memory=slices[unit])
+            h.source.release()
+            await until(lambda: h.source.fetches >= 3)
+            await asyncio.sleep(0.2)
+            fake_systemd.emit_reloading(False)
+            await asyncio.sleep(1.5)  # SYSTEMD_SETTLE, then the full re-read
+            await h.settle()
+            assert {p.uid for p in h.daemon.snapshot.pods} == {G_UID, B_UID}
+            assert h.memory("kubepods-burstable.slice")["MemoryLow"] == 256 * MI
             assert fake_systemd.writes == []
     run(body())

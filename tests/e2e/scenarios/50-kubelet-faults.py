@@ -5,7 +5,7 @@ On the sample node (TieredReservation, effective, kubelet polled every second) t
 the plan; then, each for 4 s (4 poll intervals), with a thread reading every managed unit's
 memory.min/low/high every 20 ms: the stand-in stopped (connection refused); a truncated PodList
 `{"kind":"PodList","items":`; 4 KiB of random bytes; HTTP 503; an empty PodList while every pod
-slice still runs. No sample may show a value other than the plan's (no protection lowered, no
+slice still runs, also across three daemon-reloads. No sample may show a value other than the plan's (no protection lowered, no
 MemoryHigh moved), the daemon's memqos_source_errors_total grows by kind, and once the kubelet
 answers properly again the values are still the plan's and a real change (a pod leaving) is
 applied again."""
@@ -99,6 +99,22 @@ check(grew, f"HTTP 503: source errors counted {grew}; journal {warned[:1]}")
 grew, warned = fault("empty PodList while the pod slices run", lambda: write_pods([]),
                      lambda: write_pods(pods))
 check(True, f"empty PodList: errors {grew or 'none (a valid answer)'}; journal {warned[:2]}")
+
+
+def empty_then_reloads():
+    """The pods are carried over (their slices run); then systemd reloads three times. Each
+    daemon-reload announces every unit as removed, then new, before it ends: a pod list taken
+    while the daemon's cache was so emptied dropped the carried pods (f311e76)."""
+    write_pods([])
+    time.sleep(1.5)
+    for _ in range(3):
+        systemctl("daemon-reload")
+        time.sleep(0.7)
+
+
+grew, warned = fault("empty PodList, then 3 daemon-reloads", empty_then_reloads, lambda: write_pods(pods))
+check(any("no longer listed" in l for l in warned),
+      f"empty PodList, then daemon-reloads: the pods were carried over: {warned[:2]}")
 
 # Back to normal: the plan still holds, and real changes are applied again.
 bad, _ = wait_kernel(expected, 10)

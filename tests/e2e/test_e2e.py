@@ -138,6 +138,8 @@ def test_scenario(e2e_run, scenario, capsys):
     print("\n".join(lines))
     print(f"--- {scenario} stdout ---\n{r.get('stdout', '')}")
     print(f"--- {scenario} stderr ---\n{r.get('stderr', '')}")
+    if r.get("daemon_journal"):
+        print(f"--- {scenario}: memqos-systemd's journal meanwhile (failed scenarios only) ---\n{r['daemon_journal']}")
     if r["status"] == "skipped":
         # A scenario skips when the guest lacks something it needs; in CI that is a failure.
         require(False, f"{scenario}: {r.get('skip_reason') or 'scenario exited 77'}")

@@ -394,8 +394,10 @@ def _value(values: Mapping[str, int] | None, name: str) -> str:
     return "infinity" if values[name] == UINT64_MAX else str(values[name])
 
 
-def summarize(result: ApplyResult) -> str:
-    parts = [f"{len(result.applied)} change(s) applied"]
+def summarize(result: ApplyResult, named: str = "") -> str:
+    """One line: what was applied (`named`, from name_changes, in brackets after it), what had
+    gone, where it stopped."""
+    parts = [f"{len(result.applied)} change(s) applied" + (f" ({named})" if named else "")]
     if result.vanished:
         parts.append(f"{len(result.vanished)} unit(s) gone before the write")
     if result.failed is not None:

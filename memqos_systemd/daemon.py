@@ -534,8 +534,7 @@ class Daemon:
         was = {c.unit: self.applier.observed.get(c.unit) for c in changes}
         result = await self.applier.apply(changes)
         if changes:
-            named = name_changes(result.applied, was)
-            log.info("reconcile: %s%s", summarize(result), f": {named}" if named else "")
+            log.info("reconcile: %s", summarize(result, name_changes(result.applied, was)))
         if self.out.metrics:
             if self._shown_plan is not desired:
                 self.out.metrics.set_plan(desired)

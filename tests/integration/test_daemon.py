@@ -1211,7 +1211,7 @@ def test_the_reconcile_line_names_each_unit_written_with_its_old_and_new_value(f
                 await until(lambda: h.memory("kubepods-burstable.slice")["MemoryLow"] == 256 * MI)
                 await h.settle()
             lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("reconcile:")]
-            assert lines == [f"reconcile: 1 change(s) applied: kubepods-burstable.slice MemoryLow 0 -> {256 * MI}"]
+            assert lines == [f"reconcile: 1 change(s) applied (kubepods-burstable.slice MemoryLow 0 -> {256 * MI})"]
     run(body())
 
 

@@ -53,7 +53,7 @@ from typing import Callable, Collection, Iterable, Mapping
 
 from .naming import Naming
 from .reconcile import UNREAD, Change
-from .systemd import MEMORY_PROPERTIES, UINT64_MAX, NoSuchUnit, SystemdError, UnitStatus, describe_call
+from .systemd import MEMORY_PROPERTIES, UINT64_MAX, NoSuchUnit, SystemdError, UnitStatus, describe_call, show_value
 
 log = logging.getLogger("memqos_systemd")
 
@@ -391,7 +391,7 @@ def name_changes(changes: Iterable[Change], was: dict[str, dict[str, int] | None
 def _value(values: Mapping[str, int] | None, name: str) -> str:
     if values is None or values is UNREAD or name not in values:
         return "?"
-    return "infinity" if values[name] == UINT64_MAX else str(values[name])
+    return show_value(values[name])
 
 
 def summarize(result: ApplyResult, named: str = "") -> str:

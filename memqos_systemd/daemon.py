@@ -253,6 +253,14 @@ class Daemon:
         self._want_fetch = True
         self.wake()
 
+    def _cache_in_doubt(self) -> bool:
+        """Whether the cache may lack units systemd holds until the next full re-read: systemd is
+        reloading or has just come back (a daemon-reload announces every unit removed, then new;
+        a daemon-reexec only removed: 11-systemd-facts D; the cache forgets each), or signals
+        were dropped. Asked by a step that awaited (the pods, reads) after its own re-read: what
+        it took from the cache meanwhile (a pod list's carry_over, a diff) waits for the next."""
+        return self.out.clock() < self._quiet_until or self._want_full_refresh
+
     def _after_systemd_change(self) -> None:
         self._quiet_until = self.out.clock() + SYSTEMD_SETTLE
         self._want_full_refresh = True
@@ -367,11 +375,9 @@ class Daemon:
         self._warn_once("pods", snap.warnings)
         if self.out.metrics:
             self.out.metrics.source_ok(snap)
-        if self.out.clock() < self._quiet_until or self._want_full_refresh:
-            # systemd began reloading (or came back, or signals were dropped) while we fetched:
-            # the pod slices the cache knows are not all the running ones until the re-read (a
-            # daemon-reload's UnitRemoveds empty it), and a pod the list leaves out would be
-            # dropped for good as if its slice had gone. Ask again after the re-read.
+        if self._cache_in_doubt():
+            # A pod the list leaves out would be dropped for good, as if its slice had gone
+            # (carry_over asks the cache which slices run). Ask again after the re-read.
             self._want_fetch = True
             return
         live = self._live_pod_uids()
@@ -516,12 +522,10 @@ class Daemon:
             self._refresh_units |= pending  # read them again after the retry
             self._recheck_units |= started_units
             raise
-        if self.out.clock() < self._quiet_until:
-            # systemd began reloading (or came back) while this round awaited the pods or its
-            # reads: a daemon-reload sends UnitRemoved for every unit, then UnitNew, and those
-            # handled so far have emptied the cache under this diff. A reserved slice, which the
-            # diff may create, was then written with what systemd already held (e2e 40-survival).
-            # Drop the round; the full re-read after the reload decides (_after_systemd_change).
+        if self._cache_in_doubt():
+            # Since this round's step began. A reserved slice, which the diff may create, was
+            # written with what systemd already held (e2e 40-survival). Drop the round; the full
+            # re-read decides.
             self._refresh_units |= pending
             self._recheck_units |= started_units
             return

@@ -254,7 +254,8 @@ def read_cgroup_memory(cgroup_dir: str | os.PathLike) -> dict[str, int] | None:
     return values
 
 
-def _show(value: int) -> str:
+def show_value(value: int) -> str:
+    """A memory property's value as systemctl takes it: bytes, or "infinity" for UINT64_MAX."""
     return "infinity" if value == UINT64_MAX else str(value)
 
 
@@ -301,7 +302,7 @@ def describe_call(unit: str, props: dict[str, int], runtime: bool = True, *, run
     `SetUnitProperties <unit>`."""
     _check_unit(unit, cgroup=True)
     pairs = _check_props(unit, props)
-    values = " ".join(f"{name}={_show(value)}" for name, value in pairs)
+    values = " ".join(f"{name}={show_value(value)}" for name, value in pairs)
     method = "SetProperties" if running_only else "SetUnitProperties"
     return f"{method} {unit} runtime={'true' if runtime else 'false'} {values}"
 
@@ -607,7 +608,7 @@ class Systemd:
             raise ValueError(f"{unit}: runtime must be True or False, not {runtime!r}")
         # dbus-next marshals D-Bus structs from lists; a tuple raises SignatureBodyMismatchError.
         array = [[name, Variant("t", value)] for name, value in pairs]
-        await self._call(f"set {' '.join(f'{n}={_show(v)}' for n, v in pairs)} on {unit}",
+        await self._call(f"set {' '.join(f'{n}={show_value(v)}' for n, v in pairs)} on {unit}",
                          "SetUnitProperties", "sba(sv)", [unit, runtime, array], reply_signature="")
 
     async def set_memory_if_loaded(self, unit: str, props: dict[str, int], *, runtime: bool = True,
@@ -660,7 +661,7 @@ class Systemd:
     async def _write_run(self, unit: str, target: str, runtime: bool, pairs: list[tuple[str, int]]) -> None:
         """Unit.SetProperties on one run's invocation path."""
         array = [[name, Variant("t", value)] for name, value in pairs]
-        await self._call(f"set {' '.join(f'{n}={_show(v)}' for n, v in pairs)} on {unit}",
+        await self._call(f"set {' '.join(f'{n}={show_value(v)}' for n, v in pairs)} on {unit}",
                          "SetProperties", "ba(sv)", [runtime, array], path=target, interface=_UNIT,
                          reply_signature="")
 

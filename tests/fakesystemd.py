@@ -569,6 +569,11 @@ class FakeSystemd:
             self._emit(self._manager.UnitRemoved, name, unit_path(name))
         self._run(remove)
 
+    def announce_removed(self, name: str) -> None:
+        """Send UnitRemoved for a unit that stays loaded, as a daemon-reexec does for every unit
+        (and announces none again: 11-systemd-facts D)."""
+        self._run(lambda: self._emit(self._manager.UnitRemoved, name, unit_path(name)))
+
     def set_active_state(self, name: str, state: str) -> None:
         """Change a unit's ActiveState; a unit started again gets a new invocation ID."""
         def set_() -> None:

@@ -1215,36 +1215,64 @@ def test_the_reconcile_line_names_each_unit_written_with_its_old_and_new_value(f
     run(body())
 
 
-def test_a_round_under_way_when_systemd_starts_reloading_writes_nothing(fake_systemd, tmp_path):
+RELOADS = ["reloading", "reloaded", "reexecuted"]
+
+
+async def reload_during_a_held_fetch(h, fake, units, how: str) -> list:
+    """Hold a pod fetch mid-round; meanwhile systemd reloads: Reloading(true), then UnitRemoved
+    and UnitNew for each of `units`, as a daemon-reload announces every unit. The fetch is let go
+    while the reload is under way ("reloading"), or once it has ended and its quiet time has
+    passed ("reloaded"; "reexecuted": UnitRemoved only, as after daemon-reexec). Returns the
+    writes sent before the reload's re-read; returns once a round has followed that re-read."""
+    ended_before_release = how != "reloading"
+    memory = {u: h.memory(u) for u in units}
+    fetches = h.source.fetches
+    h.source.hold = True
+    h.daemon._want_fetch = True
+    h.daemon.wake()
+    await until(h.source.held.is_set)
+    fake.emit_reloading(True)
+    await until(lambda: h.daemon._quiet_until == float("inf"))
+    for unit in units:  # UnitRemoved: forgotten until the re-read
+        if how == "reexecuted":
+            fake.announce_removed(unit)
+        else:
+            fake.remove_unit(unit)
+    await until(lambda: not set(units) & h.daemon.applier.observed.keys())
+    if how != "reexecuted":
+        for unit in units:
+            fake.add_unit(unit, memory=memory[unit])
+    if ended_before_release:
+        fake.emit_reloading(False)
+        await until(lambda: h.daemon._quiet_until < float("inf"))
+        await asyncio.sleep(1.5)  # past SYSTEMD_SETTLE
+    h.source.release()
+    await until(lambda: h.source.fetches > fetches)
+    await asyncio.sleep(0.3)
+    midway = list(fake.writes)
+    if not ended_before_release:
+        fake.emit_reloading(False)
+        await until(lambda: h.daemon._quiet_until < float("inf"))
+        await asyncio.sleep(1.5)  # SYSTEMD_SETTLE, then the full re-read
+    await h.settle()
+    return midway
+
+
+@pytest.mark.parametrize("how", RELOADS)
+def test_a_round_under_way_when_systemd_starts_reloading_writes_nothing(fake_systemd, tmp_path, how):
     """Seen on systemd 252 (e2e 40-survival, one CI run in seven): a daemon-reload sends UnitRemoved
     then UnitNew for every unit (11-systemd-facts D). A round already past its quiet check (here:
     waiting for the pods) went on with a cache the UnitRemoveds had emptied, and wrote the reserved
     slices, which the diff may create, with what systemd already held. The round is dropped: the
-    full re-read after the reload decides."""
+    full re-read after the reload decides. Also when the reload ended while the round waited."""
     start_pods(fake_systemd, *NODE_UNITS)
 
     async def body():
         async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
-            h.source.hold = True
-            kube = h.memory("kube.slice")
-            assert kube["MemoryMin"] == 300 * MI
+            assert h.memory("kube.slice")["MemoryMin"] == 300 * MI
             fake_systemd.clear_calls()
-            h.daemon._want_fetch = True
-            h.daemon.wake()
-            await until(h.source.held.is_set)
-            fake_systemd.emit_reloading(True)
-            await until(lambda: h.daemon._quiet_until == float("inf"))
-            fake_systemd.remove_unit("kube.slice")  # UnitRemoved, its UnitNew not yet handled
-            await until(lambda: "kube.slice" not in h.daemon.applier.observed)
-            fake_systemd.add_unit("kube.slice", memory=kube)
-            h.source.release()
-            await until(lambda: h.source.fetches >= 2)
-            await asyncio.sleep(0.3)
-            assert fake_systemd.writes == []
-            fake_systemd.emit_reloading(False)
-            await until(lambda: h.daemon._quiet_until < float("inf"))
-            await asyncio.sleep(1.5)  # SYSTEMD_SETTLE, then the full re-read
-            await h.settle()
+            midway = await reload_during_a_held_fetch(h, fake_systemd, ["kube.slice"], how)
+            assert midway == []
             assert "GetAll" in [c.method for c in fake_systemd.calls]
             assert fake_systemd.writes == []
     run(body())
@@ -1274,7 +1302,8 @@ def test_a_daemon_reload_costs_one_read_per_unit(fake_systemd, tmp_path):
     run(body())
 
 
-def test_a_pod_list_that_arrives_while_systemd_reloads_drops_no_carried_pod(fake_systemd, tmp_path):
+@pytest.mark.parametrize("how", RELOADS)
+def test_a_pod_list_that_arrives_while_systemd_reloads_drops_no_carried_pod(fake_systemd, tmp_path, how):
     """A pod the kubelet no longer lists keeps its protection while its slice runs (carry_over asks
     the cache). A daemon-reload's UnitRemoveds empty the cache until the re-read: a pod list that
     arrived then found no slice running, and the pod was dropped for good. The list is now asked
@@ -1287,25 +1316,9 @@ def test_a_pod_list_that_arrives_while_systemd_reloads_drops_no_carried_pod(fake
             h.daemon._want_fetch = True
             await h.settle()
             assert len(h.daemon.snapshot.pods) == 2  # carried over: its slice still runs
-            slices = {u: h.memory(u) for u in (BPOD, BCTR)}
             fake_systemd.clear_calls()
-            h.source.hold = True
-            h.daemon._want_fetch = True
-            h.daemon.wake()
-            await until(h.source.held.is_set)
-            fake_systemd.emit_reloading(True)
-            await until(lambda: h.daemon._quiet_until == float("inf"))
-            for unit in (BCTR, BPOD):  # UnitRemoved: forgotten until the re-read
-                fake_systemd.remove_unit(unit)
-            await until(lambda: BPOD not in h.daemon.applier.observed)
-            for unit in (BPOD, BCTR):
-                fake_systemd.add_unit(unit, memory=slices[unit])
-            h.source.release()
-            await until(lambda: h.source.fetches >= 3)
-            await asyncio.sleep(0.2)
-            fake_systemd.emit_reloading(False)
-            await asyncio.sleep(1.5)  # SYSTEMD_SETTLE, then the full re-read
-            await h.settle()
+            midway = await reload_during_a_held_fetch(h, fake_systemd, [BCTR, BPOD], how)
+            assert midway == []
             assert {p.uid for p in h.daemon.snapshot.pods} == {G_UID, B_UID}
             assert h.memory("kubepods-burstable.slice")["MemoryLow"] == 256 * MI
             assert fake_systemd.writes == []

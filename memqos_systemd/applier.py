@@ -51,6 +51,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Iterable, Mapping
 
+from .cgroupfs import Cgroupfs
 from .naming import Naming
 from .reconcile import UNREAD, Change
 from .systemd import MEMORY_PROPERTIES, UINT64_MAX, NoSuchUnit, SystemdError, UnitStatus, describe_call, show_value
@@ -82,7 +83,8 @@ class Applier:
     def __init__(self, systemd, naming: Naming, *, on_call: Callable[[str, str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  run_of: Callable[[str], bytes | None] | None = None,
-                 kernel_values: Callable[[str], dict[str, int] | None] | None = None, page_size: int = 4096):
+                 kernel_values: Callable[[str], dict[str, int] | None] | None = None, page_size: int = 4096,
+                 cgroupfs: Cgroupfs | None = None, on_restore: Callable[[str, str | None], None] | None = None):
         self.systemd = systemd
         self.naming = naming
         self.observed: dict[str, dict[str, int] | None] = {}
@@ -106,6 +108,16 @@ class Applier:
         self.unconfirmed: set[str] = set()
         self._on_call = on_call or (lambda method, result: None)
         self._clock = clock
+        # The cgroups of the kubepods tree, for the runtime's settings our writes must keep
+        # (cgroupfs.py, "Why that file"); None: nothing carried or restored (tests of the order).
+        self.cgroupfs = cgroupfs
+        # Units whose runtime set memory.oom.group=1 (seen in the file before a write of ours):
+        # put back after each write, and after each full re-read (a daemon-reload resets it too).
+        # Kept through forget(): a daemon-reload announces every unit removed, then new again;
+        # only a full re-read that no longer finds the unit drops it.
+        self.oom_group_kill: set[str] = set()
+        # on_restore(unit, None) after memory.oom.group was put back, (unit, why) when it could not be.
+        self._on_restore = on_restore or (lambda unit, error: None)
 
     def _count(self, method: str, result: str) -> None:
         self._on_call(method, result)
@@ -195,6 +207,10 @@ class Applier:
         self.runs = {n: r for n, r in self.runs.items() if n in fresh and n not in read_set}  # not re-read
         self.unconfirmed &= fresh.keys() - read_set
         self.generation += 1
+        if levels is None:
+            self.oom_group_kill &= {n for n, v in fresh.items() if v is not None}
+            for name in sorted(self.oom_group_kill):
+                self._keep_oom_group(name)
 
     def _kernel_agrees(self, name: str, status: UnitStatus) -> bool:
         """Whether `name` runs and its cgroup shows the values cached for it (see refresh_all)."""
@@ -264,6 +280,30 @@ class Applier:
             del self.observed[unit]
             self.generation += 1
 
+    def _props_to_send(self, change: Change) -> dict[str, int]:
+        """The change's properties, and for a unit of the kubepods tree the runtime's file-only
+        memory.swap.max as MemorySwapMax beside them, so systemd keeps it when our write makes it
+        re-apply the unit's settings (cgroupfs.py, "Why that file"). Notes a memory.oom.group=1
+        to put back after the write. Read from the cgroup just before the write; "max" is the
+        default systemd would write anyway, so it is not sent."""
+        props = dict(change.props)
+        if not change.must_exist or self.cgroupfs is None:
+            return props
+        held = self.cgroupfs.runtime_settings(change.unit)
+        if held is None:
+            return props
+        if held.swap_max is not None and held.swap_max != UINT64_MAX:
+            props["MemorySwapMax"] = held.swap_max
+        if held.oom_group == 1:
+            self.oom_group_kill.add(change.unit)
+        return props
+
+    def _keep_oom_group(self, unit: str) -> None:
+        """memory.oom.group back to the runtime's 1 where a re-apply by systemd made it 0."""
+        if self.cgroupfs is None or unit not in self.oom_group_kill or self.cgroupfs.oom_group(unit) != 0:
+            return
+        self._on_restore(unit, self.cgroupfs.restore_oom_group(unit))
+
     async def apply(self, changes: list[Change], *, dry_run: bool = False,
                     echo: Callable[[str], None] | None = None) -> ApplyResult:
         """Send `changes` in their order, a group of siblings at a time (`sibling_groups`): the
@@ -276,7 +316,7 @@ class Applier:
         if dry_run:
             for change in changes:
                 if echo:
-                    echo(describe_call(change.unit, dict(change.props), running_only=change.must_exist))
+                    echo(describe_call(change.unit, self._props_to_send(change), running_only=change.must_exist))
                 result.applied.append(change)
             return result
 
@@ -288,18 +328,20 @@ class Applier:
                 return "vanished", None, mark
             try:
                 if change.must_exist:
+                    props = self._props_to_send(change)
                     run = self.runs.get(change.unit)
                     if run is None and self.run_of is not None:
                         run = self.run_of(change.unit)
                     try:
-                        await self.systemd.set_memory_if_loaded(change.unit, dict(change.props),
+                        await self.systemd.set_memory_if_loaded(change.unit, props,
                                                                 status=fresh.get(change.unit), invocation_id=run)
                     except NoSuchUnit:
                         if run is None or change.unit not in self.observed:
                             raise  # (forgotten meanwhile: its UnitRemoved has been handled)
                         # The ID on the cgroup named a run that has ended: the unit has gone, or its
                         # cgroup still carries an older run's ID. Ask systemd (state, then its ID).
-                        await self.systemd.set_memory_if_loaded(change.unit, dict(change.props))
+                        await self.systemd.set_memory_if_loaded(change.unit, props)
+                    self._keep_oom_group(change.unit)
                 else:
                     await self.systemd.set_memory(change.unit, dict(change.props))
             except NoSuchUnit as e:

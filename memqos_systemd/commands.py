@@ -15,6 +15,7 @@ from typing import Any
 
 from . import last_pods, ledger
 from .applier import Applier, summarize
+from .cgroupfs import Cgroupfs
 from .config import Config
 from .daemon import Daemon, Outside, grow_only, naming_for
 from .naming import cgroup_path
@@ -118,6 +119,11 @@ async def _reset(cfg: Config, *, dry_run: bool) -> int:
     return await _send(cfg, changes, dry_run=dry_run, label="reset: ")
 
 
+def _restored(unit: str, error: str | None) -> None:
+    if error is not None:
+        _warn(f"cannot put memory.oom.group of {unit} back to the runtime's 1 after the write: {error}")
+
+
 async def _send(cfg: Config, make_changes, *, dry_run: bool, label: str) -> int:
     """Connect, compute the changes against what systemd holds, send them (or print them)."""
     try:
@@ -126,7 +132,7 @@ async def _send(cfg: Config, make_changes, *, dry_run: bool, label: str) -> int:
         _err(f"cannot reach systemd: {e}; nothing changed")
         return EXIT_FAILURE
     try:
-        applier = Applier(systemd, naming_for(cfg))
+        applier = Applier(systemd, naming_for(cfg), cgroupfs=Cgroupfs(CGROUP_ROOT), on_restore=_restored)
         changes = await make_changes(systemd, applier)
         result = await applier.apply(changes, dry_run=dry_run, echo=print)
     except SystemdError as e:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .applier import Applier, name_changes, summarize
+from .cgroupfs import Cgroupfs
 from . import last_pods, ledger
 from .config import Config, ConfigError, load_config
 from .naming import Naming, NamingError, cgroup_path, plan_cgroup_paths
@@ -175,6 +176,7 @@ class Daemon:
         # Reserved slices dropped from the config by a reload, still to be brought to the defaults.
         self._retired: set[str] = set()
         self._ledger: frozenset[str] | None = None  # as last written
+        self._oom_group_noted = False  # the first memory.oom.group put back has been logged
 
     # ------------------------------------------------------------ events
     def wake(self) -> None:
@@ -311,7 +313,9 @@ class Daemon:
         on_call = self.out.metrics.dbus_call if self.out.metrics else None
         self.applier = Applier(self.systemd, self.naming, on_call=on_call, run_of=self._run_of,
                                kernel_values=self._kernel_values if self.out.read_cgroup_memory else None,
-                               page_size=self.out.page_size)
+                               page_size=self.out.page_size,
+                               cgroupfs=Cgroupfs(self.out.cgroup_fs, scope_parent=self._scope_parent),
+                               on_restore=self._on_oom_group_restored)
         self._want_full_refresh = True
 
     def _reload_config(self) -> None:
@@ -618,6 +622,23 @@ class Daemon:
             return self.out.cgroup_fs / cgroup_path(unit)
         desired = self.last_plan
         return None if desired is None else self._container_cgroups_of(desired)[1].get(unit)
+
+    def _scope_parent(self, unit: str) -> str | None:
+        """The pod slice of a planned container scope (the last plan's), else None."""
+        planned = self._planned_units().get(unit)
+        return planned.parent if planned is not None else None
+
+    def _on_oom_group_restored(self, unit: str, error: str | None) -> None:
+        if self.out.metrics:
+            self.out.metrics.oom_group_restored(error is None)
+        if error is not None:
+            self._warn_once("oom-group", [f"cannot put memory.oom.group of {unit} back to the runtime's 1: {error};"
+                                          f" systemd reset it when it re-applied the unit's settings"])
+        elif not self._oom_group_noted:
+            self._oom_group_noted = True
+            log.info("memory.oom.group of %s put back to 1: systemd resets it to 0 whenever it re-applies a scope's"
+                     " settings (a write, a daemon-reload), and the runtime set it only in the file; done for every"
+                     " such container from now on (memqos_oom_group_restores_total)", unit)
 
     def _kernel_values(self, unit: str) -> dict[str, int] | None:
         """memory.min/low/high of a unit's cgroup (systemd.read_cgroup_memory); None where it

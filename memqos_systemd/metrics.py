@@ -139,6 +139,10 @@ class Metrics:
         self._signal_overflows = Counter("memqos_signal_overflows",
                                          "Times systemd's unit signals came faster than they were handled and"
                                          " some were dropped (each followed by a full re-read)", registry=r)
+        self._oom_group_restores = Counter("memqos_oom_group_restores",
+                                           "memory.oom.group put back to the runtime's 1 after systemd re-applied a"
+                                           " container scope's settings (a write of ours, a daemon-reload), by result",
+                                           ["result"], registry=r)
         r.register(_Dynamic(self))
 
     # ---------------------------------------------------------------- plan
@@ -199,6 +203,10 @@ class Metrics:
     def signal_overflow(self) -> None:
         """Unit signals were dropped (Systemd's queue was full); a full re-read follows."""
         self._signal_overflows.inc()
+
+    def oom_group_restored(self, ok: bool) -> None:
+        """memory.oom.group of a container scope put back to 1 (ok), or the write failed."""
+        self._oom_group_restores.labels(result="ok" if ok else "error").inc()
 
     # ---------------------------------------------------------------- throttling
 

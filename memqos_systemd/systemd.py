@@ -94,7 +94,7 @@ from dbus_next.aio import MessageBus
 from dbus_next.errors import AuthError
 
 __all__ = [
-    "MEMORY_PROPERTIES", "UINT64_MAX", "ACTIVE_STATES",
+    "MEMORY_PROPERTIES", "CARRIED_PROPERTIES", "UINT64_MAX", "ACTIVE_STATES",
     "SystemdError", "NoSuchUnit", "AccessDenied", "CallTimeout", "BusClosed",
     "Systemd", "UnitStatus", "describe_call", "read_invocation_id", "read_cgroup_memory", "INVOCATION_XATTRS",
 ]
@@ -102,6 +102,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MEMORY_PROPERTIES = ("MemoryMin", "MemoryLow", "MemoryHigh")
+# Sent beside ours, never planned: a value the runtime wrote only to its cgroup's file, which the
+# re-apply our write causes would otherwise undo (cgroupfs.py, "Why that file").
+CARRIED_PROPERTIES = ("MemorySwapMax",)
 UINT64_MAX = 2**64 - 1
 # ActiveState values in which a unit exists and is not on its way out.
 ACTIVE_STATES = frozenset({"active", "activating", "reloading", "refreshing"})
@@ -270,17 +273,21 @@ def _check_unit(unit: object, *, cgroup: bool = False) -> str:
 
 
 def _check_props(unit: str, props: object) -> list[tuple[str, int]]:
-    """Validated (name, value) pairs in MEMORY_PROPERTIES order; ValueError otherwise."""
+    """Validated (name, value) pairs, ours in MEMORY_PROPERTIES order and then any carried one
+    (CARRIED_PROPERTIES); at least one of ours. ValueError otherwise."""
     if not isinstance(props, Mapping):
         raise ValueError(f"{unit}: properties must be a mapping, not {type(props).__name__}")
     if not props:
         raise ValueError(f"{unit}: no properties to set")
-    unknown = sorted(str(k) for k in props if k not in MEMORY_PROPERTIES)
+    allowed = MEMORY_PROPERTIES + CARRIED_PROPERTIES
+    unknown = sorted(str(k) for k in props if k not in allowed)
     if unknown:
         raise ValueError(f"{unit}: unknown propert{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}"
-                         f" (allowed: {', '.join(MEMORY_PROPERTIES)})")
+                         f" (allowed: {', '.join(allowed)})")
+    if not any(k in props for k in MEMORY_PROPERTIES):
+        raise ValueError(f"{unit}: none of {', '.join(MEMORY_PROPERTIES)} to set")
     pairs = []
-    for name in MEMORY_PROPERTIES:
+    for name in allowed:
         if name not in props:
             continue
         value = props[name]

@@ -53,7 +53,7 @@ from typing import Callable, Collection, Iterable, Mapping
 
 from .cgroupfs import Cgroupfs
 from .naming import Naming
-from .reconcile import UNREAD, Change
+from .reconcile import DEFAULTS, UNREAD, Change
 from .systemd import MEMORY_PROPERTIES, UINT64_MAX, NoSuchUnit, SystemdError, UnitStatus, describe_call, show_value
 
 log = logging.getLogger("memqos_systemd")
@@ -373,8 +373,7 @@ class Applier:
                 if self.systemd.removed_since(change.unit, mark) or (change.must_exist and change.unit not in self.observed):
                     self.forget(change.unit)
                     continue
-                held = dict(self.observed.get(change.unit) or {"MemoryMin": 0, "MemoryLow": 0,
-                                                                "MemoryHigh": 2**64 - 1})
+                held = dict(self.observed.get(change.unit) or DEFAULTS)
                 held.update(change.props)  # from UNREAD (empty): all three were sent
                 self.observed[change.unit] = held
                 self.runs.pop(change.unit, None)

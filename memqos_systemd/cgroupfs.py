@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Callable
 
 from .naming import cgroup_path
+from .quantity import UINT64_MAX
 
 __all__ = ["Cgroupfs", "RuntimeSettings", "UINT64_MAX", "read_value"]
 
-UINT64_MAX = 2**64 - 1
 ROOT = Path("/sys/fs/cgroup")
 _MAX_FILE_BYTES = 64
 

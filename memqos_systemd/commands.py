@@ -17,10 +17,10 @@ from . import last_pods, ledger
 from .applier import Applier, summarize
 from .cgroupfs import Cgroupfs
 from .config import Config
-from .daemon import Daemon, Outside, grow_only, naming_for
-from .naming import cgroup_path
+from .daemon import Daemon, Outside
+from .naming import Naming, cgroup_path
 from .plan import INFINITY, NodeFacts, Plan, plan
-from .reconcile import DEFAULTS, diff, reset_plan
+from .reconcile import DEFAULTS, diff, grow_only, reset_plan
 from .systemd import Systemd, SystemdError, read_cgroup_memory
 
 EXIT_OK, EXIT_FAILURE = 0, 1
@@ -132,7 +132,7 @@ async def _send(cfg: Config, make_changes, *, dry_run: bool, label: str) -> int:
         _err(f"cannot reach systemd: {e}; nothing changed")
         return EXIT_FAILURE
     try:
-        applier = Applier(systemd, naming_for(cfg), cgroupfs=Cgroupfs(CGROUP_ROOT), on_restore=_restored)
+        applier = Applier(systemd, Naming.for_config(cfg), cgroupfs=Cgroupfs(CGROUP_ROOT), on_restore=_restored)
         changes = await make_changes(systemd, applier)
         result = await applier.apply(changes, dry_run=dry_run, echo=print)
     except SystemdError as e:
@@ -170,7 +170,7 @@ async def _status(cfg: Config, output: str) -> int:
         _err(f"cannot reach systemd: {e}")
         return EXIT_FAILURE
     try:
-        applier = Applier(systemd, naming_for(cfg))
+        applier = Applier(systemd, Naming.for_config(cfg))
         await applier.refresh_all(u.unit for u in desired.units) if desired else await applier.refresh_all()
     except SystemdError as e:
         _err(f"systemd: {e}")

@@ -34,7 +34,7 @@ from .naming import Naming, NamingError, cgroup_path, plan_cgroup_paths
 from .node import read_events_file
 from .notify import Notifier, watchdog_interval
 from .plan import NodeFacts, Plan, PlanError, plan
-from .reconcile import DEFAULTS, UNREAD, Change, diff, one_write_per_container
+from .reconcile import DEFAULTS, UNREAD, Change, diff, grow_only, one_write_per_container
 from .snapshot import carry_over
 from .sources import Snapshot
 from .systemd import SystemdError, read_cgroup_memory, read_invocation_id
@@ -75,26 +75,6 @@ FULL_RESYNC_EVERY = 15
 LIGHT_RESYNC_LEVELS = frozenset({"node", "qos", "reserved"})
 
 
-def naming_for(config: Config) -> Naming:
-    reserved = []
-    if "kube-reserved" in config.enforce_node_allocatable and config.kube_reserved_cgroup:
-        reserved.append(config.kube_reserved_cgroup)
-    if "system-reserved" in config.enforce_node_allocatable and config.system_reserved_cgroup:
-        reserved.append(config.system_reserved_cgroup)
-    return Naming(config.cgroup_root, tuple(reserved))
-
-
-def grow_only(changes: list[Change]) -> list[Change]:
-    """While holding, only raised protections are sent: no MemoryMin/MemoryLow goes down, and no
-    MemoryHigh moves either way (suspect pod data must not lift or add a throttle)."""
-    out = []
-    for c in changes:
-        props = {k: v for k, v in c.props.items() if k != "MemoryHigh"}
-        if c.direction == "grow" and props:
-            out.append(Change(c.unit, c.level, props, c.direction))
-    return out
-
-
 @dataclass
 class Outside:
     """The outside things the daemon uses, injectable for tests."""
@@ -125,7 +105,7 @@ class Daemon:
         self.config_path = config_path
         self.config = config
         self.out = outside
-        self.naming = naming_for(config)
+        self.naming = Naming.for_config(config)
         self.source = outside.make_source(config)
         self.notifier = outside.notifier or Notifier()
         self.systemd = None
@@ -323,7 +303,7 @@ class Daemon:
         self.notifier.send("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
         try:
             config = load_config(self.config_path, required=self.config_path is not None)
-            naming = naming_for(config)
+            naming = Naming.for_config(config)
         except (ConfigError, NamingError) as e:
             log.error("reload refused, keeping the previous config: %s", e)
             if self.out.metrics:

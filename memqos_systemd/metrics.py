@@ -34,12 +34,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from . import __version__
+from .quantity import UINT64_MAX
 
 __all__ = ["Metrics", "MetricsServer", "parse_listen", "QOS_CLASSES"]
 
 log = logging.getLogger(__name__)
 
-_INFINITY = 2**64 - 1  # systemd's `infinity` for MemoryHigh
 QOS_CLASSES = ("Guaranteed", "Burstable", "BestEffort")
 _PROPERTIES = (("MemoryMin", "memory_min"), ("MemoryLow", "memory_low"), ("MemoryHigh", "memory_high"))
 # Reconciles are a handful of D-Bus calls: milliseconds normally, seconds when systemd is slow.
@@ -47,7 +47,7 @@ _RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1
 
 
 def _bytes_value(n: int) -> float:
-    return math.inf if n >= _INFINITY else float(n)
+    return math.inf if n >= UINT64_MAX else float(n)
 
 
 def _qos_of(pod_unit: Any) -> str:

@@ -121,6 +121,12 @@ class UnitRef:
 class Naming:
     """Unit names for one node (cgroupRoot and reserved cgroups fixed)."""
 
+    @classmethod
+    def for_config(cls, config) -> "Naming":
+        """The names a config implies: its cgroupRoot and the reserved cgroups it enforces
+        (config.Config.enforced_reservations). NamingError where one is not ours to manage."""
+        return cls(config.cgroup_root, tuple(r.cgroup for r in config.enforced_reservations()))
+
     def __init__(self, cgroup_root: str = "/", reserved_cgroups: tuple[str, ...] = ()):
         self._root = _root_parts(cgroup_root)
         self._prefix = "-".join(self._root + ["kubepods"])

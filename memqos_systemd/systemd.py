@@ -93,6 +93,8 @@ from dbus_next import BusType, Message, MessageFlag, MessageType, Variant
 from dbus_next.aio import MessageBus
 from dbus_next.errors import AuthError
 
+from .quantity import UINT64_MAX
+
 __all__ = [
     "MEMORY_PROPERTIES", "CARRIED_PROPERTIES", "UINT64_MAX", "ACTIVE_STATES",
     "SystemdError", "NoSuchUnit", "AccessDenied", "CallTimeout", "BusClosed",
@@ -105,7 +107,6 @@ MEMORY_PROPERTIES = ("MemoryMin", "MemoryLow", "MemoryHigh")
 # Sent beside ours, never planned: a value the runtime wrote only to its cgroup's file, which the
 # re-apply our write causes would otherwise undo (cgroupfs.py, "Why that file").
 CARRIED_PROPERTIES = ("MemorySwapMax",)
-UINT64_MAX = 2**64 - 1
 # ActiveState values in which a unit exists and is not on its way out.
 ACTIVE_STATES = frozenset({"active", "activating", "reloading", "refreshing"})
 

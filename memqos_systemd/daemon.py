@@ -22,7 +22,7 @@ import asyncio
 import logging
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,6 +32,7 @@ from . import last_pods, ledger
 from .config import Config, ConfigError, load_config
 from .naming import Naming, NamingError, cgroup_path, plan_cgroup_paths
 from .node import read_events_file
+from .metrics import NoMetrics
 from .notify import Notifier, watchdog_interval
 from .plan import NodeFacts, Plan, PlanError, plan
 from .reconcile import DEFAULTS, UNREAD, Change, diff, grow_only, one_write_per_container
@@ -83,7 +84,7 @@ class Outside:
     make_source: Callable[[Config], Any]
     read_capacity: Callable[[], int]
     page_size: int
-    metrics: Any = None  # memqos_systemd.metrics.Metrics or None
+    metrics: Any = field(default_factory=NoMetrics)  # memqos_systemd.metrics.Metrics, or NoMetrics
     notifier: Notifier | None = None
     memory_watcher: Any = None  # object with fileno() and poll_events(), or None
     bus_address: str | None = None
@@ -229,8 +230,7 @@ class Daemon:
     def _on_signal_overflow(self) -> None:
         log.warning("systemd sent unit signals faster than they could be handled; some were dropped:"
                     " re-reading every unit and the pods")
-        if self.out.metrics:
-            self.out.metrics.signal_overflow()
+        self.out.metrics.signal_overflow()
         self._want_full_refresh = True
         self._want_fetch = True
         self.wake()
@@ -290,8 +290,7 @@ class Daemon:
                                      on_job_removed=self._on_job_removed, on_reloading=self._on_reloading,
                                      on_returned=self._on_systemd_returned, on_overflow=self._on_signal_overflow)
         self._disconnected = False
-        on_call = self.out.metrics.dbus_call if self.out.metrics else None
-        self.applier = Applier(self.systemd, self.naming, on_call=on_call, run_of=self._run_of,
+        self.applier = Applier(self.systemd, self.naming, on_call=self.out.metrics.dbus_call, run_of=self._run_of,
                                kernel_values=self._kernel_values if self.out.read_cgroup_memory else None,
                                page_size=self.out.page_size,
                                cgroupfs=Cgroupfs(self.out.cgroup_fs, scope_parent=self._scope_parent),
@@ -306,8 +305,7 @@ class Daemon:
             naming = Naming.for_config(config)
         except (ConfigError, NamingError) as e:
             log.error("reload refused, keeping the previous config: %s", e)
-            if self.out.metrics:
-                self.out.metrics.config_reload(False)
+            self.out.metrics.config_reload(False)
             self.notifier.send("READY=1")
             return
         source_changed = (config.pods_file, config.kubelet) != (self.config.pods_file, self.config.kubelet)
@@ -328,8 +326,7 @@ class Daemon:
         self._want_full_refresh = True
         log.info("config reloaded from %s: policy %s, hierarchy %s", self.config_path,
                  config.memory_reservation_policy, config.hierarchy)
-        if self.out.metrics:
-            self.out.metrics.config_reload(True)
+        self.out.metrics.config_reload(True)
         self.notifier.send("READY=1")
 
     async def _fetch(self) -> None:
@@ -345,8 +342,7 @@ class Daemon:
         try:
             snap = await asyncio.to_thread(self.source.fetch)
         except Exception as e:  # SourceError, and anything a broken source raises
-            if self.out.metrics:
-                self.out.metrics.source_error(getattr(e, "kind", type(e).__name__))
+            self.out.metrics.source_error(getattr(e, "kind", type(e).__name__))
             if not self._fetch_failing:
                 kept = f"holding the last good snapshot ({len(self.snapshot.pods)} pods)" if self.snapshot \
                     else "no snapshot yet: only raising values"
@@ -357,8 +353,7 @@ class Daemon:
             log.info("pod source recovered: %d pods", len(snap.pods))
         self._fetch_failing = False
         self._warn_once("pods", snap.warnings)
-        if self.out.metrics:
-            self.out.metrics.source_ok(snap)
+        self.out.metrics.source_ok(snap)
         if self._cache_in_doubt():
             # A pod the list leaves out would be dropped for good, as if its slice had gone
             # (carry_over asks the cache which slices run). Ask again after the re-read.
@@ -468,8 +463,7 @@ class Daemon:
                 now = self.out.clock()
                 self._unknown_units = {n: t for n, t in self._unknown_units.items() if t > now}
             self._keep_ledger()  # a write that failed is tried again every round, as before
-            if self.out.metrics:
-                self.out.metrics.observe_reconcile(self.out.clock() - started, 0)
+            self.out.metrics.observe_reconcile(self.out.clock() - started, 0)
             return
         self._settled = None
         pods = list(self.snapshot.pods) if self.snapshot else []
@@ -523,11 +517,10 @@ class Daemon:
         result = await self.applier.apply(changes)
         if changes:
             log.info("reconcile: %s", summarize(result, name_changes(result.applied, was)))
-        if self.out.metrics:
-            if self._shown_plan is not desired:
-                self.out.metrics.set_plan(desired)
-                self._shown_plan = desired
-            self.out.metrics.observe_reconcile(self.out.clock() - started, len(result.applied))
+        if self._shown_plan is not desired:
+            self.out.metrics.set_plan(desired)
+            self._shown_plan = desired
+        self.out.metrics.observe_reconcile(self.out.clock() - started, len(result.applied))
         # A retired slice is ours to reset once; after that it is the operator's again.
         self._retired = {n for n in self._retired if self.applier.observed.get(n) not in (None, DEFAULTS)}
         self._keep_ledger()
@@ -609,8 +602,7 @@ class Daemon:
         return planned.parent if planned is not None else None
 
     def _on_oom_group_restored(self, unit: str, error: str | None) -> None:
-        if self.out.metrics:
-            self.out.metrics.oom_group_restored(error is None)
+        self.out.metrics.oom_group_restored(error is None)
         if error is not None:
             self._warn_once("oom-group", [f"cannot put memory.oom.group of {unit} back to the runtime's 1: {error};"
                                           f" systemd reset it when it re-applied the unit's settings"])
@@ -648,7 +640,7 @@ class Daemon:
     def read_throttle_events(self) -> None:
         """memory.events `high` of every planned container, for the throttling metric."""
         desired = self.last_plan  # read once: the loop may plan again meanwhile
-        if self.out.metrics is None or desired is None:
+        if desired is None:
             return
         for unit, path in self._container_cgroups_of(desired)[2]:
             events = read_events_file(path)

@@ -36,7 +36,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from . import __version__
 from .quantity import UINT64_MAX
 
-__all__ = ["Metrics", "MetricsServer", "parse_listen", "QOS_CLASSES"]
+__all__ = ["Metrics", "NoMetrics", "MetricsServer", "parse_listen", "QOS_CLASSES"]
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +236,24 @@ class Metrics:
         if not _is_loopback(host):
             log.warning("metrics: serving on %s, which is not a loopback address (as configured)", listen)
         return server
+
+
+class NoMetrics:
+    """Metrics that go nowhere, for a daemon with no endpoint and for tests: the same calls as
+    `Metrics`, each doing nothing, so no caller asks `if metrics:` (a null object, as the
+    kubelet's qosContainerManagerNoop). tests/unit/test_metrics.py keeps the two in step."""
+
+    def set_plan(self, plan: Any) -> None: pass
+    def observe_reconcile(self, seconds: float, changes: int) -> None: pass
+    def dbus_call(self, method: str, result: str) -> None: pass
+    def source_success(self, fetched_at: float | None = None) -> None: pass
+    def source_ok(self, snapshot: Any = None) -> None: pass
+    def source_error(self, kind: str) -> None: pass
+    def config_reload(self, ok: bool) -> None: pass
+    def signal_overflow(self) -> None: pass
+    def oom_group_restored(self, ok: bool) -> None: pass
+    def throttle_events(self, container_unit: str, high_count: int) -> None: pass
+    def forget_unit(self, unit: str) -> None: pass
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

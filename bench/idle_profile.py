@@ -309,7 +309,7 @@ def child(args) -> int:
     from memqos_systemd.config import parse_config
     from memqos_systemd.daemon import Daemon, Outside
     from memqos_systemd.metrics import Metrics
-    from memqos_systemd.naming import plan_cgroup_paths
+    from memqos_systemd.cgroupfs import Cgroupfs, plan_cgroup_paths
     from memqos_systemd.notify import Notifier
     from memqos_systemd.sources import make_source
     from memqos_systemd.systemd import Systemd
@@ -361,7 +361,7 @@ def child(args) -> int:
     outside = Outside(connect=lambda address: Systemd.connect(args.bus, call_timeout=30.0),
                       make_source=make_src, read_capacity=lambda: 64 << 30, page_size=4096,
                       metrics=metrics, notifier=Notifier(os.environ.get("NOTIFY_SOCKET", "")),
-                      cgroup_fs=__import__("pathlib").Path(args.cgroup))
+                      cgroupfs=Cgroupfs(args.cgroup))
     d = Daemon(None, cfg, outside)
     d.reconcile = timed_async(d.reconcile, plan_a)
     d.read_throttle_events = timed_thread(d.read_throttle_events, events_a)

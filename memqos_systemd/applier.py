@@ -27,7 +27,7 @@ every D-Bus call costs 20-30 ms, so the number of calls is the latency of a
 burst of new pods.
 
 A slice of the kubepods tree is written to the run named by the invocation ID on
-its cgroup (`run_of`), with no state check and no `Get` of the ID first; a stale
+its cgroup (`Cgroupfs.run_of`), with no state check and no `Get` of the ID first; a stale
 ID is refused by systemd like an ended run. A pod slice that has just started
 need not be read over D-Bus at all (`assume_started`): it is cached with the
 values its cgroup's memory files show, what systemd applied as it started it
@@ -47,14 +47,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Iterable, Mapping
 
 from .cgroupfs import Cgroupfs
 from .naming import Naming
 from .reconcile import DEFAULTS, UNREAD, Change
-from .systemd import MEMORY_PROPERTIES, UINT64_MAX, NoSuchUnit, SystemdError, UnitStatus, describe_call, show_value
+from .quantity import UINT64_MAX
+from .systemd import NoSuchUnit, SystemdError, UnitStatus, describe_call, show_value
 
 log = logging.getLogger("memqos_systemd")
 
@@ -80,11 +80,9 @@ class ApplyResult:
 
 
 class Applier:
-    def __init__(self, systemd, naming: Naming, *, on_call: Callable[[str, str], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic,
-                 run_of: Callable[[str], bytes | None] | None = None,
-                 kernel_values: Callable[[str], dict[str, int] | None] | None = None, page_size: int = 4096,
-                 cgroupfs: Cgroupfs | None = None, on_restore: Callable[[str, str | None], None] | None = None):
+    def __init__(self, systemd, naming: Naming, *, cgroupfs: Cgroupfs | None = None, page_size: int = 4096,
+                 on_call: Callable[[str, str], None] | None = None,
+                 on_restore: Callable[[str, str | None], None] | None = None):
         self.systemd = systemd
         self.naming = naming
         self.observed: dict[str, dict[str, int] | None] = {}
@@ -95,22 +93,19 @@ class Applier:
         # Units cached as UNREAD (assume_started) -> the invocation ID of their run, for their
         # first write; dropped once values are known (read or written) or the unit is forgotten.
         self.runs: dict[str, bytes] = {}
-        # The invocation ID on a unit's cgroup (systemd.read_invocation_id), or None: a write of the
-        # kubepods tree with one goes straight to that run, with no state check or ID read first.
-        self.run_of = run_of
-        # What the kernel shows for a unit's cgroup (memory.min/low/high), or None: a timer resync
-        # reads over D-Bus only the units whose kernel values differ from the cache (see
-        # refresh_all(trust_kernel=True)).
-        self.kernel_values = kernel_values
+        # The node's cgroups (None: none read, for tests of the order alone):
+        # - a slice's invocation ID on its cgroup (Cgroupfs.run_of): a write of the kubepods tree
+        #   goes straight to that run, with no state check or ID read first;
+        # - what the kernel shows (Cgroupfs.shows, page-rounded by `page_size`): a timer resync
+        #   reads over D-Bus only the units whose cgroup differs from the cache
+        #   (refresh_all(trust_kernel=True));
+        # - the runtime's settings our writes must keep (cgroupfs.py, "Why that file").
+        self.cgroupfs = cgroupfs
         self.page_size = page_size
         # Units cached with values read from their cgroup (assume_started), not from systemd: read
         # over D-Bus at the next refresh_all, which the kernel's agreeing cannot replace.
         self.unconfirmed: set[str] = set()
         self._on_call = on_call or (lambda method, result: None)
-        self._clock = clock
-        # The cgroups of the kubepods tree, for the runtime's settings our writes must keep
-        # (cgroupfs.py, "Why that file"); None: nothing carried or restored (tests of the order).
-        self.cgroupfs = cgroupfs
         # Units whose runtime set memory.oom.group=1 (seen in the file before a write of ours):
         # put back after each write, and after each full re-read (a daemon-reload resets it too).
         # Kept through forget(): a daemon-reload announces every unit removed, then new again;
@@ -215,16 +210,8 @@ class Applier:
     def _kernel_agrees(self, name: str, status: UnitStatus) -> bool:
         """Whether `name` runs and its cgroup shows the values cached for it (see refresh_all)."""
         held = self.observed.get(name)
-        if (self.kernel_values is None or not status.running or held is None or held is UNREAD
-                or name in self.unconfirmed):
-            return False
-        kernel = self.kernel_values(name)
-        if kernel is None:
-            return False
-        page = self.page_size
-        return all(prop in held and kernel.get(prop) == (held[prop] if held[prop] == UINT64_MAX
-                                                         else held[prop] // page * page)
-                   for prop in MEMORY_PROPERTIES)
+        return (self.cgroupfs is not None and status.running and held is not None and held is not UNREAD
+                and name not in self.unconfirmed and self.cgroupfs.shows(name, held, self.page_size))
 
     def _named_units(self, levels: Collection[str]) -> set[str]:
         """Our units of `levels` by name: only FIXED_LEVELS have names known without a listing."""
@@ -330,8 +317,8 @@ class Applier:
                 if change.must_exist:
                     props = self._props_to_send(change)
                     run = self.runs.get(change.unit)
-                    if run is None and self.run_of is not None:
-                        run = self.run_of(change.unit)
+                    if run is None and self.cgroupfs is not None:
+                        run = self.cgroupfs.run_of(change.unit)
                     try:
                         await self.systemd.set_memory_if_loaded(change.unit, props,
                                                                 status=fresh.get(change.unit), invocation_id=run)

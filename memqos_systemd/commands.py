@@ -15,13 +15,13 @@ from typing import Any
 
 from . import last_pods, ledger
 from .applier import Applier, summarize
-from .cgroupfs import Cgroupfs
+from .cgroupfs import Cgroupfs, cgroup_path, read_cgroup_memory
 from .config import Config
 from .daemon import Daemon, Outside
-from .naming import Naming, cgroup_path
+from .naming import Naming
 from .plan import INFINITY, NodeFacts, Plan, plan
 from .reconcile import DEFAULTS, diff, grow_only, reset_plan
-from .systemd import Systemd, SystemdError, read_cgroup_memory
+from .systemd import Systemd, SystemdError
 
 EXIT_OK, EXIT_FAILURE = 0, 1
 SERVICE = "memqos-systemd.service"

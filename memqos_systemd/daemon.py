@@ -30,15 +30,15 @@ from .applier import Applier, name_changes, summarize
 from .cgroupfs import Cgroupfs
 from . import last_pods, ledger
 from .config import Config, ConfigError, load_config
-from .naming import Naming, NamingError, cgroup_path, plan_cgroup_paths
-from .node import read_events_file
+from .cgroupfs import read_events_file
+from .naming import Naming, NamingError
 from .metrics import NoMetrics
 from .notify import Notifier, watchdog_interval
 from .plan import NodeFacts, Plan, PlanError, plan
 from .reconcile import DEFAULTS, UNREAD, Change, diff, grow_only, one_write_per_container
 from .snapshot import carry_over
 from .sources import Snapshot
-from .systemd import SystemdError, read_cgroup_memory, read_invocation_id
+from .systemd import SystemdError
 
 log = logging.getLogger("memqos_systemd")
 
@@ -88,17 +88,11 @@ class Outside:
     notifier: Notifier | None = None
     memory_watcher: Any = None  # object with fileno() and poll_events(), or None
     bus_address: str | None = None
-    cgroup_fs: Path = Path("/sys/fs/cgroup")
+    cgroupfs: Cgroupfs = field(default_factory=Cgroupfs)  # the cgroup2 mount (cgroupfs.py)
     ledger_path: Path | None = None  # reserved slices written (ledger.py); None: not kept
     # The last snapshot's pods, for the first carry_over after a restart (last_pods.py); None: not kept.
     last_pods_path: Path | None = None
     clock: Callable[[], float] = time.monotonic
-    # A started unit's invocation ID from its cgroup directory (systemd.read_invocation_id), or
-    # None; None here: new pod slices are read over D-Bus like any unit (see _take_new_runs).
-    read_invocation: Callable[[Path], bytes | None] | None = read_invocation_id
-    # The memory values the kernel holds for a cgroup (systemd.read_cgroup_memory): what a new pod
-    # slice taken by its cgroup's ID holds; None here, or unreadable: all three values are sent.
-    read_cgroup_memory: Callable[[Path], dict[str, int] | None] | None = read_cgroup_memory
 
 
 class Daemon:
@@ -135,7 +129,6 @@ class Daemon:
         self._live_uids: tuple[tuple, frozenset[str]] | None = None  # see _live_pod_uids
         # The cgroup directories of a plan's container scopes, and their memory.events files:
         # (plan, {unit: dir}, [(unit, memory.events path)]); see _container_dirs.
-        self._container_cgroups: tuple[Plan, dict[str, Path], list[tuple[str, str]]] | None = None
         self._want_reload = False
         self._refresh_units: set[str] = set()  # UnitNew: read state and properties
         self._recheck_units: set[str] = set()  # JobRemoved: read the state again
@@ -290,11 +283,8 @@ class Daemon:
                                      on_job_removed=self._on_job_removed, on_reloading=self._on_reloading,
                                      on_returned=self._on_systemd_returned, on_overflow=self._on_signal_overflow)
         self._disconnected = False
-        self.applier = Applier(self.systemd, self.naming, on_call=self.out.metrics.dbus_call, run_of=self._run_of,
-                               kernel_values=self._kernel_values if self.out.read_cgroup_memory else None,
-                               page_size=self.out.page_size,
-                               cgroupfs=Cgroupfs(self.out.cgroup_fs, scope_parent=self._scope_parent),
-                               on_restore=self._on_oom_group_restored)
+        self.applier = Applier(self.systemd, self.naming, cgroupfs=self.out.cgroupfs, page_size=self.out.page_size,
+                               on_call=self.out.metrics.dbus_call, on_restore=self._on_oom_group_restored)
         self._want_full_refresh = True
 
     def _reload_config(self) -> None:
@@ -474,6 +464,7 @@ class Daemon:
             return
         self._warn_once("plan", desired.warnings)
         self.last_plan = desired
+        self.out.cgroupfs.place(desired)  # where its container scopes are
         planned = self._planned_units()
         now = self.out.clock()
         self._unknown_units = {n: t for n, t in self._unknown_units.items() if n not in planned and t > now}
@@ -491,7 +482,7 @@ class Daemon:
         # not running when read at UnitNew has been forgotten: read it in full.
         before = self._changes(desired)
         writes = {c.unit for c in before[0]
-                  if c.must_exist and c.unit not in self.applier.runs and self._run_of(c.unit) is None}
+                  if c.must_exist and c.unit not in self.applier.runs and self.out.cgroupfs.run_of(c.unit) is None}
         read_from = self.applier.generation
         again = {u for u in started_units if self.applier.observed.get(u) is None}
         try:
@@ -558,7 +549,7 @@ class Daemon:
         (bench/vm_speed.py). Not while holding: only raising values may be sent then, which
         needs the values held. Container scopes carry no such ID on systemd 252
         (tests/e2e 12-invocation-path X) and are read as before."""
-        if self.out.read_invocation is None or self.holding_reason is not None:
+        if self.holding_reason is not None:
             return set()
         taken = set()
         for name in new | (started & self._awaiting_start):
@@ -566,40 +557,15 @@ class Daemon:
             if ref is None or ref.level != "pod" or self.applier.observed.get(name) is not None:
                 continue
             self._awaiting_start.discard(name)
-            invocation = self._run_of(name)
+            invocation = self.out.cgroupfs.run_of(name)
             if invocation is not None:
-                self.applier.assume_started(name, invocation,
-                                            self._kernel_values(name) if self.out.read_cgroup_memory else None)
+                self.applier.assume_started(name, invocation, self.out.cgroupfs.kernel_values(name))
                 taken.add(name)
             elif name not in started:
                 self._awaiting_start.add(name)
                 taken.add(name)
             # else: started, yet no ID on its cgroup: read over D-Bus as before
         return taken
-
-    def _container_cgroups_of(self, desired: Plan) -> tuple[Plan, dict[str, Path], list[tuple[str, str]]]:
-        """The cgroup directories of `desired`'s container scopes and their memory.events files,
-        made once per plan (asked from the loop and from the memory.events thread)."""
-        cached = self._container_cgroups
-        if cached is None or cached[0] is not desired:
-            paths = plan_cgroup_paths(desired.units)
-            dirs = {u.unit: self.out.cgroup_fs / paths[u.unit] for u in desired.units if u.level == "container"}
-            cached = (desired, dirs, [(unit, str(d / "memory.events")) for unit, d in dirs.items()])
-            self._container_cgroups = cached
-        return cached
-
-    def _cgroup_dir(self, unit: str) -> Path | None:
-        """Where a unit's cgroup is: a slice's place follows from its name, a container scope's
-        from the last plan; None for any other scope."""
-        if unit.endswith(".slice"):
-            return self.out.cgroup_fs / cgroup_path(unit)
-        desired = self.last_plan
-        return None if desired is None else self._container_cgroups_of(desired)[1].get(unit)
-
-    def _scope_parent(self, unit: str) -> str | None:
-        """The pod slice of a planned container scope (the last plan's), else None."""
-        planned = self._planned_units().get(unit)
-        return planned.parent if planned is not None else None
 
     def _on_oom_group_restored(self, unit: str, error: str | None) -> None:
         self.out.metrics.oom_group_restored(error is None)
@@ -611,19 +577,6 @@ class Daemon:
             log.info("memory.oom.group of %s put back to 1: systemd resets it to 0 whenever it re-applies a scope's"
                      " settings (a write, a daemon-reload), and the runtime set it only in the file; done for every"
                      " such container from now on (memqos_oom_group_restores_total)", unit)
-
-    def _kernel_values(self, unit: str) -> dict[str, int] | None:
-        """memory.min/low/high of a unit's cgroup (systemd.read_cgroup_memory); None where it
-        cannot be placed or read."""
-        path = self._cgroup_dir(unit)
-        return None if path is None else self.out.read_cgroup_memory(path)
-
-    def _run_of(self, unit: str) -> bytes | None:
-        """The invocation ID systemd put on a slice's cgroup as it started it; None for a scope
-        (systemd 252 puts none on them) or when there is none (see systemd.read_invocation_id)."""
-        if self.out.read_invocation is None or not unit.endswith(".slice"):
-            return None
-        return self.out.read_invocation(self._cgroup_dir(unit))
 
     def _changes(self, desired: Plan) -> tuple[list[Change], int]:
         """The changes to send (only raising ones while holding), and how many were held back."""
@@ -639,10 +592,7 @@ class Daemon:
 
     def read_throttle_events(self) -> None:
         """memory.events `high` of every planned container, for the throttling metric."""
-        desired = self.last_plan  # read once: the loop may plan again meanwhile
-        if desired is None:
-            return
-        for unit, path in self._container_cgroups_of(desired)[2]:
+        for unit, path in self.out.cgroupfs.container_events():  # the plan placed last
             events = read_events_file(path)
             if "high" in events:
                 self.out.metrics.throttle_events(unit, events["high"])

@@ -58,7 +58,7 @@ on a real systemd; until it has, treat this as "what the source says".
   on the slice's cgroup; journald reads them the same way. `user.*` is readable without
   capabilities (the service has none; `trusted.*` needs CAP_SYS_ADMIN). Verified on 252 for
   pod slices, also after a restart of the same name; container scopes have neither attribute
-  there (tests/e2e 12-invocation-path X). `read_invocation_id` reads it: a pod slice that has
+  there (tests/e2e 12-invocation-path X). `cgroupfs.read_invocation_id` reads it: a pod slice that has
   just started is then written with one call (`set_memory_if_loaded(invocation_id=...)`) and
   no question to systemd first. A stale ID is harmless: its run has ended, the write is refused.
 - Reading properties through a unit's object path also loads the unit if it has gone in
@@ -84,7 +84,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -98,7 +97,7 @@ from .quantity import UINT64_MAX
 __all__ = [
     "MEMORY_PROPERTIES", "CARRIED_PROPERTIES", "UINT64_MAX", "ACTIVE_STATES",
     "SystemdError", "NoSuchUnit", "AccessDenied", "CallTimeout", "BusClosed",
-    "Systemd", "UnitStatus", "describe_call", "read_invocation_id", "read_cgroup_memory", "INVOCATION_XATTRS",
+    "Systemd", "UnitStatus", "describe_call",
 ]
 
 log = logging.getLogger(__name__)
@@ -209,53 +208,6 @@ def invocation_path(invocation_id: bytes) -> str:
     if not isinstance(invocation_id, bytes) or len(invocation_id) != 16:
         raise ValueError(f"an invocation ID is 16 bytes, not {invocation_id!r}")
     return f"{_UNIT_PATH_PREFIX}{_label_escape(invocation_id.hex())}"
-
-
-# Where systemd puts a started unit's invocation ID on its cgroup directory; user.* first, as
-# the service runs without capabilities (trusted.* is invisible without CAP_SYS_ADMIN).
-INVOCATION_XATTRS = ("user.invocation_id", "trusted.invocation_id")
-_HEX = frozenset("0123456789abcdef")
-
-
-def read_invocation_id(cgroup_dir: str | os.PathLike) -> bytes | None:
-    """The invocation ID systemd wrote on a unit's cgroup directory when it started the unit
-    (see the module docstring), as 16 bytes; None when there is none (not started, the cgroup
-    is gone, or this systemd does not set it) or it is not 32 hex digits. No D-Bus call."""
-    for name in INVOCATION_XATTRS:
-        try:
-            raw = os.getxattr(cgroup_dir, name)
-        except OSError:
-            continue
-        text = raw.decode("ascii", "replace")
-        if len(text) == 32 and _HEX.issuperset(text) and text != "0" * 32:
-            return bytes.fromhex(text)
-    return None
-
-
-_CGROUP_MEMORY_FILES = {"MemoryMin": "memory.min", "MemoryLow": "memory.low", "MemoryHigh": "memory.high"}
-
-
-def read_cgroup_memory(cgroup_dir: str | os.PathLike) -> dict[str, int] | None:
-    """MemoryMin/MemoryLow/MemoryHigh as the kernel holds them for a cgroup systemd has just
-    realized (memory.min, memory.low, memory.high; "max" is infinity): what systemd applied from
-    the unit's properties when it started it, read without a D-Bus call. None when a file is
-    missing or not a number. Differs from systemd's own values only where systemd derives the
-    kernel's (a parent's DefaultMemoryLow=/DefaultMemoryMin=, page rounding); the full re-read
-    over D-Bus corrects what that hides."""
-    values = {}
-    for name, file in _CGROUP_MEMORY_FILES.items():
-        try:
-            with open(os.path.join(cgroup_dir, file), "rb") as f:
-                text = f.read(64).strip()
-        except OSError:
-            return None
-        if text == b"max":
-            values[name] = UINT64_MAX
-        elif text.isdigit() and int(text) <= UINT64_MAX:
-            values[name] = int(text)
-        else:
-            return None
-    return values
 
 
 def show_value(value: int) -> str:

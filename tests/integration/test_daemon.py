@@ -16,6 +16,7 @@ import threading
 import pytest
 from fakesystemd import unit_path
 
+from memqos_systemd.cgroupfs import Cgroupfs
 from memqos_systemd.config import parse_config
 from memqos_systemd.daemon import Daemon, Outside
 from memqos_systemd.metrics import Metrics
@@ -121,7 +122,7 @@ class Harness:
         outside = Outside(
             connect=lambda address: Systemd.connect(fake.address, call_timeout=2.0),
             make_source=lambda c: self.source, read_capacity=lambda: self.capacity, page_size=4096,
-            metrics=self.metrics, notifier=Notifier(self.notify.path), cgroup_fs=tmp_path / "cgroup",
+            metrics=self.metrics, notifier=Notifier(self.notify.path), cgroupfs=Cgroupfs(tmp_path / "cgroup"),
             ledger_path=ledger_path, last_pods_path=last_pods_path)
         self.daemon = Daemon(str(self.config_path), cfg, outside)
         self.task = None
@@ -522,7 +523,7 @@ def test_a_new_pod_slice_whose_kernel_values_cannot_be_read_or_differ_gets_what_
     async def body():
         h = Harness(fake_systemd, tmp_path, [GUARANTEED, NEWCOMER])
         if files == "unreadable":
-            h.daemon.out.read_cgroup_memory = lambda path: None
+            h.daemon.out.cgroupfs.kernel_values = lambda unit: None
         async with h:
             await h.settle()
             fake_systemd.clear_calls()
@@ -884,7 +885,7 @@ def test_timer_resync_reads_the_upper_slices_and_every_nth_one_reads_every_unit(
 
 def kernel_only(tmp_path, unit: str, file: str, value: int) -> None:
     """Someone writes a unit's cgroup file behind systemd's back: systemd still holds its value."""
-    from memqos_systemd.naming import cgroup_path
+    from memqos_systemd.cgroupfs import cgroup_path
 
     (tmp_path / "cgroup" / cgroup_path(unit) / file).write_text(f"{value}\n")
 

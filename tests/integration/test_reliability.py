@@ -29,6 +29,7 @@ import yaml
 from dbus_next.errors import DBusError
 from fakesystemd import WRITE_METHODS, unit_path
 
+from memqos_systemd.cgroupfs import Cgroupfs
 from memqos_systemd.config import parse_config
 from memqos_systemd.daemon import Daemon, Outside
 from memqos_systemd.metrics import Metrics
@@ -242,7 +243,7 @@ class Harness:
         outside = Outside(
             connect=connect, make_source=make_source if real_source else (lambda c: self.source),
             read_capacity=lambda: self.capacity, page_size=4096, metrics=self.metrics,
-            notifier=Notifier(""), cgroup_fs=tmp_path / "cgroup")
+            notifier=Notifier(""), cgroupfs=Cgroupfs(tmp_path / "cgroup"))
         self.daemon = Daemon(str(self.config_path), cfg, outside)
         handler = self.daemon._on_unit_removed
 
@@ -794,8 +795,6 @@ def test_a_slice_taken_by_its_cgroup_id_and_removed_before_the_write_is_not_writ
     right after that ID was read. Whether the daemon has handled the UnitRemoved by the time of
     the write (then it sends nothing) or not (then the write goes to the ended run, is refused
     and creates nothing), the slice never comes back and the node converges without the pod."""
-    from memqos_systemd.systemd import read_invocation_id
-
     start_units(fake_systemd, None, *BASE_UNITS, GUARANTEED)
 
     async def body():
@@ -803,13 +802,15 @@ def test_a_slice_taken_by_its_cgroup_id_and_removed_before_the_write_is_not_writ
         name = pod_slice(NEWCOMER)
         removed: dict[str, int] = {}
 
-        def read_then_remove(path):
-            found = read_invocation_id(path)
-            if path.name == name and found is not None and not removed:
+        run_of = h.daemon.out.cgroupfs.run_of
+
+        def read_then_remove(unit):
+            found = run_of(unit)
+            if unit == name and found is not None and not removed:
                 fake_systemd.remove_unit(name)
                 removed[name] = len(fake_systemd.calls)
             return found
-        h.daemon.out.read_invocation = read_then_remove
+        h.daemon.out.cgroupfs.run_of = read_then_remove
         async with h:
             h.source.items = [GUARANTEED, NEWCOMER]
             fake_systemd.add_unit(name)

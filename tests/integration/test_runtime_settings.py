@@ -71,7 +71,7 @@ def test_after_a_daemon_reload_the_runtimes_oom_group_is_back(fake_systemd, tmp_
     runtime_writes(fake_systemd, BCTR)
 
     async def body():
-        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE]) as h:
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE]):
             assert files(fake_systemd, BCTR) == ("1", "0")
             fake_systemd.clear_calls()
             fake_systemd.daemon_reload()
@@ -160,8 +160,6 @@ def test_cgroupfs_finds_a_scope_without_a_plan(tmp_path):
     assert fs.dir_of(BPOD) == pod
     assert fs.runtime_settings(BCTR) == RuntimeSettings(0, 1)
     assert fs.runtime_settings("cri-containerd-" + "c" * 64 + ".scope") is None
-    known = Cgroupfs(tmp_path, scope_parent=lambda unit: BPOD)
-    assert known.dir_of(BCTR) == scope
     (scope / "memory.oom.group").write_text("0\n")
     assert fs.restore_oom_group(BCTR) is None and read_value(scope / "memory.oom.group") == 1
     (scope / "memory.oom.group").unlink()

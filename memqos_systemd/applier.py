@@ -106,6 +106,7 @@ class Applier:
         # over D-Bus at the next refresh_all, which the kernel's agreeing cannot replace.
         self.unconfirmed: set[str] = set()
         self._on_call = on_call or (lambda method, result: None)
+        self._live_uids: tuple[tuple, frozenset[str]] | None = None  # see live_pod_uids
         # Units whose runtime set memory.oom.group=1 (seen in the file before a write of ours):
         # put back after each write, and after each full re-read (a daemon-reload resets it too).
         # Kept through forget(): a daemon-reload announces every unit removed, then new again;
@@ -250,6 +251,19 @@ class Applier:
                 self.unconfirmed.discard(name)
         self.generation += 1
         self.fresh = states
+
+    def live_pod_uids(self) -> frozenset[str]:
+        """UIDs of the pods whose slices systemd has loaded, as the cache holds them. Worked out
+        again only when the cache has changed (every poll asks)."""
+        key = (self.generation, self.naming)
+        if self._live_uids is None or self._live_uids[0] != key:
+            uids = set()
+            for name, held in self.observed.items():
+                ref = self.naming.parse_unit(name)
+                if held is not None and ref is not None and ref.level == "pod":
+                    uids.add(ref.uid)
+            self._live_uids = (key, frozenset(uids))
+        return self._live_uids[1]
 
     def assume_started(self, unit: str, invocation_id: bytes, values: dict[str, int] | None = None) -> None:
         """`unit` runs as the run `invocation_id` (found on its cgroup) and was not read over

@@ -9,7 +9,7 @@ Promises kept here:
   snapshot is kept, and until a first good one exists (or while a sudden drop
   to zero pods is unconfirmed) only changes that raise values are sent.
 * A pod the pod source stops listing keeps its protection while its pod slice runs
-  (snapshot.carry_over), also just after the daemon itself restarted: the pods of the last
+  (intake.carry_over), also just after the daemon itself restarted: the pods of the last
   run's snapshot are kept in a runtime file (last_pods.py) for the first one.
 * An invalid config on SIGHUP is logged and the old one stays in force.
 * A lost bus is reconnected with backoff, then everything is re-read and re-applied.
@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from .applier import Applier, name_changes, summarize
 from .cgroupfs import Cgroupfs
-from . import last_pods, ledger
+from . import ledger
 from .config import Config, ConfigError, load_config
 from .cgroupfs import read_events_file
 from .naming import Naming, NamingError
@@ -36,8 +36,7 @@ from .metrics import NoMetrics
 from .notify import Notifier, watchdog_interval
 from .plan import NodeFacts, Plan, PlanError, plan
 from .reconcile import DEFAULTS, UNREAD, Change, diff, grow_only, one_write_per_container
-from .snapshot import carry_over
-from .sources import Snapshot
+from .intake import PodIntake
 from .systemd import SystemdError
 
 log = logging.getLogger("memqos_systemd")
@@ -105,12 +104,7 @@ class Daemon:
         self.notifier = outside.notifier or Notifier()
         self.systemd = None
         self.applier: Applier | None = None
-        self.snapshot = None  # last good pods snapshot
-        # The pods of the last run (last_pods.py): the `previous` of the first snapshot's carry_over only.
-        self._last_run_pods: tuple = ()
-        self._remembered: tuple | None = None  # the pods last written to last_pods_path
-        self._remember_failing = False
-        self.holding_reason: str | None = "no pod snapshot yet"
+        self.intake = PodIntake(outside.last_pods_path)  # the pods to act on, and whether we hold
         self.capacity = outside.read_capacity()
         self.last_plan: Plan | None = None
         self._planned: tuple[tuple, Plan, dict] | None = None  # (inputs, plan, by unit): see _plan
@@ -126,7 +120,6 @@ class Daemon:
         self._light_resyncs = 0  # timer resyncs since the last full refresh
         # What the last reconcile that had nothing to send was computed from (see _settled_key).
         self._settled: tuple | None = None
-        self._live_uids: tuple[tuple, frozenset[str]] | None = None  # see _live_pod_uids
         # The cgroup directories of a plan's container scopes, and their memory.events files:
         # (plan, {unit: dir}, [(unit, memory.events path)]); see _container_dirs.
         self._want_reload = False
@@ -334,7 +327,7 @@ class Daemon:
         except Exception as e:  # SourceError, and anything a broken source raises
             self.out.metrics.source_error(getattr(e, "kind", type(e).__name__))
             if not self._fetch_failing:
-                kept = f"holding the last good snapshot ({len(self.snapshot.pods)} pods)" if self.snapshot \
+                kept = f"holding the last good snapshot ({len(self.intake.pods)} pods)" if self.intake.snapshot \
                     else "no snapshot yet: only raising values"
                 log.warning("pod source failed: %s; %s", e, kept)
             self._fetch_failing = True
@@ -349,53 +342,10 @@ class Daemon:
             # (carry_over asks the cache which slices run). Ask again after the re-read.
             self._want_fetch = True
             return
-        live = self._live_pod_uids()
-        if self.snapshot is None and not snap.pods and live:
-            # The first answer says "no pods" while pod slices run: believe it once they are gone.
-            if self.holding_reason != "suspect empty pod list":
-                log.warning("pod source returned 0 pods while %d pod slices exist; only raising values until"
-                            " the slices are gone", len(live))
-            self.holding_reason = "suspect empty pod list"
-            return
-        # Before the first snapshot, the pods of the last run stand in for the previous one: a
-        # kubelet that lists only some pods just after our restart takes no protection away.
-        pods, carried = carry_over(snap.pods, self.snapshot.pods if self.snapshot else self._last_run_pods, live)
-        self._last_run_pods = ()
+        carried = self.intake.accept(snap, self.applier.live_pod_uids())
         self._warn_once("carried", [
             f"pod {p.display} is no longer listed by the pod source but its slice still exists;"
             f" keeping its protection until the slice is gone" for p in carried])
-        self.snapshot = Snapshot(tuple(pods), snap.warnings, snap.source, snap.fetched_at)
-        self.holding_reason = None
-        self._remember_pods()
-
-    def _remember_pods(self) -> None:
-        """Write the snapshot's pods for the next start (last_pods.py) when they have changed.
-        Cheap on an unchanged poll: the source hands back the same Pod objects, and a tuple
-        compares its items by identity first. A write that fails is tried again at every poll,
-        with one warning until it succeeds."""
-        path = self.out.last_pods_path
-        if path is None or self.snapshot is None or self.snapshot.pods == self._remembered:
-            return
-        if last_pods.write(path, self.snapshot.pods, warn=not self._remember_failing):
-            if self._remember_failing:
-                log.info("remembering the pods of this run in %s again", path)
-            self._remembered = self.snapshot.pods
-            self._remember_failing = False
-        else:
-            self._remember_failing = True
-
-    def _live_pod_uids(self) -> set[str]:
-        """UIDs of the pods whose slices systemd has loaded (from the cache of what it holds).
-        Worked out again only when the cache has changed (every poll asks)."""
-        key = (self.applier, self.applier.generation, self.naming)
-        if self._live_uids is None or self._live_uids[0] != key:
-            uids = set()
-            for name, held in self.applier.observed.items():
-                ref = self.naming.parse_unit(name)
-                if held is not None and ref is not None and ref.level == "pod":
-                    uids.add(ref.uid)
-            self._live_uids = (key, frozenset(uids))
-        return set(self._live_uids[1])
 
     def _read_capacity(self) -> None:
         try:
@@ -439,8 +389,8 @@ class Daemon:
         the key of a round that found nothing to send, and no unit is waiting to be read, this
         round would find nothing either. Compared with ==: the same objects compare at once (the
         pod source hands back the same pods while its document is unchanged), others by value."""
-        return (self.snapshot.pods if self.snapshot else (), self.capacity, self.out.page_size, self.config,
-                self.naming, self.holding_reason, frozenset(self._retired), self.applier,
+        return (self.intake.pods, self.capacity, self.out.page_size, self.config,
+                self.naming, self.intake.holding, frozenset(self._retired), self.applier,
                 self.applier.generation)
 
     async def reconcile(self) -> None:
@@ -456,7 +406,7 @@ class Daemon:
             self.out.metrics.observe_reconcile(self.out.clock() - started, 0)
             return
         self._settled = None
-        pods = list(self.snapshot.pods) if self.snapshot else []
+        pods = list(self.intake.pods)
         try:
             desired = self._plan(pods)
         except PlanError as e:
@@ -501,8 +451,8 @@ class Daemon:
         generation = self.applier.generation  # what this round's diff is computed from
         # The diff again only if the reads changed the cache (a burst's rounds read nothing).
         changes, held = before if generation == read_from else self._changes(desired)
-        if self.holding_reason is not None:
-            self._warn_once("holding", [f"holding ({self.holding_reason}): {held} change(s) that would"
+        if self.intake.holding is not None:
+            self._warn_once("holding", [f"holding ({self.intake.holding}): {held} change(s) that would"
                                         f" lower a protection or move a MemoryHigh not sent"] if held else [])
         was = {c.unit: self.applier.observed.get(c.unit) for c in changes}
         result = await self.applier.apply(changes)
@@ -525,7 +475,7 @@ class Daemon:
             self._settled = settled
         node = desired.node_unit()
         status = (f"{len(pods)} pods, kubepods min {node.memory_min} low {node.memory_low}"
-                  + (f", holding: {self.holding_reason}" if self.holding_reason else ""))
+                  + (f", holding: {self.intake.holding}" if self.intake.holding else ""))
         if not self.ready:
             self.ready = True
             self.notifier.ready(status)
@@ -549,7 +499,7 @@ class Daemon:
         (bench/vm_speed.py). Not while holding: only raising values may be sent then, which
         needs the values held. Container scopes carry no such ID on systemd 252
         (tests/e2e 12-invocation-path X) and are read as before."""
-        if self.holding_reason is not None:
+        if self.intake.holding is not None:
             return set()
         taken = set()
         for name in new | (started & self._awaiting_start):
@@ -581,11 +531,11 @@ class Daemon:
     def _changes(self, desired: Plan) -> tuple[list[Change], int]:
         """The changes to send (only raising ones while holding), and how many were held back."""
         observed = self.applier.observed  # read only; a unit it lacks is not loaded (diff)
-        if self.holding_reason is not None:
+        if self.intake.holding is not None:
             # Values not read cannot be compared: such units are left as they are while holding.
             observed = {n: (None if v is UNREAD else v) for n, v in observed.items()}
         changes = diff(desired, observed, self.naming, retired=self._retired)
-        if self.holding_reason is None:
+        if self.intake.holding is None:
             return one_write_per_container(changes), 0
         sent = grow_only(changes)
         return sent, len(changes) - len(sent)
@@ -624,12 +574,10 @@ class Daemon:
                 log.info("%s was a reserved cgroup when the service last ran and the config no longer names"
                          " it: bringing it back to MemoryMin=0 MemoryLow=0 MemoryHigh=infinity", name)
             self._retired |= gone
-        if self.out.last_pods_path is not None and self.snapshot is None:
-            self._last_run_pods = last_pods.read(self.out.last_pods_path)
-            if self._last_run_pods:
-                log.info("remembered %d pods from the last run (%s): a pod among them the pod source does not"
-                         " list at first keeps its protection while its slice runs", len(self._last_run_pods),
-                         self.out.last_pods_path)
+        remembered = self.intake.recall()
+        if remembered:
+            log.info("remembered %d pods from the last run (%s): a pod among them the pod source does not"
+                     " list at first keeps its protection while its slice runs", remembered, self.out.last_pods_path)
         if self.out.memory_watcher is not None:
             loop.add_reader(self.out.memory_watcher.fileno(), self.on_memory_event)
         wd = watchdog_interval()

@@ -19,6 +19,7 @@ from fakesystemd import unit_path
 from memqos_systemd.cgroupfs import Cgroupfs
 from memqos_systemd.config import parse_config
 from memqos_systemd.daemon import Daemon, Outside
+from memqos_systemd.intake import Holding
 from memqos_systemd.metrics import Metrics
 from memqos_systemd.notify import Notifier
 from memqos_systemd.pods import parse_pods
@@ -294,7 +295,7 @@ def test_pods_dropped_by_the_source_keep_protection_until_their_slices_are_gone(
             h.source.items = []
             h.daemon._want_fetch = True
             await h.settle()
-            assert len(h.daemon.snapshot.pods) == 2  # carried over: their slices still run
+            assert len(h.daemon.intake.pods) == 2  # carried over: their slices still run
             assert fake_systemd.writes == []
             # One pod really goes away: its slices are removed, and only its share is released.
             for unit in (BCTR, BPOD):
@@ -314,10 +315,10 @@ def test_first_answer_empty_while_pod_slices_run_is_not_believed(fake_systemd, t
 
     async def body():
         async with Harness(fake_systemd, tmp_path, []) as h:
-            assert h.daemon.holding_reason == "suspect empty pod list"
+            assert h.daemon.intake.holding is Holding.SUSPECT_EMPTY
             assert fake_systemd.writes == []
             fake_systemd.remove_unit(BPOD)
-            await until(lambda: h.daemon.holding_reason is None)
+            await until(lambda: h.daemon.intake.holding is None)
             await until(lambda: h.memory("kubepods.slice")["MemoryLow"] == 0)
     run(body())
 
@@ -1087,13 +1088,13 @@ def test_a_pod_the_kubelet_leaves_out_of_its_first_list_after_a_daemon_restart_k
             await h.settle()
             assert {u: h.memory(u) for u in held} == held
             assert all(u not in (BPOD, BCTR) for u, _ in h.sets())
-            assert h.daemon.holding_reason is None  # a snapshot like any: B is carried, not held for
+            assert h.daemon.intake.holding is None  # a snapshot like any: B is carried, not held for
             assert [p.uid for p in last_pods.read(path)] == [G_UID, B_UID]  # still remembered
             # The pod really goes: its slices are removed, and only then is its share released.
             for unit in (BCTR, BPOD):
                 fake_systemd.remove_unit(unit)
             await until(lambda: h.memory("kubepods.slice")["MemoryLow"] == 0)
-            assert [p.uid for p in h.daemon.snapshot.pods] == [G_UID]
+            assert [p.uid for p in h.daemon.intake.pods] == [G_UID]
             assert h.memory("kubepods.slice")["MemoryMin"] == 512 * MI
             assert h.memory(GPOD)["MemoryMin"] == 512 * MI
         assert [p.uid for p in last_pods.read(path)] == [G_UID]
@@ -1116,7 +1117,7 @@ def test_the_pods_of_the_last_run_are_never_planned_on_their_own(fake_systemd, t
         with caplog.at_level(logging.INFO, logger="memqos_systemd"):
             async with Harness(fake_systemd, tmp_path, [GUARANTEED], last_pods_path=path) as h:
                 await h.settle()
-                assert [p.uid for p in h.daemon.snapshot.pods] == [G_UID]  # B's slice is not live
+                assert [p.uid for p in h.daemon.intake.pods] == [G_UID]  # B's slice is not live
                 assert h.memory(GPOD)["MemoryMin"] == 512 * MI  # the kubelet's values, not the file's
                 assert h.memory("kubepods.slice")["MemoryLow"] == 0
         assert f"remembered 2 pods from the last run ({path})" in caplog.text
@@ -1316,11 +1317,11 @@ def test_a_pod_list_that_arrives_while_systemd_reloads_drops_no_carried_pod(fake
             h.source.items = [GUARANTEED]
             h.daemon._want_fetch = True
             await h.settle()
-            assert len(h.daemon.snapshot.pods) == 2  # carried over: its slice still runs
+            assert len(h.daemon.intake.pods) == 2  # carried over: its slice still runs
             fake_systemd.clear_calls()
             midway = await reload_during_a_held_fetch(h, fake_systemd, [BCTR, BPOD], how)
             assert midway == []
-            assert {p.uid for p in h.daemon.snapshot.pods} == {G_UID, B_UID}
+            assert {p.uid for p in h.daemon.intake.pods} == {G_UID, B_UID}
             assert h.memory("kubepods-burstable.slice")["MemoryLow"] == 256 * MI
             assert fake_systemd.writes == []
     run(body())

@@ -360,7 +360,7 @@ def test_half_written_json_pods_file_keeps_protections(fake_systemd, tmp_path):
 
 def test_yaml_pods_file_cut_after_a_pod_keeps_the_missing_pods_protection(fake_systemd, tmp_path):
     """A YAML pods file cut at a line end is valid YAML with fewer pods: the missing pod's slice
-    still runs, so its protection is carried over (snapshot.carry_over) and nothing is lowered."""
+    still runs, so its protection is carried over (intake.carry_over) and nothing is lowered."""
     start_units(fake_systemd, None, *BASE_UNITS, GUARANTEED, BURSTABLE)
     pods_file = tmp_path / "pods.yaml"
     full = yaml.safe_dump({"kind": "PodList", "items": [GUARANTEED, BURSTABLE]})
@@ -465,7 +465,7 @@ def test_kubelet_outage_of_many_polls_lowers_nothing(fake_systemd, tmp_path):
             h.source.items = [GUARANTEED, BURSTABLE]
             h.daemon._want_fetch = True
             await h.settle()
-            assert h.daemon.holding_reason is None
+            assert h.daemon.intake.holding is None
             assert protections(h, watched) == before
             FIGURES["failed polls"] = h.source.failures
     run(body())

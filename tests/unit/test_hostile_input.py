@@ -962,7 +962,7 @@ def test_yaml_constructor_errors_are_config_errors(tmp_path, text):
 
 @pytest.mark.xfail(strict=True, reason="a YAML pods file cut at a line end is valid YAML with fewer pods or fewer "
                                        "fields, and it is trusted (a cut inside a line is refused: no final newline); "
-                                       "the daemon keeps every pod whose slice still runs (snapshot.carry_over), but a "
+                                       "the daemon keeps every pod whose slice still runs (intake.carry_over), but a "
                                        "cut that drops the last container's requests is a real gap: write pods files "
                                        "atomically, or use JSON")
 def test_truncated_yaml_pods_file_is_never_read_as_another_pod_list(tmp_path):

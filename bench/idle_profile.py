@@ -304,6 +304,7 @@ def sys_now() -> float:
 
 
 def child(args) -> int:
+    import memqos_systemd.agenda as agenda_mod
     import memqos_systemd.daemon as daemon_mod
     from memqos_systemd.applier import Applier
     from memqos_systemd.config import parse_config
@@ -437,11 +438,11 @@ def child(args) -> int:
         # directly, then three as an event (daemon-reload, reconnect) makes them: every unit read.
         full_a.cpu, full_a.count = 0.0, 0
         for _ in range(3):
-            await d.applier.refresh_all(d._retired, trust_kernel=True)
+            await d.applier.refresh_all(d.reserved.retired, trust_kernel=True)
         full_each = full_a.cpu / full_a.count
         full_a.cpu, full_a.count = 0.0, 0
         for _ in range(3):
-            await d.applier.refresh_all(d._retired)
+            await d.applier.refresh_all(d.reserved.retired)
         event_each = full_a.cpu / full_a.count
         d.stop()
         await task
@@ -467,7 +468,7 @@ def child(args) -> int:
     text = "\n\n".join(texts)
     result = {"speed": speed, "window": {"seconds": wall, "cpu_s": cpu, "sys_cpu_s": sys_cpu,
                                          "dbus_calls": c1[0] - c0[0], "writes": c1[1] - c0[1]},
-              "full_resync_every": getattr(daemon_mod, "FULL_RESYNC_EVERY", 1), "full_resync_cpu_s": full_each,
+              "full_resync_every": agenda_mod.FULL_RESYNC_EVERY, "full_resync_cpu_s": full_each,
               "event_full_resync_cpu_s": event_each,
               "activities": measured, "other_cpu_s": cpu - sum(a["cpu_s"] for a in measured.values()),
               "gc": {str(g): {"count": n, "cpu_s": t} for g, (n, t) in gc_cpu.items()},

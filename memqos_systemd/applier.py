@@ -107,6 +107,8 @@ class Applier:
         self.unconfirmed: set[str] = set()
         self._on_call = on_call or (lambda method, result: None)
         self._live_uids: tuple[tuple, frozenset[str]] | None = None  # see live_pod_uids
+        # New pod slices neither read nor written until their start job has ended (adopt_new_pod_slices).
+        self.awaiting_start: set[str] = set()
         # Units whose runtime set memory.oom.group=1 (seen in the file before a write of ours):
         # put back after each write, and after each full re-read (a daemon-reload resets it too).
         # Kept through forget(): a daemon-reload announces every unit removed, then new again;
@@ -265,6 +267,40 @@ class Applier:
             self._live_uids = (key, frozenset(uids))
         return self._live_uids[1]
 
+    def adopt_new_pod_slices(self, new: set[str], started: set[str]) -> set[str]:
+        """The new pod slices this round takes without reading them over D-Bus.
+
+        A pod slice just loaded (UnitNew) and not cached: if its cgroup carries the invocation ID
+        systemd sets as it starts a slice (Cgroupfs.run_of), it is cached with the values the
+        kernel holds for it (Cgroupfs.kernel_values: what systemd applied as it started it), or as
+        UNREAD if they cannot be read, and its first write, of what differs (all three if UNREAD),
+        is the only call it costs. One property instead of three is also less work for PID 1 (a
+        drop-in and a cgroup write each) in the middle of a burst. Without an ID yet, its start
+        job has not run: it is neither read nor written until that job's JobRemoved (`started`),
+        then taken the same way, or read over D-Bus if its cgroup still has no ID (a systemd that
+        sets none). Asking systemd for its state meanwhile cost a ListUnitsByPatterns per round,
+        each pattern matched against every unit in PID 1: in a burst that slowed the burst itself
+        (bench/vm_speed.py). Not while holding (the caller's choice): only raising values may be
+        sent then, which needs the values held. Container scopes carry no such ID on systemd 252
+        (tests/e2e 12-invocation-path X) and are read as before."""
+        if self.cgroupfs is None:
+            return set()
+        taken = set()
+        for name in new | (started & self.awaiting_start):
+            ref = self.naming.parse_unit(name)
+            if ref is None or ref.level != "pod" or self.observed.get(name) is not None:
+                continue
+            self.awaiting_start.discard(name)
+            invocation = self.cgroupfs.run_of(name)
+            if invocation is not None:
+                self.assume_started(name, invocation, self.cgroupfs.kernel_values(name))
+                taken.add(name)
+            elif name not in started:
+                self.awaiting_start.add(name)
+                taken.add(name)
+            # else: started, yet no ID on its cgroup: read over D-Bus as before
+        return taken
+
     def assume_started(self, unit: str, invocation_id: bytes, values: dict[str, int] | None = None) -> None:
         """`unit` runs as the run `invocation_id` (found on its cgroup) and was not read over
         D-Bus: cache the `values` its cgroup shows, or UNREAD without them (the diff then sends all
@@ -276,7 +312,10 @@ class Applier:
 
     def forget(self, unit: str) -> None:
         self.runs.pop(unit, None)
+        self.awaiting_start.discard(unit)
         self.unconfirmed.discard(unit)
+        if self.cgroupfs is not None:
+            self.cgroupfs.forget(unit)
         if unit in self.observed:
             del self.observed[unit]
             self.generation += 1

@@ -14,7 +14,8 @@ import subprocess
 import sys
 
 import pytest
-from test_daemon import BCTR, BPOD, BURSTABLE, GCTR, GPOD, GUARANTEED, Harness, run, start_pods, until
+from harness import Harness, run, until
+from test_daemon import BCTR, BPOD, BURSTABLE, GCTR, GPOD, GUARANTEED, start_pods
 
 from memqos_systemd.cgroupfs import Cgroupfs, RuntimeSettings, read_value
 from memqos_systemd.systemd import UINT64_MAX

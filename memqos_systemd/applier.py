@@ -82,7 +82,8 @@ class ApplyResult:
 class Applier:
     def __init__(self, systemd, naming: Naming, *, cgroupfs: Cgroupfs | None = None, page_size: int = 4096,
                  on_call: Callable[[str, str], None] | None = None,
-                 on_restore: Callable[[str, str | None], None] | None = None):
+                 on_restore: Callable[[str, str | None], None] | None = None,
+                 on_foreign: Callable[[str, dict[str, int], dict[str, int]], None] | None = None):
         self.systemd = systemd
         self.naming = naming
         self.observed: dict[str, dict[str, int] | None] = {}
@@ -106,6 +107,7 @@ class Applier:
         # over D-Bus at the next refresh_all, which the kernel's agreeing cannot replace.
         self.unconfirmed: set[str] = set()
         self._on_call = on_call or (lambda method, result: None)
+        self._on_foreign = on_foreign or (lambda unit, before, now: None)
         self._live_uids: tuple[tuple, frozenset[str]] | None = None  # see live_pod_uids
         # New pod slices neither read nor written until their start job has ended (adopt_new_pod_slices).
         self.awaiting_start: set[str] = set()
@@ -186,7 +188,10 @@ class Applier:
             states = await self._states(self.systemd.unit_states(self._named_units(levels) | extra))
         fresh: dict[str, dict[str, int] | None] = dict.fromkeys(extra - set(states))
         read = [n for n in states if not (trust_kernel and self._kernel_agrees(n, states[n]))]
-        fresh.update(await self._read(states, read))
+        values = await self._read(states, read)
+        for name, value in values.items():
+            self._compare(name, value)
+        fresh.update(values)
         # Kept as cached, taken after the reads: a UnitRemoved handled meanwhile has already taken
         # the unit out of the cache (forget), and must not be undone here. Kept: a listed unit
         # whose cgroup showed its cached values, and with `levels`, every unit of other levels.
@@ -209,6 +214,17 @@ class Applier:
             self.oom_group_kill &= {n for n, v in fresh.items() if v is not None}
             for name in sorted(self.oom_group_kill):
                 self._keep_oom_group(name)
+
+    def _compare(self, name: str, value: dict[str, int] | None) -> None:
+        """A read of `name` found systemd holding other values than the cache had from our last
+        read or write of it: someone else wrote them (another agent, `systemctl set-property`, the
+        kubelet's own Memory QoS). on_foreign(unit, before, now) says so; the next diff puts ours
+        back. Units cached from their cgroup alone (unconfirmed) or not read (UNREAD) are not
+        compared: their values were never systemd's own."""
+        held = self.observed.get(name)
+        if (value is not None and held is not None and held is not UNREAD and name not in self.unconfirmed
+                and value != held):
+            self._on_foreign(name, dict(held), dict(value))
 
     def _kernel_agrees(self, name: str, status: UnitStatus) -> bool:
         """Whether `name` runs and its cgroup shows the values cached for it (see refresh_all)."""
@@ -248,6 +264,7 @@ class Applier:
                 self.forget(name)  # not loaded, or gone since
                 states.pop(name)
             else:
+                self._compare(name, value)
                 self.observed[name] = value
                 self.runs.pop(name, None)
                 self.unconfirmed.discard(name)

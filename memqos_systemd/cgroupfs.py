@@ -211,6 +211,7 @@ class Cgroupfs:
         self.root = Path(root)
         self._placed: _Placed | None = None
         self._found: dict[str, Path] = {}  # scopes found by searching
+        self._watched: dict[str, dict[str, int]] = {}  # unit -> {property: open descriptor} (watch)
 
     def place(self, plan: Any) -> None:
         """Learn where a plan's container scopes are (in their pod slices). Made once per plan
@@ -269,6 +270,54 @@ class Cgroupfs:
         """(container scope, its memory.events path) of the placed plan."""
         placed = self._placed
         return () if placed is None else placed.events
+
+    def watch(self, held: Mapping[str, Mapping[str, int]], page_size: int) -> list[str]:
+        """The units of `held` (a few slices: the node, QoS and reserved ones) whose cgroup does
+        not show the values held for them (kernel_shows), read through descriptors kept open
+        between calls: pread on an open kernfs file is several times cheaper than open and read
+        (tests/e2e/README.md), and this runs every second. A unit whose cgroup cannot be read
+        (not made yet, gone) is not reported; descriptors of units no longer asked about close."""
+        for unit in [u for u in self._watched if u not in held]:
+            self._close_watch(unit)
+        differ = []
+        for unit, values in held.items():
+            kernel = self._watched_values(unit)
+            if kernel is not None and not kernel_shows(kernel, values, page_size):
+                differ.append(unit)
+        return differ
+
+    def _watched_values(self, unit: str) -> dict[str, int] | None:
+        fds = self._watched.get(unit)
+        if fds is None:
+            where = self.dir_of(unit)
+            if where is None:
+                return None
+            fds = self._watched[unit] = {}
+            for prop, file in _MEMORY_FILES.items():
+                try:
+                    fds[prop] = os.open(where / file, os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    self._close_watch(unit)  # not made yet, or gone: try again next time
+                    return None
+        values = {}
+        for prop, fd in fds.items():
+            try:
+                text = os.pread(fd, _MAX_FILE_BYTES, 0).strip()
+            except OSError:
+                self._close_watch(unit)  # the cgroup went (ENODEV): open it again next time
+                return None
+            value = UINT64_MAX if text == b"max" else int(text) if text.isdigit() else None
+            if value is None:
+                return None
+            values[prop] = value
+        return values
+
+    def _close_watch(self, unit: str) -> None:
+        for fd in self._watched.pop(unit, {}).values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     # ---- settings of the runtime's that systemd would re-apply (see the module docstring)
     def runtime_settings(self, unit: str) -> RuntimeSettings | None:

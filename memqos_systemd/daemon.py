@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .agenda import Agenda
+from .agenda import KERNEL_WATCH_INTERVAL, LIGHT_LEVELS, Agenda
 from .applier import Applier, name_changes, summarize
 from .cgroupfs import Cgroupfs, read_events_file
 from .config import Config, ConfigError, load_config
@@ -43,7 +43,7 @@ from .naming import Naming, NamingError
 from .notify import Notifier, WarnOnce, watchdog_interval
 from .plan import NodeFacts, Plan, PlanError, plan
 from .reconcile import DEFAULTS, UNREAD, Change, diff, grow_only, one_write_per_container
-from .systemd import SystemdError
+from .systemd import SystemdError, show_value
 
 log = logging.getLogger("memqos_systemd")
 
@@ -51,6 +51,9 @@ KUBELET_UNIT = "kubelet.service"
 BACKOFF_MAX = 30.0
 # How often memory.events of the containers is read for the throttling metric.
 THROTTLE_READ_INTERVAL = 15.0
+# A unit someone else keeps writing (the kubelet's own Memory QoS: every minute) is logged at most
+# this often; the metric counts every time.
+FOREIGN_LOG_EVERY = 3600.0
 
 
 @dataclass
@@ -95,6 +98,7 @@ class Daemon:
         self._shown_plan: Plan | None = None  # the plan the metrics show
         self._settled: tuple | None = None  # what the last round that sent nothing was computed from
         self._oom_group_noted = False  # the first memory.oom.group put back has been logged
+        self._foreign_noted: dict[str, float] = {}  # unit -> when its foreign write was last logged
         self._wake = asyncio.Event()
         self._stop_event = asyncio.Event()
 
@@ -178,7 +182,8 @@ class Daemon:
         if self.out.memory_watcher is not None:
             loop.add_reader(self.out.memory_watcher.fileno(), self.on_memory_event)
         wd = watchdog_interval()
-        tasks = [asyncio.create_task(self._every(THROTTLE_READ_INTERVAL, self.read_throttle_events, thread=True))]
+        tasks = [asyncio.create_task(self._every(THROTTLE_READ_INTERVAL, self.read_throttle_events, thread=True)),
+                 asyncio.create_task(self._every(KERNEL_WATCH_INTERVAL, self.watch_upper_slices))]
         if wd:
             tasks.append(asyncio.create_task(self._every(wd, self.notifier.watchdog, first=True)))
         backoff = 1.0
@@ -280,7 +285,8 @@ class Daemon:
                                 on_returned=self.on_systemd_returned, on_overflow=self.on_signal_overflow)
         self.systemd = systemd
         self.applier = Applier(systemd, self.naming, cgroupfs=self.out.cgroupfs, page_size=self.out.page_size,
-                               on_call=self.out.metrics.dbus_call, on_restore=self._on_oom_group_restored)
+                               on_call=self.out.metrics.dbus_call, on_restore=self._on_oom_group_restored,
+                               on_foreign=self._on_foreign_write)
         self.agenda.connected()
         log.info("connected to systemd %s", await systemd.version())
 
@@ -491,6 +497,43 @@ class Daemon:
             log.info("memory.oom.group of %s put back to 1: systemd resets it to 0 whenever it re-applies a scope's"
                      " settings (a write, a daemon-reload), and the runtime set it only in the file; done for every"
                      " such container from now on (memqos_oom_group_restores_total)", unit)
+
+    def watch_upper_slices(self) -> None:
+        """Every KERNEL_WATCH_INTERVAL: a node, QoS or reserved slice whose cgroup no longer shows
+        what systemd held for it at our last read or write was written by someone else; read it
+        again (the next round puts ours back, and the read names the writer)."""
+        applier = self.applier
+        if applier is None or self.agenda.due(self.out.clock()).quiet:
+            return
+        held = {}
+        for unit, values in applier.observed.items():
+            ref = self.naming.parse_unit(unit)
+            if (ref is not None and ref.level in LIGHT_LEVELS and values is not None and values is not UNREAD
+                    and unit not in applier.unconfirmed):
+                held[unit] = values
+        if self.out.cgroupfs.watch(held, self.out.page_size):
+            self.agenda.kernel_drift()
+            self.wake()
+
+    def _on_foreign_write(self, unit: str, before: dict[str, int], now: dict[str, int]) -> None:
+        """A read found a unit holding what someone else wrote: counted, logged once an hour per
+        unit, named (the kubelet when it is the kubelet's pattern); the next round puts ours back."""
+        self.out.metrics.foreign_write(unit)
+        clock = self.out.clock()
+        if clock < self._foreign_noted.get(unit, float("-inf")) + FOREIGN_LOG_EVERY:
+            return
+        self._foreign_noted[unit] = clock
+        changed = [p for p in now if now[p] != before.get(p)]
+        values = ", ".join(f"{p} {show_value(before[p])} -> {show_value(now[p])}" for p in changed if p in before)
+        kubelets = {self.naming.node_slice(): "MemoryMin", self.naming.qos_slice("Burstable"): "MemoryLow"}
+        if kubelets.get(unit) in changed:
+            writer = ("likely the kubelet's own Memory QoS (its MemoryQoS feature gate, on by default from v1.37,"
+                      " rewrites kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow every minute);"
+                      " the fix: featureGates: {MemoryQoS: false} in the kubelet's config")
+        else:
+            writer = "by another writer (systemctl set-property, another agent)"
+        log.warning("%s: %s changed without us, %s; putting ours back (logged once an hour per unit;"
+                    " memqos_foreign_writes_total counts each time)", unit, values, writer)
 
     def read_throttle_events(self) -> None:
         """memory.events `high` of every planned container, for the throttling metric."""

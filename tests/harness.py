@@ -235,6 +235,11 @@ class Harness:
         self.daemon.agenda.fetch_now()
         self.daemon.wake()
 
+    def reread(self) -> None:
+        """Have every unit read from systemd again (as after a daemon-reload), now."""
+        self.daemon.agenda.reread()
+        self.daemon.wake()
+
     async def resync_now(self) -> None:
         """What the resync timer does every resyncInterval, now; waits for the round after it."""
         self.daemon.agenda.resync_now()

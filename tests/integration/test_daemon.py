@@ -608,7 +608,7 @@ def test_a_reserved_slice_dropped_from_the_config_is_reset_by_the_reload_then_le
             fake_systemd.remove_unit("system.slice")
             fake_systemd.add_unit("system.slice", memory={"MemoryMin": 64 * MI})
             fake_systemd.clear_calls()
-            h.daemon.agenda.reread()
+            h.reread()
             await h.settle()
             await h.settle()
             assert h.memory("system.slice")["MemoryMin"] == 64 * MI
@@ -710,12 +710,6 @@ def behind_our_back(fake, unit: str, **props) -> None:
     fake._run(change)
 
 
-async def timer_resync(h: Harness) -> None:
-    """What the resync timer does every resyncInterval, now."""
-    h.daemon.agenda.resync_now()
-    await h.settle()
-
-
 def units_listed(fake) -> list[list[str]]:
     """The patterns of each ListUnitsByPatterns call, in order."""
     return [c.args[1] for c in fake.calls_to("ListUnitsByPatterns")]
@@ -740,7 +734,7 @@ def test_timer_resync_reads_the_upper_slices_and_every_nth_one_reads_every_unit(
             read, listed = [], []
             for _ in range(6):
                 fake_systemd.clear_calls()
-                await timer_resync(h)
+                await h.resync_now()
                 read.append(units_read(fake_systemd))
                 listed.append(units_listed(fake_systemd))
                 assert fake_systemd.writes == []
@@ -749,11 +743,11 @@ def test_timer_resync_reads_the_upper_slices_and_every_nth_one_reads_every_unit(
             # A unit the cache has no values for (its UnitNew missed) is read by the full one only.
             h.daemon.applier.forget(BPOD)
             fake_systemd.clear_calls()
-            await timer_resync(h)
+            await h.resync_now()
             assert units_read(fake_systemd) == [] and BPOD not in h.daemon.applier.observed
-            await timer_resync(h)
+            await h.resync_now()
             fake_systemd.clear_calls()
-            await timer_resync(h)
+            await h.resync_now()
             assert units_read(fake_systemd) == sorted([BPOD, *scopes])
             assert h.daemon.applier.observed[BPOD] == h.memory(BPOD)
     run(body())
@@ -779,20 +773,20 @@ def test_a_timer_resync_reads_over_dbus_the_units_whose_cgroup_differs(fake_syst
     async def body():
         async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
             for _ in range(2):
-                await timer_resync(h)
+                await h.resync_now()
             planned = h.memory(BPOD)
             kernel_only(tmp_path, BPOD, "memory.low", 4096)
             kernel_only(tmp_path, "kubepods.slice", "memory.min", 8192)
             fake_systemd.clear_calls()
-            await timer_resync(h)  # the upper slices only
+            await h.resync_now()  # the upper slices only
             assert units_read(fake_systemd) == ["kubepods.slice"] and fake_systemd.writes == []
             fake_systemd.clear_calls()
-            await timer_resync(h)  # every unit
+            await h.resync_now()  # every unit
             assert set(units_read(fake_systemd)) >= {BPOD, "kubepods.slice"}
             assert fake_systemd.writes == [] and h.memory(BPOD) == planned
             behind_our_back(fake_systemd, BPOD, MemoryLow=0)
-            await timer_resync(h)
-            await timer_resync(h)
+            await h.resync_now()
+            await h.resync_now()
             assert h.memory(BPOD) == planned
             assert [u for u, _ in h.sets()] == [BPOD]
     run(body())
@@ -816,10 +810,10 @@ def test_a_new_pod_slice_cached_from_its_cgroup_is_read_over_dbus_by_the_next_fu
             await h.settle()
             assert GPOD in h.daemon.applier.unconfirmed
             fake_systemd.clear_calls()
-            await timer_resync(h)
+            await h.resync_now()
             assert GPOD in units_read(fake_systemd) and GPOD not in h.daemon.applier.unconfirmed
             fake_systemd.clear_calls()
-            await timer_resync(h)
+            await h.resync_now()
             assert GPOD not in units_read(fake_systemd)
     run(body())
 
@@ -873,12 +867,12 @@ def test_drift_on_a_pod_slice_is_corrected_by_the_next_full_resync(fake_systemd,
             pod_values, qos_values = h.memory(BPOD), h.memory("kubepods-burstable.slice")
             behind_our_back(fake_systemd, BPOD, MemoryLow=0)
             behind_our_back(fake_systemd, "kubepods-burstable.slice", MemoryLow=0)
-            await timer_resync(h)
+            await h.resync_now()
             assert h.memory("kubepods-burstable.slice") == qos_values  # read, and corrected, every time
             assert h.memory(BPOD)["MemoryLow"] == 0  # not read by this one
-            await timer_resync(h)
+            await h.resync_now()
             assert h.memory(BPOD)["MemoryLow"] == 0
-            await timer_resync(h)  # the third: every unit
+            await h.resync_now()  # the third: every unit
             assert h.memory(BPOD) == pod_values
     run(body())
 

@@ -472,7 +472,7 @@ def test_churn_of_200_pods_never_writes_to_a_removed_unit_and_leaks_nothing(fake
             live = set(fake_systemd._run(lambda: list(fake_systemd._units)))
             stale = {u: v for u, v in h.daemon.applier.observed.items() if u not in live and u not in planned}
             assert all(v is None for v in stale.values()), stale
-            h.daemon.agenda.reread()  # every unit read from systemd, as after a daemon-reload
+            h.reread()  # every unit read from systemd, as after a daemon-reload
             await h.settle()
             assert set(h.daemon.applier.observed) <= live | planned
             assert h.watch.violations == [], h.watch.violations[:5]

@@ -85,7 +85,28 @@ def test_the_only_write_is_memory_oom_group_back_to_1():
     """cgroupfs.py writes one file: memory.oom.group, the value 1 (docs/DESIGN.md, "The one file we
     write"). Everything else is read-only."""
     src = Path(cgroupfs.__file__).read_text()
-    writes = re.findall(r"os\.open\(([^)]*)\)", src)
-    assert writes == ['path, os.O_RDONLY | os.O_CLOEXEC', 'where / "memory.oom.group", os.O_WRONLY']
+    opens = re.findall(r"os\.open\(([^)]*)\)", src)
+    writes = [args for args in opens if "O_RDONLY" not in args]
+    assert writes == ['where / "memory.oom.group", os.O_WRONLY'] and len(opens) > 1
     assert re.findall(r"os\.write\(([^)]*)\)", src) == ['fd, b"1"']
     assert not re.search(r"write_text|write_bytes|open\([^)]*['\"][wa]", src)
+
+
+def test_watch_reports_the_slices_whose_cgroup_differs_and_keeps_its_descriptors(tmp_path):
+    import os
+
+    def open_fds():
+        return len(os.listdir("/proc/self/fd"))
+    fs = Cgroupfs(tmp_path)
+    held = {"MemoryMin": 1 << 30, "MemoryLow": 0, "MemoryHigh": UINT64_MAX}
+    node = tmp_path / "kubepods.slice"
+    node.mkdir()
+    for file, text in (("memory.min", str(1 << 30)), ("memory.low", "0"), ("memory.high", "max")):
+        (node / file).write_text(text + "\n")
+    before = open_fds()
+    assert fs.watch({"kubepods.slice": held, "system.slice": held}, 4096) == []  # system.slice: no cgroup yet
+    assert open_fds() == before + 3  # kept open for the next call
+    (node / "memory.min").write_text("0\n")  # the kubelet's explicit zero
+    assert fs.watch({"kubepods.slice": held}, 4096) == ["kubepods.slice"]
+    assert open_fds() == before + 3
+    assert fs.watch({}, 4096) == [] and open_fds() == before  # closed once not asked about

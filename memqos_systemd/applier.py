@@ -109,6 +109,7 @@ class Applier:
         self._on_call = on_call or (lambda method, result: None)
         self._on_foreign = on_foreign or (lambda unit, before, now: None)
         self._live_uids: tuple[tuple, frozenset[str]] | None = None  # see live_pod_uids
+        self._upper: tuple[Naming, tuple[str, ...]] | None = None  # see upper_values
         # New pod slices neither read nor written until their start job has ended (adopt_new_pod_slices).
         self.awaiting_start: set[str] = set()
         # Units whose runtime set memory.oom.group=1 (seen in the file before a write of ours):
@@ -240,6 +241,18 @@ class Applier:
         names = [*n.root_slices(), n.node_slice(), n.qos_slice("Burstable"), n.qos_slice("BestEffort"),
                  *n.reserved_slices()]
         return {u for u in names if n.parse_unit(u).level in levels}
+
+    def upper_values(self) -> dict[str, Mapping[str, int]]:
+        """What the cache holds, as read from or written to systemd, for the node, QoS and
+        reserved slices: the units whose cgroups the daemon watches (Cgroupfs.watch)."""
+        if self._upper is None or self._upper[0] is not self.naming:
+            self._upper = (self.naming, tuple(sorted(self._named_units(FIXED_LEVELS))))
+        held = {}
+        for unit in self._upper[1]:
+            values = self.observed.get(unit)
+            if values is not None and values is not UNREAD and unit not in self.unconfirmed:
+                held[unit] = values
+        return held
 
     async def refresh_units(self, new: Iterable[str], recheck: Iterable[str] = ()) -> None:
         """Read what one reconcile round needs, in few calls however many units there are.

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .agenda import KERNEL_WATCH_INTERVAL, LIGHT_LEVELS, Agenda
+from .agenda import KERNEL_WATCH_INTERVAL, Agenda
 from .applier import Applier, name_changes, summarize
 from .cgroupfs import Cgroupfs, read_events_file
 from .config import Config, ConfigError, load_config
@@ -502,16 +502,9 @@ class Daemon:
         """Every KERNEL_WATCH_INTERVAL: a node, QoS or reserved slice whose cgroup no longer shows
         what systemd held for it at our last read or write was written by someone else; read it
         again (the next round puts ours back, and the read names the writer)."""
-        applier = self.applier
-        if applier is None or self.agenda.due(self.out.clock()).quiet:
+        if self.applier is None or self.agenda.due(self.out.clock()).quiet:
             return
-        held = {}
-        for unit, values in applier.observed.items():
-            ref = self.naming.parse_unit(unit)
-            if (ref is not None and ref.level in LIGHT_LEVELS and values is not None and values is not UNREAD
-                    and unit not in applier.unconfirmed):
-                held[unit] = values
-        if self.out.cgroupfs.watch(held, self.out.page_size):
+        if self.out.cgroupfs.watch(self.applier.upper_values(), self.out.page_size):
             self.agenda.kernel_drift()
             self.wake()
 

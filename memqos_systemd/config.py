@@ -63,6 +63,9 @@ class KubeletSource:
     client_cert_file: str | None = None
     client_key_file: str | None = None
     insecure_skip_tls_verify: bool = False
+    # The name the kubelet's serving certificate must carry. None: the URL's host and, for a
+    # loopback URL, this node's hostname too (what the kubelet's self-signed kubelet.crt names).
+    server_name: str | None = None
     poll_interval: float = 5.0
     timeout: float = 5.0
 
@@ -299,6 +302,7 @@ def _kubelet_source(src, key, value) -> KubeletSource:
         "clientCertFile": ("client_cert_file", lambda k, v: _optional_path(src, k, v)),
         "clientKeyFile": ("client_key_file", lambda k, v: _optional_path(src, k, v)),
         "insecureSkipTLSVerify": ("insecure_skip_tls_verify", lambda k, v: _bool(src, k, v)),
+        "serverName": ("server_name", lambda k, v: _server_name(src, k, v)),
         "pollInterval": ("poll_interval", lambda k, v: _duration(src, k, v, minimum=0.1)),
         "timeout": ("timeout", lambda k, v: _duration(src, k, v, minimum=0.1, maximum=300)),
     }
@@ -308,6 +312,15 @@ def _kubelet_source(src, key, value) -> KubeletSource:
         raise _fail(src, f"{key}.clientCertFile", result.client_cert_file,
                     "and kubelet.clientKeyFile must be set together")
     return result
+
+
+def _server_name(src, key, value) -> str | None:
+    if value is None:
+        return None
+    value = _str(src, key, value)
+    if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,253}", value):
+        raise _fail(src, key, value, "must be a host name or IP address (e.g. node-1), or null")
+    return value
 
 
 def _url(src, key, value) -> str:

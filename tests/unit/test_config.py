@@ -524,3 +524,18 @@ def test_alias_bomb_fails_fast(tmp_path):
 def test_unreadable_path(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path, required=True)  # a directory
+
+
+# ---------------------------------------------------------------- kubelet.serverName
+
+def test_server_name():
+    assert parse_config({}).kubelet.server_name is None
+    cfg = parse_config({"kubelet": {"url": "https://127.0.0.1:10250/pods", "serverName": "node-1"}})
+    assert cfg.kubelet.server_name == "node-1"
+
+
+@pytest.mark.parametrize("value", ["", "two words", "a/b", 5, ["x"]])
+def test_bad_server_name_names_key_and_value(value):
+    with pytest.raises(ConfigError) as e:
+        parse_config({"kubelet": {"serverName": value}}, "config.yaml")
+    assert str(e.value).startswith("config.yaml: kubelet.serverName: ")

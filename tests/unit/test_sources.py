@@ -313,6 +313,39 @@ def test_redact_short_secret():
     assert redact("a abc b", "abc") == "a <token> b"
 
 
+# ---------------------------------------------------------------- the kubelet's certificate names
+
+@pytest.mark.parametrize("name, kind, value, ok", [
+    ("node-1", "DNS", "node-1", True),
+    ("node-1", "DNS", "NODE-1", True),
+    ("node-1.example", "DNS", "*.example", True),
+    ("a.node-1.example", "DNS", "*.example", False),   # a wildcard is one label
+    ("example", "DNS", "*.example", False),
+    ("node-1", "DNS", "node-2", False),
+    ("127.0.0.1", "IP Address", "127.0.0.1", True),
+    ("::1", "IP Address", "0:0:0:0:0:0:0:1", True),
+    ("127.0.0.1", "DNS", "127.0.0.1", False),          # an IP is matched by IP SANs only
+    ("node-1", "IP Address", "127.0.0.1", False),
+    ("127.0.0.1", "IP Address", "127.0.0.2", False),
+])
+def test_certificate_name_matching(name, kind, value, ok):
+    from memqos_systemd.sources.kubelet import _name_matches
+    assert _name_matches(name, kind, value) is ok
+
+
+@pytest.mark.parametrize("url, server_name, names", [
+    ("https://127.0.0.1:10250/pods", None, ("127.0.0.1", "node-1")),
+    ("https://[::1]:10250/pods", None, ("::1", "node-1")),
+    ("https://localhost:10250/pods", None, ("localhost", "node-1")),
+    ("https://node-1:10250/pods", None, ("node-1",)),
+    ("https://10.0.0.5:10250/pods", None, ("10.0.0.5",)),
+    ("https://127.0.0.1:10250/pods", "kubelet.example", ("kubelet.example",)),
+])
+def test_names_the_kubelets_certificate_may_carry(url, server_name, names):
+    src = KubeletSource(KubeletConfig(url=url, server_name=server_name), hostname=lambda: "node-1")
+    assert src._names == names
+
+
 # ---------------------------------------------------------------- odd files and URLs
 
 def test_fifo_instead_of_pods_file_does_not_hang(tmp_path):

@@ -473,6 +473,39 @@ def load_config(path: str | Path | None, *, required: bool = False) -> Config:
     return parse_config(data, src, kubelet_doc, kubelet_src)
 
 
+# The keys that name our units (daemon.naming_for): all `reset` needs, even from a broken file.
+_UNIT_NAME_KEYS = ("cgroupRoot", "enforceNodeAllocatable", "kubeReservedCgroup", "systemReservedCgroup")
+
+
+def unit_names_config(path: str | Path) -> Config:
+    """What `reset` can still go by when load_config(path) fails: the built-in defaults, with
+    each key that names units (_UNIT_NAME_KEYS) taken from our file, or else from the kubelet's
+    config it names, when that key's value is valid on its own. Never raises."""
+    def read(p) -> dict:
+        try:
+            doc = read_yaml(p)
+        except ConfigError:
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    ours = read(path)
+    theirs = {}
+    kpath = ours.get("kubeletConfigFile")
+    if isinstance(kpath, str) and kpath.startswith("/"):
+        theirs = read(kpath)
+    values = {}
+    for key in _UNIT_NAME_KEYS:
+        for doc in (ours, theirs):
+            if key in doc and doc[key] is not None and doc[key] != "":
+                attr, check = _PLANNER[key]
+                try:
+                    values[attr] = check(str(path), key, doc[key])
+                except ConfigError:
+                    continue
+                break
+    return Config(**values)
+
+
 def describe_defaults() -> dict:
     """Default values by config key, for docs and `--help`."""
     d = Config()

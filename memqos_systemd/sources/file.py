@@ -11,7 +11,7 @@ YAML is read with the safe loader, and aliases (`*ref`) are refused: a pod list
 has no use for them and they are how a small file becomes a huge document.
 
 The service runs sandboxed (units/memqos-systemd.service): /home, /root and /run/user are
-hidden from it and /tmp and /var/tmp are its own, empty. A pods file there reads fine from a
+hidden from it, and /tmp, /var/tmp and /dev/shm are its own, empty. A pods file there reads fine from a
 shell and not at all in the service; `hidden_from_service()` says so, for `check` and for the
 error the service logs.
 """
@@ -36,7 +36,7 @@ _UNSET = object()
 # (tests/unit/test_sources.py checks them against units/memqos-systemd.service).
 SANDBOX_HIDDEN = (
     ("/home", "ProtectHome=yes"), ("/root", "ProtectHome=yes"), ("/run/user", "ProtectHome=yes"),
-    ("/tmp", "PrivateTmp=yes"), ("/var/tmp", "PrivateTmp=yes"),
+    ("/tmp", "PrivateTmp=yes"), ("/var/tmp", "PrivateTmp=yes"), ("/dev/shm", "PrivateDevices=yes"),
 )
 
 
@@ -46,7 +46,7 @@ def hidden_from_service(path: str | os.PathLike) -> str | None:
     for candidate in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
         for top, setting in SANDBOX_HIDDEN:
             if candidate == top or candidate.startswith(top + "/"):
-                what = "its own, empty" if setting.startswith("PrivateTmp") else "no"
+                what = "its own, empty" if setting.startswith("Private") else "no"
                 return (f"the service has {what} {top} ({setting} in memqos-systemd.service): move the"
                         f" file out of {top}, e.g. to /etc/memqos-systemd/")
     return None

@@ -329,7 +329,7 @@ def test_the_hidden_directories_are_what_the_unit_hides():
     for _, setting in SANDBOX_HIDDEN:
         assert setting in lines, setting
     # And every directory those settings hide is listed (systemd.exec(5)).
-    assert {top for top, _ in SANDBOX_HIDDEN} == {"/home", "/root", "/run/user", "/tmp", "/var/tmp"}
+    assert {top for top, _ in SANDBOX_HIDDEN} == {"/home", "/root", "/run/user", "/tmp", "/var/tmp", "/dev/shm"}
 
 
 @pytest.mark.parametrize("path, hidden", [
@@ -338,6 +338,7 @@ def test_the_hidden_directories_are_what_the_unit_hides():
     ("/root/pods.json", "no /root (ProtectHome=yes"),
     ("/home/ops/pods.json", "no /home (ProtectHome=yes"),
     ("/run/user/1000/pods.json", "no /run/user (ProtectHome=yes"),
+    ("/dev/shm/pods.json", "its own, empty /dev/shm (PrivateDevices=yes"),
     ("/etc/memqos-systemd/pods.json", None),
     ("/tmpfoo/pods.json", None),
     ("/var/lib/memqos/pods.json", None),

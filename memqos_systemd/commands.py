@@ -115,7 +115,7 @@ def reset(args, cfg: Config) -> int:
 async def _reset(cfg: Config, *, dry_run: bool) -> int:
     async def changes(systemd, applier: Applier) -> list:
         if await systemd.unit_state(SERVICE) in ("active", "activating", "reloading"):
-            _warn(f"{SERVICE} is running and will re-apply its plan; stop it first: systemctl stop {SERVICE}")
+            _warn(f"{SERVICE} is running and will re-apply its plan; stop it first: systemctl disable --now {SERVICE}")
         # Also the reserved slices the service wrote that the config no longer names (ledger.py).
         former = ledger.read(LEDGER_PATH) - set(applier.naming.reserved_slices())
         await applier.refresh_all(former)

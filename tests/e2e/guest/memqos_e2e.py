@@ -24,8 +24,10 @@ KUBELET_ADDR = ("127.0.0.1", 10255)       # the read-only port: plain HTTP
 KUBELET_TLS_ADDR = ("127.0.0.1", 10250)   # the authenticated port, as the shipped config asks it
 KUBELET_DIR = "/var/lib/memqos-e2e-kubelet"  # on the root overlay: survives reboot()
 PODS_FILE = os.path.join(KUBELET_DIR, "pods.json")
-# What the stand-in's "API server" knows: token -> {user, allow} (TokenReview + RBAC).
-TOKENS_FILE = os.path.join(KUBELET_DIR, "tokens.json")
+# What the stand-in's "API server" knows: token -> {user, allow} (TokenReview + RBAC). The
+# cluster outlives a kubelet: not in KUBELET_DIR, which the driver empties between scenarios.
+CLUSTER_DIR = "/var/lib/memqos-e2e-cluster"
+TOKENS_FILE = os.path.join(CLUSTER_DIR, "tokens.json")
 KUBELET_CERT_DIR = "/var/lib/kubelet/pki"     # where a kubeadm kubelet keeps kubelet.crt
 KUBELET_TOKEN = "/etc/memqos-systemd/kubelet-token"  # the shipped config's tokenFile
 SERVICE_ACCOUNT = "system:serviceaccount:memqos-system:memqos-systemd"
@@ -593,7 +595,7 @@ def cluster_token(user=SERVICE_ACCOUNT, allow=("pods",)):
     token = next((t for t, who in tokens.items() if who.get("user") == user), None) or \
         f"e2e.{os.urandom(24).hex()}"
     tokens[token] = {"user": user, "allow": list(allow)}
-    os.makedirs(KUBELET_DIR, exist_ok=True)
+    os.makedirs(CLUSTER_DIR, exist_ok=True)
     with open(TOKENS_FILE + ".tmp", "w") as f:
         json.dump(tokens, f)
     os.replace(TOKENS_FILE + ".tmp", TOKENS_FILE)
@@ -609,10 +611,19 @@ def install_kubelet_token(token=None, path=KUBELET_TOKEN):
 
 
 def _ensure_kubelet_token():
-    """A node set up as README says has the token in place: put it there when the package is
-    installed and it is not (scenarios that test without it remove it afterwards)."""
-    if os.path.isdir(os.path.dirname(KUBELET_TOKEN)) and not os.path.exists(KUBELET_TOKEN):
-        install_kubelet_token()
+    """A node set up as README says has the ServiceAccount's token in place: put it there when
+    the package is installed and it is missing or another one (a scenario that tests without it
+    changes it afterwards, and one that stopped halfway does not leak into the next)."""
+    if not os.path.isdir(os.path.dirname(KUBELET_TOKEN)):
+        return
+    token = cluster_token()
+    try:
+        with open(KUBELET_TOKEN) as f:
+            if f.read().strip() == token:
+                return
+    except OSError:
+        pass
+    install_kubelet_token(token)
 
 
 def _ensure_pods_file(pods):

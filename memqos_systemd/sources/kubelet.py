@@ -238,7 +238,7 @@ class KubeletSource:
         sans = [(kind, value) for kind, value in cert.get("subjectAltName", ()) if kind in ("DNS", "IP Address")]
         if any(_name_matches(name, kind, value) for name in self._names for kind, value in sans):
             return
-        carried = ", ".join(value for _, value in sans) or "no DNS or IP name"
+        carried = _printable(", ".join(value for _, value in sans))[:200] or "no DNS or IP name"
         raise SourceError(f"{self.name}: TLS: the kubelet's certificate is for {carried}, not for"
                           f" {' or '.join(self._names)}: set kubelet.serverName to the name the kubelet's"
                           f" certificate carries", "tls")

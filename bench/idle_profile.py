@@ -304,12 +304,13 @@ def sys_now() -> float:
 
 
 def child(args) -> int:
+    import memqos_systemd.agenda as agenda_mod
     import memqos_systemd.daemon as daemon_mod
     from memqos_systemd.applier import Applier
     from memqos_systemd.config import parse_config
     from memqos_systemd.daemon import Daemon, Outside
     from memqos_systemd.metrics import Metrics
-    from memqos_systemd.naming import plan_cgroup_paths
+    from memqos_systemd.cgroupfs import Cgroupfs, plan_cgroup_paths
     from memqos_systemd.notify import Notifier
     from memqos_systemd.sources import make_source
     from memqos_systemd.systemd import Systemd
@@ -361,7 +362,7 @@ def child(args) -> int:
     outside = Outside(connect=lambda address: Systemd.connect(args.bus, call_timeout=30.0),
                       make_source=make_src, read_capacity=lambda: 64 << 30, page_size=4096,
                       metrics=metrics, notifier=Notifier(os.environ.get("NOTIFY_SOCKET", "")),
-                      cgroup_fs=__import__("pathlib").Path(args.cgroup))
+                      cgroupfs=Cgroupfs(args.cgroup))
     d = Daemon(None, cfg, outside)
     d.reconcile = timed_async(d.reconcile, plan_a)
     d.read_throttle_events = timed_thread(d.read_throttle_events, events_a)
@@ -437,11 +438,11 @@ def child(args) -> int:
         # directly, then three as an event (daemon-reload, reconnect) makes them: every unit read.
         full_a.cpu, full_a.count = 0.0, 0
         for _ in range(3):
-            await d.applier.refresh_all(d._retired, trust_kernel=True)
+            await d.applier.refresh_all(d.reserved.retired, trust_kernel=True)
         full_each = full_a.cpu / full_a.count
         full_a.cpu, full_a.count = 0.0, 0
         for _ in range(3):
-            await d.applier.refresh_all(d._retired)
+            await d.applier.refresh_all(d.reserved.retired)
         event_each = full_a.cpu / full_a.count
         d.stop()
         await task
@@ -467,7 +468,7 @@ def child(args) -> int:
     text = "\n\n".join(texts)
     result = {"speed": speed, "window": {"seconds": wall, "cpu_s": cpu, "sys_cpu_s": sys_cpu,
                                          "dbus_calls": c1[0] - c0[0], "writes": c1[1] - c0[1]},
-              "full_resync_every": getattr(daemon_mod, "FULL_RESYNC_EVERY", 1), "full_resync_cpu_s": full_each,
+              "full_resync_every": agenda_mod.FULL_RESYNC_EVERY, "full_resync_cpu_s": full_each,
               "event_full_resync_cpu_s": event_each,
               "activities": measured, "other_cpu_s": cpu - sum(a["cpu_s"] for a in measured.values()),
               "gc": {str(g): {"count": n, "cpu_s": t} for g, (n, t) in gc_cpu.items()},

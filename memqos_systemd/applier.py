@@ -27,7 +27,7 @@ every D-Bus call costs 20-30 ms, so the number of calls is the latency of a
 burst of new pods.
 
 A slice of the kubepods tree is written to the run named by the invocation ID on
-its cgroup (`run_of`), with no state check and no `Get` of the ID first; a stale
+its cgroup (`Cgroupfs.run_of`), with no state check and no `Get` of the ID first; a stale
 ID is refused by systemd like an ended run. A pod slice that has just started
 need not be read over D-Bus at all (`assume_started`): it is cached with the
 values its cgroup's memory files show, what systemd applied as it started it
@@ -47,13 +47,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Iterable, Mapping
 
+from .cgroupfs import Cgroupfs
 from .naming import Naming
-from .reconcile import UNREAD, Change
-from .systemd import MEMORY_PROPERTIES, UINT64_MAX, NoSuchUnit, SystemdError, UnitStatus, describe_call, show_value
+from .reconcile import DEFAULTS, UNREAD, Change
+from .quantity import UINT64_MAX
+from .systemd import NoSuchUnit, SystemdError, UnitStatus, describe_call, show_value
 
 log = logging.getLogger("memqos_systemd")
 
@@ -79,10 +80,10 @@ class ApplyResult:
 
 
 class Applier:
-    def __init__(self, systemd, naming: Naming, *, on_call: Callable[[str, str], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic,
-                 run_of: Callable[[str], bytes | None] | None = None,
-                 kernel_values: Callable[[str], dict[str, int] | None] | None = None, page_size: int = 4096):
+    def __init__(self, systemd, naming: Naming, *, cgroupfs: Cgroupfs | None = None, page_size: int = 4096,
+                 on_call: Callable[[str, str], None] | None = None,
+                 on_restore: Callable[[str, str | None], None] | None = None,
+                 on_foreign: Callable[[str, dict[str, int], dict[str, int]], None] | None = None):
         self.systemd = systemd
         self.naming = naming
         self.observed: dict[str, dict[str, int] | None] = {}
@@ -93,19 +94,31 @@ class Applier:
         # Units cached as UNREAD (assume_started) -> the invocation ID of their run, for their
         # first write; dropped once values are known (read or written) or the unit is forgotten.
         self.runs: dict[str, bytes] = {}
-        # The invocation ID on a unit's cgroup (systemd.read_invocation_id), or None: a write of the
-        # kubepods tree with one goes straight to that run, with no state check or ID read first.
-        self.run_of = run_of
-        # What the kernel shows for a unit's cgroup (memory.min/low/high), or None: a timer resync
-        # reads over D-Bus only the units whose kernel values differ from the cache (see
-        # refresh_all(trust_kernel=True)).
-        self.kernel_values = kernel_values
+        # The node's cgroups (None: none read, for tests of the order alone):
+        # - a slice's invocation ID on its cgroup (Cgroupfs.run_of): a write of the kubepods tree
+        #   goes straight to that run, with no state check or ID read first;
+        # - what the kernel shows (Cgroupfs.shows, page-rounded by `page_size`): a timer resync
+        #   reads over D-Bus only the units whose cgroup differs from the cache
+        #   (refresh_all(trust_kernel=True));
+        # - the runtime's settings our writes must keep (cgroupfs.py, "Why that file").
+        self.cgroupfs = cgroupfs
         self.page_size = page_size
         # Units cached with values read from their cgroup (assume_started), not from systemd: read
         # over D-Bus at the next refresh_all, which the kernel's agreeing cannot replace.
         self.unconfirmed: set[str] = set()
         self._on_call = on_call or (lambda method, result: None)
-        self._clock = clock
+        self._on_foreign = on_foreign or (lambda unit, before, now: None)
+        self._live_uids: tuple[tuple, frozenset[str]] | None = None  # see live_pod_uids
+        self._upper: tuple[Naming, tuple[str, ...]] | None = None  # see upper_values
+        # New pod slices neither read nor written until their start job has ended (adopt_new_pod_slices).
+        self.awaiting_start: set[str] = set()
+        # Units whose runtime set memory.oom.group=1 (seen in the file before a write of ours):
+        # put back after each write, and after each full re-read (a daemon-reload resets it too).
+        # Kept through forget(): a daemon-reload announces every unit removed, then new again;
+        # only a full re-read that no longer finds the unit drops it.
+        self.oom_group_kill: set[str] = set()
+        # on_restore(unit, None) after memory.oom.group was put back, (unit, why) when it could not be.
+        self._on_restore = on_restore or (lambda unit, error: None)
 
     def _count(self, method: str, result: str) -> None:
         self._on_call(method, result)
@@ -176,7 +189,10 @@ class Applier:
             states = await self._states(self.systemd.unit_states(self._named_units(levels) | extra))
         fresh: dict[str, dict[str, int] | None] = dict.fromkeys(extra - set(states))
         read = [n for n in states if not (trust_kernel and self._kernel_agrees(n, states[n]))]
-        fresh.update(await self._read(states, read))
+        values = await self._read(states, read)
+        for name, value in values.items():
+            self._compare(name, value)
+        fresh.update(values)
         # Kept as cached, taken after the reads: a UnitRemoved handled meanwhile has already taken
         # the unit out of the cache (forget), and must not be undone here. Kept: a listed unit
         # whose cgroup showed its cached values, and with `levels`, every unit of other levels.
@@ -195,20 +211,27 @@ class Applier:
         self.runs = {n: r for n, r in self.runs.items() if n in fresh and n not in read_set}  # not re-read
         self.unconfirmed &= fresh.keys() - read_set
         self.generation += 1
+        if levels is None:
+            self.oom_group_kill &= {n for n, v in fresh.items() if v is not None}
+            for name in sorted(self.oom_group_kill):
+                self._keep_oom_group(name)
+
+    def _compare(self, name: str, value: dict[str, int] | None) -> None:
+        """A read of `name` found systemd holding other values than the cache had from our last
+        read or write of it: someone else wrote them (another agent, `systemctl set-property`, the
+        kubelet's own Memory QoS). on_foreign(unit, before, now) says so; the next diff puts ours
+        back. Units cached from their cgroup alone (unconfirmed) or not read (UNREAD) are not
+        compared: their values were never systemd's own."""
+        held = self.observed.get(name)
+        if (value is not None and held is not None and held is not UNREAD and name not in self.unconfirmed
+                and value != held):
+            self._on_foreign(name, dict(held), dict(value))
 
     def _kernel_agrees(self, name: str, status: UnitStatus) -> bool:
         """Whether `name` runs and its cgroup shows the values cached for it (see refresh_all)."""
         held = self.observed.get(name)
-        if (self.kernel_values is None or not status.running or held is None or held is UNREAD
-                or name in self.unconfirmed):
-            return False
-        kernel = self.kernel_values(name)
-        if kernel is None:
-            return False
-        page = self.page_size
-        return all(prop in held and kernel.get(prop) == (held[prop] if held[prop] == UINT64_MAX
-                                                         else held[prop] // page * page)
-                   for prop in MEMORY_PROPERTIES)
+        return (self.cgroupfs is not None and status.running and held is not None and held is not UNREAD
+                and name not in self.unconfirmed and self.cgroupfs.shows(name, held, self.page_size))
 
     def _named_units(self, levels: Collection[str]) -> set[str]:
         """Our units of `levels` by name: only FIXED_LEVELS have names known without a listing."""
@@ -218,6 +241,18 @@ class Applier:
         names = [*n.root_slices(), n.node_slice(), n.qos_slice("Burstable"), n.qos_slice("BestEffort"),
                  *n.reserved_slices()]
         return {u for u in names if n.parse_unit(u).level in levels}
+
+    def upper_values(self) -> dict[str, Mapping[str, int]]:
+        """What the cache holds, as read from or written to systemd, for the node, QoS and
+        reserved slices: the units whose cgroups the daemon watches (Cgroupfs.watch)."""
+        if self._upper is None or self._upper[0] is not self.naming:
+            self._upper = (self.naming, tuple(sorted(self._named_units(FIXED_LEVELS))))
+        held = {}
+        for unit in self._upper[1]:
+            values = self.observed.get(unit)
+            if values is not None and values is not UNREAD and unit not in self.unconfirmed:
+                held[unit] = values
+        return held
 
     async def refresh_units(self, new: Iterable[str], recheck: Iterable[str] = ()) -> None:
         """Read what one reconcile round needs, in few calls however many units there are.
@@ -242,11 +277,59 @@ class Applier:
                 self.forget(name)  # not loaded, or gone since
                 states.pop(name)
             else:
+                self._compare(name, value)
                 self.observed[name] = value
                 self.runs.pop(name, None)
                 self.unconfirmed.discard(name)
         self.generation += 1
         self.fresh = states
+
+    def live_pod_uids(self) -> frozenset[str]:
+        """UIDs of the pods whose slices systemd has loaded, as the cache holds them. Worked out
+        again only when the cache has changed (every poll asks)."""
+        key = (self.generation, self.naming)
+        if self._live_uids is None or self._live_uids[0] != key:
+            uids = set()
+            for name, held in self.observed.items():
+                ref = self.naming.parse_unit(name)
+                if held is not None and ref is not None and ref.level == "pod":
+                    uids.add(ref.uid)
+            self._live_uids = (key, frozenset(uids))
+        return self._live_uids[1]
+
+    def adopt_new_pod_slices(self, new: set[str], started: set[str]) -> set[str]:
+        """The new pod slices this round takes without reading them over D-Bus.
+
+        A pod slice just loaded (UnitNew) and not cached: if its cgroup carries the invocation ID
+        systemd sets as it starts a slice (Cgroupfs.run_of), it is cached with the values the
+        kernel holds for it (Cgroupfs.kernel_values: what systemd applied as it started it), or as
+        UNREAD if they cannot be read, and its first write, of what differs (all three if UNREAD),
+        is the only call it costs. One property instead of three is also less work for PID 1 (a
+        drop-in and a cgroup write each) in the middle of a burst. Without an ID yet, its start
+        job has not run: it is neither read nor written until that job's JobRemoved (`started`),
+        then taken the same way, or read over D-Bus if its cgroup still has no ID (a systemd that
+        sets none). Asking systemd for its state meanwhile cost a ListUnitsByPatterns per round,
+        each pattern matched against every unit in PID 1: in a burst that slowed the burst itself
+        (bench/vm_speed.py). Not while holding (the caller's choice): only raising values may be
+        sent then, which needs the values held. Container scopes carry no such ID on systemd 252
+        (tests/e2e 12-invocation-path X) and are read as before."""
+        if self.cgroupfs is None:
+            return set()
+        taken = set()
+        for name in new | (started & self.awaiting_start):
+            ref = self.naming.parse_unit(name)
+            if ref is None or ref.level != "pod" or self.observed.get(name) is not None:
+                continue
+            self.awaiting_start.discard(name)
+            invocation = self.cgroupfs.run_of(name)
+            if invocation is not None:
+                self.assume_started(name, invocation, self.cgroupfs.kernel_values(name))
+                taken.add(name)
+            elif name not in started:
+                self.awaiting_start.add(name)
+                taken.add(name)
+            # else: started, yet no ID on its cgroup: read over D-Bus as before
+        return taken
 
     def assume_started(self, unit: str, invocation_id: bytes, values: dict[str, int] | None = None) -> None:
         """`unit` runs as the run `invocation_id` (found on its cgroup) and was not read over
@@ -259,10 +342,37 @@ class Applier:
 
     def forget(self, unit: str) -> None:
         self.runs.pop(unit, None)
+        self.awaiting_start.discard(unit)
         self.unconfirmed.discard(unit)
+        if self.cgroupfs is not None:
+            self.cgroupfs.forget(unit)
         if unit in self.observed:
             del self.observed[unit]
             self.generation += 1
+
+    def _props_to_send(self, change: Change) -> dict[str, int]:
+        """The change's properties, and for a unit of the kubepods tree the runtime's file-only
+        memory.swap.max as MemorySwapMax beside them, so systemd keeps it when our write makes it
+        re-apply the unit's settings (cgroupfs.py, "Why that file"). Notes a memory.oom.group=1
+        to put back after the write. Read from the cgroup just before the write; "max" is the
+        default systemd would write anyway, so it is not sent."""
+        props = dict(change.props)
+        if not change.must_exist or self.cgroupfs is None:
+            return props
+        held = self.cgroupfs.runtime_settings(change.unit)
+        if held is None:
+            return props
+        if held.swap_max is not None and held.swap_max != UINT64_MAX:
+            props["MemorySwapMax"] = held.swap_max
+        if held.oom_group == 1:
+            self.oom_group_kill.add(change.unit)
+        return props
+
+    def _keep_oom_group(self, unit: str) -> None:
+        """memory.oom.group back to the runtime's 1 where a re-apply by systemd made it 0."""
+        if self.cgroupfs is None or unit not in self.oom_group_kill or self.cgroupfs.oom_group(unit) != 0:
+            return
+        self._on_restore(unit, self.cgroupfs.restore_oom_group(unit))
 
     async def apply(self, changes: list[Change], *, dry_run: bool = False,
                     echo: Callable[[str], None] | None = None) -> ApplyResult:
@@ -276,7 +386,7 @@ class Applier:
         if dry_run:
             for change in changes:
                 if echo:
-                    echo(describe_call(change.unit, dict(change.props), running_only=change.must_exist))
+                    echo(describe_call(change.unit, self._props_to_send(change), running_only=change.must_exist))
                 result.applied.append(change)
             return result
 
@@ -288,18 +398,20 @@ class Applier:
                 return "vanished", None, mark
             try:
                 if change.must_exist:
+                    props = self._props_to_send(change)
                     run = self.runs.get(change.unit)
-                    if run is None and self.run_of is not None:
-                        run = self.run_of(change.unit)
+                    if run is None and self.cgroupfs is not None:
+                        run = self.cgroupfs.run_of(change.unit)
                     try:
-                        await self.systemd.set_memory_if_loaded(change.unit, dict(change.props),
+                        await self.systemd.set_memory_if_loaded(change.unit, props,
                                                                 status=fresh.get(change.unit), invocation_id=run)
                     except NoSuchUnit:
                         if run is None or change.unit not in self.observed:
                             raise  # (forgotten meanwhile: its UnitRemoved has been handled)
                         # The ID on the cgroup named a run that has ended: the unit has gone, or its
                         # cgroup still carries an older run's ID. Ask systemd (state, then its ID).
-                        await self.systemd.set_memory_if_loaded(change.unit, dict(change.props))
+                        await self.systemd.set_memory_if_loaded(change.unit, props)
+                    self._keep_oom_group(change.unit)
                 else:
                     await self.systemd.set_memory(change.unit, dict(change.props))
             except NoSuchUnit as e:
@@ -331,8 +443,7 @@ class Applier:
                 if self.systemd.removed_since(change.unit, mark) or (change.must_exist and change.unit not in self.observed):
                     self.forget(change.unit)
                     continue
-                held = dict(self.observed.get(change.unit) or {"MemoryMin": 0, "MemoryLow": 0,
-                                                                "MemoryHigh": 2**64 - 1})
+                held = dict(self.observed.get(change.unit) or DEFAULTS)
                 held.update(change.props)  # from UNREAD (empty): all three were sent
                 self.observed[change.unit] = held
                 self.runs.pop(change.unit, None)

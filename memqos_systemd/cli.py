@@ -112,13 +112,11 @@ def _check_names(cfg: Config, src: str) -> None:
         Naming(cfg.cgroup_root)
     except NamingError as e:
         raise UsageError(f"{src}: {e}") from None
-    for key, enforced, path in (("kubeReservedCgroup", "kube-reserved", cfg.kube_reserved_cgroup),
-                                ("systemReservedCgroup", "system-reserved", cfg.system_reserved_cgroup)):
-        if path and enforced in cfg.enforce_node_allocatable:
-            try:
-                Naming(cfg.cgroup_root, (path,))
-            except NamingError as e:
-                raise UsageError(f"{src}: {key}: {path!r}: {e}") from None
+    for key, path, _ in cfg.enforced_reservations():
+        try:
+            Naming(cfg.cgroup_root, (path,))
+        except NamingError as e:
+            raise UsageError(f"{src}: {key}: {path!r}: {e}") from None
 
 
 def plan_to_json(p: Plan) -> dict:

@@ -15,12 +15,13 @@ from typing import Any
 
 from . import last_pods, ledger
 from .applier import Applier, summarize
+from .cgroupfs import Cgroupfs, cgroup_path, read_cgroup_memory
 from .config import Config
-from .daemon import Daemon, Outside, grow_only, naming_for
-from .naming import cgroup_path
+from .intake import PodIntake
+from .naming import Naming
 from .plan import INFINITY, NodeFacts, Plan, plan
-from .reconcile import DEFAULTS, diff, reset_plan
-from .systemd import Systemd, SystemdError, read_cgroup_memory
+from .reconcile import DEFAULTS, diff, grow_only, reset_plan
+from .systemd import Systemd, SystemdError
 
 EXIT_OK, EXIT_FAILURE = 0, 1
 SERVICE = "memqos-systemd.service"
@@ -61,11 +62,6 @@ def _desired(cfg: Config, snapshot) -> Plan:
     return plan(list(snapshot.pods), NodeFacts(read_meminfo(), _page_size()), cfg)
 
 
-async def _pod_units_present(applier: Applier) -> bool:
-    return any(v is not None and (r := applier.naming.parse_unit(n)) is not None and r.level == "pod"
-               for n, v in applier.observed.items())
-
-
 # ------------------------------------------------------------------ apply
 def apply(args, cfg: Config) -> int:
     return asyncio.run(_apply(cfg, dry_run=args.dry_run))
@@ -87,19 +83,25 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
         return EXIT_FAILURE
     for w in snapshot.warnings:
         _warn(w)
-    desired = _desired(cfg, snapshot)
-    for w in desired.warnings:
-        _warn(w)
+    # The service's own intake: the pods of its last snapshot stand in for the previous one, so a
+    # pod the source leaves out keeps its protection while its slice runs, as it does in `run`.
+    intake = PodIntake(LAST_PODS_PATH, write=False)
+    intake.recall()
 
     async def changes(systemd, applier: Applier) -> list:
-        await applier.refresh_all(u.unit for u in desired.units)
+        await applier.refresh_all()  # every unit of ours systemd has: carry-over asks which pod slices run
+        for p in intake.accept(snapshot, applier.live_pod_uids()):
+            _warn(f"pod {p.display} is not listed by the pod source but its slice still exists; keeping its protection")
+        desired = _desired(cfg, intake.snapshot or snapshot)
+        for w in desired.warnings:
+            _warn(w)
         found = diff(desired, applier.observed, applier.naming)
         waiting = [u.unit for u in desired.units if u.level in ("node", "qos") and applier.observed.get(u.unit) is None
                    and u.properties() != DEFAULTS]
         if waiting:
             _warn(f"not loaded yet, left for the kubelet to create (the daemon sets them when it does):"
                   f" {', '.join(waiting)}")
-        if not snapshot.pods and await _pod_units_present(applier):
+        if intake.holding is not None:
             _warn("the pod source lists no pods but pod slices exist; not lowering anything")
             found = grow_only(found)
         return found
@@ -124,6 +126,11 @@ async def _reset(cfg: Config, *, dry_run: bool) -> int:
     return await _send(cfg, changes, dry_run=dry_run, label="reset: ")
 
 
+def _restored(unit: str, error: str | None) -> None:
+    if error is not None:
+        _warn(f"cannot put memory.oom.group of {unit} back to the runtime's 1 after the write: {error}")
+
+
 async def _send(cfg: Config, make_changes, *, dry_run: bool, label: str) -> int:
     """Connect, compute the changes against what systemd holds, send them (or print them)."""
     try:
@@ -132,7 +139,7 @@ async def _send(cfg: Config, make_changes, *, dry_run: bool, label: str) -> int:
         _err(f"cannot reach systemd: {e}; nothing changed")
         return EXIT_FAILURE
     try:
-        applier = Applier(systemd, naming_for(cfg))
+        applier = Applier(systemd, Naming.for_config(cfg), cgroupfs=Cgroupfs(CGROUP_ROOT), on_restore=_restored)
         changes = await make_changes(systemd, applier)
         result = await applier.apply(changes, dry_run=dry_run, echo=print)
     except SystemdError as e:
@@ -170,7 +177,7 @@ async def _status(cfg: Config, output: str) -> int:
         _err(f"cannot reach systemd: {e}")
         return EXIT_FAILURE
     try:
-        applier = Applier(systemd, naming_for(cfg))
+        applier = Applier(systemd, Naming.for_config(cfg))
         await applier.refresh_all(u.unit for u in desired.units) if desired else await applier.refresh_all()
     except SystemdError as e:
         _err(f"systemd: {e}")
@@ -299,6 +306,7 @@ def run(args, cfg: Config) -> int:
     from .notify import setup_logging
 
     log = setup_logging()
+    from .daemon import Daemon, Outside
     from .node import check_node, page_size, read_meminfo
     from .sources import make_source
 

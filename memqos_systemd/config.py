@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import yaml
 
@@ -100,6 +100,20 @@ class Config:
     kubelet_memory_qos_gate: bool = False
     # Where each planner value came from, for `check`/logs: key -> "default"|"kubelet"|"config".
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def enforced_reservations(self) -> tuple[Reservation, ...]:
+        """The reserved cgroups this config enforces, in this order: kubeReservedCgroup when
+        enforceNodeAllocatable has kube-reserved, systemReservedCgroup when it has system-reserved."""
+        return tuple(Reservation(key, cgroup, amount) for key, enforced, cgroup, amount in (
+            ("kubeReservedCgroup", "kube-reserved", self.kube_reserved_cgroup, self.kube_reserved),
+            ("systemReservedCgroup", "system-reserved", self.system_reserved_cgroup, self.system_reserved))
+            if cgroup and enforced in self.enforce_node_allocatable)
+
+
+class Reservation(NamedTuple):
+    key: str  # the config key that names the cgroup
+    cgroup: str
+    amount: int  # bytes reserved
 
 
 # ---------------------------------------------------------------- helpers

@@ -1,16 +1,22 @@
-"""The service: wire sources, node facts, the planner, the diff and systemd together.
+"""The service: the stages wired together, and the loop that carries them out.
 
-Events only say "look again"; every reconcile is the same pipeline:
-snapshot (last good pods) + node facts + config -> plan -> diff against what
-systemd holds (the Applier's cache) -> apply in a safe order.
+    events ──> agenda ──> snapshot ──> plan ──> diff ──> apply
+    (systemd,  (agenda.py,  (intake.py:   (plan.py,  (reconcile  (applier.py over
+    signals,   pure: what   pods to act   pure)      .py, pure)   systemd.py and
+    timers)    is due)      on)                                   cgroupfs.py)
+
+Events only say "look again": each handler below is one transition of the agenda. Each step of
+the loop asks the agenda what is due (a config reload, a connection, a re-read of what systemd
+holds, the pods), does it, and then runs the same pipeline: the pods of the intake and the node
+facts are planned, the plan is diffed against the Applier's cache of what systemd holds, and the
+diff is applied in a safe order.
 
 Promises kept here:
-* Protections are never lowered because the pod source failed: the last good
-  snapshot is kept, and until a first good one exists (or while a sudden drop
-  to zero pods is unconfirmed) only changes that raise values are sent.
+* Protections are never lowered because the pod source failed: the last good snapshot is kept,
+  and until a first good one exists (or while a sudden drop to zero pods is unconfirmed) only
+  changes that raise values are sent (intake.py).
 * A pod the pod source stops listing keeps its protection while its pod slice runs
-  (snapshot.carry_over), also just after the daemon itself restarted: the pods of the last
-  run's snapshot are kept in a runtime file (last_pods.py) for the first one.
+  (intake.carry_over), also just after the daemon itself restarted (last_pods.py).
 * An invalid config on SIGHUP is logged and the old one stays in force.
 * A lost bus is reconnected with backoff, then everything is re-read and re-applied.
 * SIGTERM exits without touching any unit: protections stay in place.
@@ -22,76 +28,32 @@ import asyncio
 import logging
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .agenda import KERNEL_WATCH_INTERVAL, Agenda
 from .applier import Applier, name_changes, summarize
-from . import last_pods, ledger
+from .cgroupfs import Cgroupfs, read_events_file
 from .config import Config, ConfigError, load_config
-from .naming import Naming, NamingError, cgroup_path, plan_cgroup_paths
-from .node import read_events_file
-from .notify import Notifier, watchdog_interval
+from .intake import PodIntake
+from .ledger import ReservedSlices
+from .metrics import NoMetrics
+from .naming import Naming, NamingError
+from .notify import Notifier, WarnOnce, watchdog_interval
 from .plan import NodeFacts, Plan, PlanError, plan
-from .reconcile import DEFAULTS, UNREAD, Change, diff, one_write_per_container
-from .snapshot import carry_over
-from .sources import Snapshot
-from .systemd import SystemdError, read_cgroup_memory, read_invocation_id
+from .reconcile import DEFAULTS, UNREAD, Change, diff, grow_only, one_write_per_container
+from .systemd import SystemdError, show_value
 
 log = logging.getLogger("memqos_systemd")
 
 KUBELET_UNIT = "kubelet.service"
 BACKOFF_MAX = 30.0
-# How long a new unit the pod source does not know yet makes us poll it fast
-# (a container scope exists a moment before the kubelet reports its ID; init
-# container scopes are never planned at all).
-UNKNOWN_UNIT_PATIENCE = 10.0
-# Meanwhile the pod source is asked again after 0.1 s, then 0.2, 0.4, ... up to the poll interval;
-# a new unknown unit starts that over. A fetch serves every unit announced before it started, so
-# in a burst of new pods the source is asked at most once every FAST_POLL_FIRST seconds.
-FAST_POLL_FIRST = 0.1
-# After a daemon-reload or re-exec, how long systemd is left to settle before we read again.
-SYSTEMD_SETTLE = 1.0
-# After kubelet.service starts, its /pods may not answer for a while (it is still starting):
-# for this long, a failed fetch is tried again every KUBELET_START_RETRY seconds instead of
-# waiting for the next poll.
-KUBELET_START_PATIENCE = 30.0
-KUBELET_START_RETRY = 0.25
 # How often memory.events of the containers is read for the throttling metric.
 THROTTLE_READ_INTERVAL = 15.0
-# The resync timer re-reads the node, QoS and reserved slices (listed by name) every
-# resyncInterval, and every unit, pod slices and container scopes included, every
-# FULL_RESYNC_EVERY-th time (and at every event that calls for it: start, reconnect,
-# daemon-reload, config reload, signal overflow). In between, a unit the cache lacks is found
-# only by its UnitNew. The values of our units change only through our writes, a reload (which
-# reads all) or a third party; listing and reading the ~220 pod and container units of a 110-pod
-# node every minute was most of the daemon's idle CPU (docs/BENCHMARKS.md), and every 10th time
-# it was still the largest part after the kubelet poll (1.1 of 3.8 CPU s an hour, natively): at
-# the default interval a third party's change to a pod slice or scope is put right within 15 min.
-# Of the units a timer resync lists, only those whose cgroup does not show the cached values are
-# read over D-Bus (Applier.refresh_all(trust_kernel=True)).
-FULL_RESYNC_EVERY = 15
-LIGHT_RESYNC_LEVELS = frozenset({"node", "qos", "reserved"})
-
-
-def naming_for(config: Config) -> Naming:
-    reserved = []
-    if "kube-reserved" in config.enforce_node_allocatable and config.kube_reserved_cgroup:
-        reserved.append(config.kube_reserved_cgroup)
-    if "system-reserved" in config.enforce_node_allocatable and config.system_reserved_cgroup:
-        reserved.append(config.system_reserved_cgroup)
-    return Naming(config.cgroup_root, tuple(reserved))
-
-
-def grow_only(changes: list[Change]) -> list[Change]:
-    """While holding, only raised protections are sent: no MemoryMin/MemoryLow goes down, and no
-    MemoryHigh moves either way (suspect pod data must not lift or add a throttle)."""
-    out = []
-    for c in changes:
-        props = {k: v for k, v in c.props.items() if k != "MemoryHigh"}
-        if c.direction == "grow" and props:
-            out.append(Change(c.unit, c.level, props, c.direction))
-    return out
+# A unit someone else keeps writing (the kubelet's own Memory QoS: every minute) is logged at most
+# this often; the metric counts every time.
+FOREIGN_LOG_EVERY = 3600.0
 
 
 @dataclass
@@ -102,21 +64,15 @@ class Outside:
     make_source: Callable[[Config], Any]
     read_capacity: Callable[[], int]
     page_size: int
-    metrics: Any = None  # memqos_systemd.metrics.Metrics or None
+    metrics: Any = field(default_factory=NoMetrics)  # memqos_systemd.metrics.Metrics, or NoMetrics
     notifier: Notifier | None = None
     memory_watcher: Any = None  # object with fileno() and poll_events(), or None
     bus_address: str | None = None
-    cgroup_fs: Path = Path("/sys/fs/cgroup")
+    cgroupfs: Cgroupfs = field(default_factory=Cgroupfs)  # the cgroup2 mount (cgroupfs.py)
     ledger_path: Path | None = None  # reserved slices written (ledger.py); None: not kept
     # The last snapshot's pods, for the first carry_over after a restart (last_pods.py); None: not kept.
     last_pods_path: Path | None = None
     clock: Callable[[], float] = time.monotonic
-    # A started unit's invocation ID from its cgroup directory (systemd.read_invocation_id), or
-    # None; None here: new pod slices are read over D-Bus like any unit (see _take_new_runs).
-    read_invocation: Callable[[Path], bytes | None] | None = read_invocation_id
-    # The memory values the kernel holds for a cgroup (systemd.read_cgroup_memory): what a new pod
-    # slice taken by its cgroup's ID holds; None here, or unreadable: all three values are sent.
-    read_cgroup_memory: Callable[[Path], dict[str, int] | None] | None = read_cgroup_memory
 
 
 class Daemon:
@@ -124,154 +80,84 @@ class Daemon:
         self.config_path = config_path
         self.config = config
         self.out = outside
-        self.naming = naming_for(config)
+        self.naming = Naming.for_config(config)
         self.source = outside.make_source(config)
         self.notifier = outside.notifier or Notifier()
+        self.agenda = Agenda(resync_interval=config.resync_interval, poll_interval=config.kubelet.poll_interval,
+                             watch_source=hasattr(self.source, "changed"))
+        self.intake = PodIntake(outside.last_pods_path)  # the pods to act on, and whether we hold
+        self.reserved = ReservedSlices(outside.ledger_path)
         self.systemd = None
         self.applier: Applier | None = None
-        self.snapshot = None  # last good pods snapshot
-        # The pods of the last run (last_pods.py): the `previous` of the first snapshot's carry_over only.
-        self._last_run_pods: tuple = ()
-        self._remembered: tuple | None = None  # the pods last written to last_pods_path
-        self._remember_failing = False
-        self.holding_reason: str | None = "no pod snapshot yet"
         self.capacity = outside.read_capacity()
         self.last_plan: Plan | None = None
-        self._planned: tuple[tuple, Plan, dict] | None = None  # (inputs, plan, by unit): see _plan
-        self._shown_plan: Plan | None = None  # the plan the metrics show
         self.ready = False
         self.stopping = False
+        self._warn_once = WarnOnce(log)
+        self._planned: tuple[tuple, Plan, dict] | None = None  # (inputs, plan, its units by name): see _plan
+        self._shown_plan: Plan | None = None  # the plan the metrics show
+        self._settled: tuple | None = None  # what the last round that sent nothing was computed from
+        self._oom_group_noted = False  # the first memory.oom.group put back has been logged
+        self._foreign_noted: dict[str, float] = {}  # unit -> when its foreign write was last logged
         self._wake = asyncio.Event()
-        self._want_fetch = True
-        self._want_full_refresh = True
-        self._want_light_refresh = False  # the node, QoS and reserved slices (a kubelet start)
-        # The resync timer's: those slices, or every unit every FULL_RESYNC_EVERY-th time.
-        self._want_timer_light = self._want_timer_refresh = False
-        self._light_resyncs = 0  # timer resyncs since the last full refresh
-        # What the last reconcile that had nothing to send was computed from (see _settled_key).
-        self._settled: tuple | None = None
-        self._live_uids: tuple[tuple, frozenset[str]] | None = None  # see _live_pod_uids
-        # The cgroup directories of a plan's container scopes, and their memory.events files:
-        # (plan, {unit: dir}, [(unit, memory.events path)]); see _container_dirs.
-        self._container_cgroups: tuple[Plan, dict[str, Path], list[tuple[str, str]]] | None = None
-        self._want_reload = False
-        self._refresh_units: set[str] = set()  # UnitNew: read state and properties
-        self._recheck_units: set[str] = set()  # JobRemoved: read the state again
-        # New pod slices neither read nor written until their start job has ended (_take_new_runs).
-        self._awaiting_start: set[str] = set()
-        # New pod/container units the pod source has not described yet -> when we stop asking.
-        self._unknown_units: dict[str, float] = {}
-        self._unknown_new = False  # one came since the last fetch started
-        self._fetch_started = float("-inf")
-        self._fetch_failing = False
-        self._kubelet_started = float("-inf")  # clock() at the last kubelet.service start
-        self._next_poll = 0.0
-        self._next_resync = 0.0
-        self._fast_poll = FAST_POLL_FIRST
-        self._disconnected = False
-        self._quiet_until = 0.0  # no reads or writes before this (systemd reloading)
         self._stop_event = asyncio.Event()
-        self._warned: dict[str, set[str]] = {}
-        # Reserved slices dropped from the config by a reload, still to be brought to the defaults.
-        self._retired: set[str] = set()
-        self._ledger: frozenset[str] | None = None  # as last written
 
-    # ------------------------------------------------------------ events
+    # ------------------------------------------------------------ events: one transition each
     def wake(self) -> None:
         self._wake.set()
 
-    def _on_unit_new(self, name: str) -> None:
+    def on_unit_new(self, name: str) -> None:
         ref = self.naming.parse_unit(name)
-        if ref is None:
-            return
-        self._refresh_units.add(name)
-        if ref.level in ("pod", "container") and self.last_plan is not None and name not in self._planned_units():
-            # The kubelet has not told us about it yet: ask now, and again soon (_fast_poll_at).
-            self._unknown_units[name] = self.out.clock() + UNKNOWN_UNIT_PATIENCE
-            self._unknown_new = True
-        self.wake()
+        if ref is not None:
+            self.agenda.unit_new(name, ref.level, self.out.clock(), planned=self._is_planned(name))
+            self.wake()
 
-    def _on_unit_removed(self, name: str) -> None:
+    def on_unit_removed(self, name: str) -> None:
         ref = self.naming.parse_unit(name)
         if self.applier is not None and ref is not None:
             self.applier.forget(name)
-            self._unknown_units.pop(name, None)
-            self._refresh_units.discard(name)
-            self._recheck_units.discard(name)
-            self._awaiting_start.discard(name)
+            self.agenda.unit_removed(name, ref.level)
             if ref.level == "pod":
-                self._want_fetch = True  # a pod kept only because its slice ran can go now
-                self.wake()
+                self.wake()  # a pod kept only because its slice ran can go now
 
-    def _on_job_removed(self, unit: str, result: str) -> None:
-        if result == "done" and self.naming.parse_unit(unit) is not None:
-            # UnitNew comes when a unit is loaded, before its start job has run; a pod or
-            # container unit is only written once it is running, so look again now (its state:
-            # a start job does not change its properties, read at UnitNew).
-            self._recheck_units.add(unit)
-            self.wake()
+    def on_job_removed(self, unit: str, result: str) -> None:
+        if result != "done":
             return
-        if unit == KUBELET_UNIT and result == "done":
-            # What a kubelet start may rewrite are the kubepods and QoS slices (docs/PACKAGING.md):
-            # those are read again, as the resync timer does. Its pod slices and container scopes
-            # come and go with UnitNew/UnitRemoved; re-reading them all here cost one GetAll per
-            # unit in PID 1's queue at the moment a node's pods start (issue 6, convergence), and
-            # drift on them is still found by the full re-read every FULL_RESYNC_EVERY resyncs.
+        if self.naming.parse_unit(unit) is not None:
+            self.agenda.job_done(unit)
+            self.wake()
+        elif unit == KUBELET_UNIT:
             log.info("kubelet.service (re)started: re-reading the kubepods and QoS slices, and the pods")
-            self._kubelet_started = self.out.clock()
-            self._want_light_refresh = True
-            self._want_fetch = True
+            self.agenda.kubelet_started(self.out.clock())
             self.wake()
 
-    def _on_reloading(self, active: bool) -> None:
-        if active:
-            # Mid-reload, units read back half-loaded (defaults, or not loaded at all): neither
-            # read nor write until systemd says it is done, and a moment after.
-            self._quiet_until = float("inf")
-            return
-        log.info("systemd finished reloading: re-reading units")
-        self._after_systemd_change()
+    def on_reloading(self, active: bool) -> None:
+        self.agenda.systemd_changing(active, self.out.clock())
+        if not active:
+            log.info("systemd finished reloading: re-reading units")
+            self.wake()
 
-    def _on_systemd_returned(self) -> None:
+    def on_systemd_returned(self) -> None:
         log.info("systemd is back on the bus (re-executed?): re-reading units")
-        self._after_systemd_change()
+        self.agenda.systemd_returned(self.out.clock())
+        self.wake()
 
-    def _keep_ledger(self) -> None:
-        """Remember the reserved slices of the config and those not reset yet (ledger.py)."""
-        if self.out.ledger_path is None:
-            return
-        names = frozenset(self.naming.reserved_slices()) | frozenset(self._retired)
-        if names != self._ledger and ledger.write(self.out.ledger_path, names):
-            self._ledger = names
-
-    def _on_signal_overflow(self) -> None:
+    def on_signal_overflow(self) -> None:
         log.warning("systemd sent unit signals faster than they could be handled; some were dropped:"
                     " re-reading every unit and the pods")
-        if self.out.metrics:
-            self.out.metrics.signal_overflow()
-        self._want_full_refresh = True
-        self._want_fetch = True
+        self.out.metrics.signal_overflow()
+        self.agenda.overflow()
         self.wake()
 
-    def _cache_in_doubt(self) -> bool:
-        """Whether the cache may lack units systemd holds until the next full re-read: systemd is
-        reloading or has just come back (a daemon-reload announces every unit removed, then new;
-        a daemon-reexec only removed: 11-systemd-facts D; the cache forgets each), or signals
-        were dropped. Asked by a step that awaited (the pods, reads) after its own re-read: what
-        it took from the cache meanwhile (a pod list's carry_over, a diff) waits for the next."""
-        return self.out.clock() < self._quiet_until or self._want_full_refresh
-
-    def _after_systemd_change(self) -> None:
-        self._quiet_until = self.out.clock() + SYSTEMD_SETTLE
-        self._want_full_refresh = True
-        self.wake()
-
-    def _on_disconnect(self) -> None:
-        self._disconnected = True
+    def on_memory_event(self) -> None:
+        if self.out.memory_watcher is not None:
+            for _ in self.out.memory_watcher.poll_events():
+                pass
+        self._read_capacity()
         self.wake()
 
     def request_reload(self) -> None:
-        self._want_reload = True
+        self.agenda.reload_asked()
         self.wake()
 
     def stop(self) -> None:
@@ -279,154 +165,186 @@ class Daemon:
         self._stop_event.set()
         self.wake()
 
+    # ------------------------------------------------------------ the loop
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig, handler in ((signal.SIGHUP, self.request_reload), (signal.SIGTERM, self.stop),
+                             (signal.SIGINT, self.stop)):
+            loop.add_signal_handler(sig, handler)
+        for name in self.reserved.start(self.naming.reserved_slices()):
+            # Dropped from the config while we were stopped: reset once, as a reload would have.
+            log.info("%s was a reserved cgroup when the service last ran and the config no longer names"
+                     " it: bringing it back to MemoryMin=0 MemoryLow=0 MemoryHigh=infinity", name)
+        remembered = self.intake.recall()
+        if remembered:
+            log.info("remembered %d pods from the last run (%s): a pod among them the pod source does not"
+                     " list at first keeps its protection while its slice runs", remembered, self.out.last_pods_path)
+        if self.out.memory_watcher is not None:
+            loop.add_reader(self.out.memory_watcher.fileno(), self.on_memory_event)
+        wd = watchdog_interval()
+        tasks = [asyncio.create_task(self._every(THROTTLE_READ_INTERVAL, self.read_throttle_events, thread=True)),
+                 asyncio.create_task(self._every(KERNEL_WATCH_INTERVAL, self.watch_upper_slices))]
+        if wd:
+            tasks.append(asyncio.create_task(self._every(wd, self.notifier.watchdog, first=True)))
+        backoff = 1.0
+        try:
+            while not self.stopping:
+                try:
+                    await self._step()
+                    backoff = 1.0
+                except SystemdError as e:
+                    log.error("systemd: %s; retrying in %.0fs", e, backoff)
+                    await self._backoff(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX)
+                    continue
+                await self._sleep(self.agenda.timeout(self.out.clock()))
+        finally:
+            for task in tasks:
+                task.cancel()
+            self.notifier.send("STOPPING=1")
+            if self.systemd is not None:
+                await self.systemd.close()
+            log.info("stopped; protections left in place")
+        return 0
+
+    async def _step(self) -> None:
+        """Carry out what is due, then one round of the pipeline."""
+        now = self.out.clock()
+        due = self.agenda.due(now)
+        if due.reload:
+            self._reload_config()
+        if self.systemd is None or not self.systemd.connected:
+            await self._connect()
+        if due.quiet:
+            return  # systemd is reloading or has just come back
+        if due.resync:
+            self._read_capacity()
+        await self._refresh(now)
+        if self.agenda.watch_source and self.source.changed():
+            self.agenda.source_changed()
+        if self.agenda.due(now).fetch:
+            await self._fetch()
+        await self.reconcile()
+
+    async def _refresh(self, now: float) -> None:
+        """Re-read what systemd holds, as much as the agenda asks for."""
+        kind, served = self.agenda.take_refresh(now)
+        if not kind:
+            return
+        try:
+            await self.applier.refresh_all(self.reserved.retired, levels=kind.levels, trust_kernel=kind.trust_kernel)
+        except SystemdError:
+            self.agenda.put_back_refresh(kind, served)
+            raise
+        self.agenda.refreshed(kind)
+
+    async def _every(self, interval: float, work: Callable[[], None], *, thread: bool = False,
+                     first: bool = False) -> None:
+        """`work` every `interval` seconds (at once too if `first`), in a thread if `thread`."""
+        if not first:
+            await asyncio.sleep(interval)
+        while not self.stopping:
+            if thread:
+                await asyncio.to_thread(work)
+            else:
+                work()
+            await asyncio.sleep(interval)
+
+    async def _sleep(self, seconds: float) -> None:
+        # An event that arrived while we worked has already set the flag: return at once.
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+        self._wake.clear()
+
     async def _backoff(self, seconds: float) -> None:
         """Wait after a failure. Unit and job signals do not cut it short (seen in the VM: a
         stopped kubepods.slice and a stream of UnitNew made 157 failed calls in 3 s); only a stop
         or a config reload does."""
         deadline = self.out.clock() + seconds
-        while not self.stopping and not self._want_reload and self.out.clock() < deadline:
+        while not self.stopping and not self.agenda.due(self.out.clock()).reload and self.out.clock() < deadline:
             try:
                 await asyncio.wait_for(self._stop_event.wait(), timeout=min(0.25, deadline - self.out.clock()))
             except asyncio.TimeoutError:
                 pass
 
-    def _warn_once(self, kind: str, warnings) -> None:
-        """Log each warning (a rejected pod, a capped slice) once while it lasts, not every poll.
-
-        What no longer applies is forgotten, so it is logged again if it comes back."""
-        seen = self._warned.get(kind, set())
-        for w in warnings:
-            if w not in seen:
-                log.warning("%s", w)
-        self._warned[kind] = set(warnings)
-
     # ------------------------------------------------------------ steps
     async def _connect(self) -> None:
-        self.systemd = await self.out.connect(self.out.bus_address)
-        self.systemd.on_disconnect(self._on_disconnect)
-        await self.systemd.subscribe(on_unit_new=self._on_unit_new, on_unit_removed=self._on_unit_removed,
-                                     on_job_removed=self._on_job_removed, on_reloading=self._on_reloading,
-                                     on_returned=self._on_systemd_returned, on_overflow=self._on_signal_overflow)
-        self._disconnected = False
-        on_call = self.out.metrics.dbus_call if self.out.metrics else None
-        self.applier = Applier(self.systemd, self.naming, on_call=on_call, run_of=self._run_of,
-                               kernel_values=self._kernel_values if self.out.read_cgroup_memory else None,
-                               page_size=self.out.page_size)
-        self._want_full_refresh = True
+        if self.systemd is not None:
+            log.warning("lost the connection to systemd; reconnecting")
+            try:
+                await self.systemd.close()
+            except SystemdError:
+                pass
+            self.systemd = None
+        systemd = await self.out.connect(self.out.bus_address)
+        systemd.on_disconnect(self.wake)
+        await systemd.subscribe(on_unit_new=self.on_unit_new, on_unit_removed=self.on_unit_removed,
+                                on_job_removed=self.on_job_removed, on_reloading=self.on_reloading,
+                                on_returned=self.on_systemd_returned, on_overflow=self.on_signal_overflow)
+        self.systemd = systemd
+        self.applier = Applier(systemd, self.naming, cgroupfs=self.out.cgroupfs, page_size=self.out.page_size,
+                               on_call=self.out.metrics.dbus_call, on_restore=self._on_oom_group_restored,
+                               on_foreign=self._on_foreign_write)
+        self.agenda.connected()
+        log.info("connected to systemd %s", await systemd.version())
 
     def _reload_config(self) -> None:
-        self._want_reload = False
+        self.agenda.reload_taken()
         self.notifier.send("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
         try:
             config = load_config(self.config_path, required=self.config_path is not None)
-            naming = naming_for(config)
+            naming = Naming.for_config(config)
         except (ConfigError, NamingError) as e:
             log.error("reload refused, keeping the previous config: %s", e)
-            if self.out.metrics:
-                self.out.metrics.config_reload(False)
+            self.out.metrics.config_reload(False)
             self.notifier.send("READY=1")
             return
         source_changed = (config.pods_file, config.kubelet) != (self.config.pods_file, self.config.kubelet)
-        dropped = set(self.naming.reserved_slices()) - set(naming.reserved_slices())
-        for name in sorted(dropped):
+        for name in self.reserved.config_changed(self.naming.reserved_slices(), naming.reserved_slices()):
             log.info("%s is no longer a reserved cgroup in the config: bringing it back to"
                      " MemoryMin=0 MemoryLow=0 MemoryHigh=infinity", name)
-        self._retired = (self._retired | dropped) - set(naming.reserved_slices())
         self.config, self.naming = config, naming
         if self.applier is not None:
             self.applier.naming = naming
         if source_changed:
             self.source = self.out.make_source(config)
-            self._want_fetch = True
-        # A shorter resyncInterval counts from now: the deadline set with the old one could be
-        # up to that interval away (60 s by default; measured in the VM, 32-resync-kernel).
-        self._next_resync = min(self._next_resync, self.out.clock() + config.resync_interval)
-        self._want_full_refresh = True
+        self.agenda.config_changed(self.out.clock(), resync_interval=config.resync_interval,
+                                   poll_interval=config.kubelet.poll_interval,
+                                   watch_source=hasattr(self.source, "changed"), source_changed=source_changed)
         log.info("config reloaded from %s: policy %s, hierarchy %s", self.config_path,
                  config.memory_reservation_policy, config.hierarchy)
-        if self.out.metrics:
-            self.out.metrics.config_reload(True)
+        self.out.metrics.config_reload(True)
         self.notifier.send("READY=1")
 
     async def _fetch(self) -> None:
-        self._want_fetch = False
-        # This fetch serves every unit announced so far. Fast polls for unknown units back off
-        # only while nothing new arrives: in a burst every pod brings new ones.
-        self._fetch_started = self.out.clock()
-        if self._unknown_new:
-            self._fast_poll = FAST_POLL_FIRST
-        elif self._unknown_units:
-            self._fast_poll = min(self._fast_poll * 2, self.config.kubelet.poll_interval)
-        self._unknown_new = False
+        self.agenda.fetch_started(self.out.clock())
+        failing = self.agenda.fetch_failing
         try:
             snap = await asyncio.to_thread(self.source.fetch)
         except Exception as e:  # SourceError, and anything a broken source raises
-            if self.out.metrics:
-                self.out.metrics.source_error(getattr(e, "kind", type(e).__name__))
-            if not self._fetch_failing:
-                kept = f"holding the last good snapshot ({len(self.snapshot.pods)} pods)" if self.snapshot \
+            self.agenda.fetch_ended(self.out.clock(), ok=False)
+            self.out.metrics.source_error(getattr(e, "kind", type(e).__name__))
+            if not failing:
+                kept = f"holding the last good snapshot ({len(self.intake.pods)} pods)" if self.intake.snapshot \
                     else "no snapshot yet: only raising values"
                 log.warning("pod source failed: %s; %s", e, kept)
-            self._fetch_failing = True
             return
-        if self._fetch_failing:
+        self.agenda.fetch_ended(self.out.clock(), ok=True)
+        if failing:
             log.info("pod source recovered: %d pods", len(snap.pods))
-        self._fetch_failing = False
         self._warn_once("pods", snap.warnings)
-        if self.out.metrics:
-            self.out.metrics.source_ok(snap)
-        if self._cache_in_doubt():
+        self.out.metrics.source_ok(snap)
+        if self.agenda.in_doubt(self.out.clock()):
             # A pod the list leaves out would be dropped for good, as if its slice had gone
             # (carry_over asks the cache which slices run). Ask again after the re-read.
-            self._want_fetch = True
+            self.agenda.fetch_now()
             return
-        live = self._live_pod_uids()
-        if self.snapshot is None and not snap.pods and live:
-            # The first answer says "no pods" while pod slices run: believe it once they are gone.
-            if self.holding_reason != "suspect empty pod list":
-                log.warning("pod source returned 0 pods while %d pod slices exist; only raising values until"
-                            " the slices are gone", len(live))
-            self.holding_reason = "suspect empty pod list"
-            return
-        # Before the first snapshot, the pods of the last run stand in for the previous one: a
-        # kubelet that lists only some pods just after our restart takes no protection away.
-        pods, carried = carry_over(snap.pods, self.snapshot.pods if self.snapshot else self._last_run_pods, live)
-        self._last_run_pods = ()
+        carried = self.intake.accept(snap, self.applier.live_pod_uids())
         self._warn_once("carried", [
             f"pod {p.display} is no longer listed by the pod source but its slice still exists;"
             f" keeping its protection until the slice is gone" for p in carried])
-        self.snapshot = Snapshot(tuple(pods), snap.warnings, snap.source, snap.fetched_at)
-        self.holding_reason = None
-        self._remember_pods()
-
-    def _remember_pods(self) -> None:
-        """Write the snapshot's pods for the next start (last_pods.py) when they have changed.
-        Cheap on an unchanged poll: the source hands back the same Pod objects, and a tuple
-        compares its items by identity first. A write that fails is tried again at every poll,
-        with one warning until it succeeds."""
-        path = self.out.last_pods_path
-        if path is None or self.snapshot is None or self.snapshot.pods == self._remembered:
-            return
-        if last_pods.write(path, self.snapshot.pods, warn=not self._remember_failing):
-            if self._remember_failing:
-                log.info("remembering the pods of this run in %s again", path)
-            self._remembered = self.snapshot.pods
-            self._remember_failing = False
-        else:
-            self._remember_failing = True
-
-    def _live_pod_uids(self) -> set[str]:
-        """UIDs of the pods whose slices systemd has loaded (from the cache of what it holds).
-        Worked out again only when the cache has changed (every poll asks)."""
-        key = (self.applier, self.applier.generation, self.naming)
-        if self._live_uids is None or self._live_uids[0] != key:
-            uids = set()
-            for name, held in self.applier.observed.items():
-                ref = self.naming.parse_unit(name)
-                if held is not None and ref is not None and ref.level == "pod":
-                    uids.add(ref.uid)
-            self._live_uids = (key, frozenset(uids))
-        return set(self._live_uids[1])
 
     def _read_capacity(self) -> None:
         try:
@@ -438,12 +356,111 @@ class Daemon:
             log.info("node memory changed: %d -> %d bytes", self.capacity, capacity)
             self.capacity = capacity
 
-    def on_memory_event(self) -> None:
-        if self.out.memory_watcher is not None:
-            for _ in self.out.memory_watcher.poll_events():
-                pass
-        self._read_capacity()
-        self.wake()
+    # ------------------------------------------------------------ one round: plan, diff, apply
+    async def reconcile(self) -> None:
+        started = self.out.clock()
+        key = self._settled_key()
+        if key == self._settled and not self.agenda.has_units():
+            # A poll with the same pods, no unit event, no read that changed anything: planning
+            # and diffing again would find nothing to send (see _settled_key).
+            self.agenda.planned((), self.out.clock())
+            self.reserved.keep(self.naming.reserved_slices())  # a write that failed is tried again
+            self.out.metrics.observe_reconcile(self.out.clock() - started, 0)
+            return
+        self._settled = None
+        try:
+            desired = self._plan(list(self.intake.pods))
+        except PlanError as e:
+            log.error("cannot plan, nothing changed: %s", e)
+            return
+        self._warn_once("plan", desired.warnings)
+        self.last_plan = desired
+        self.out.cgroupfs.place(desired)  # where its container scopes are
+        self.agenda.planned(self._planned[2], self.out.clock())
+        outcome = await self._read_and_diff(desired)
+        if outcome is None:
+            return
+        changes, generation = outcome
+        was = {c.unit: self.applier.observed.get(c.unit) for c in changes}
+        result = await self.applier.apply(changes)
+        if changes:
+            log.info("reconcile: %s", summarize(result, name_changes(result.applied, was)))
+        if self._shown_plan is not desired:
+            self.out.metrics.set_plan(desired)
+            self._shown_plan = desired
+        self.out.metrics.observe_reconcile(self.out.clock() - started, len(result.applied))
+        self.reserved.settle(lambda name: self.applier.observed.get(name) in (None, DEFAULTS))
+        self.reserved.keep(self.naming.reserved_slices())
+        if not result.ok:
+            raise SystemdError(f"apply stopped at {result.failed.unit}: {result.error}")
+        settled = self._settled_key()
+        if not changes and not self.agenda.has_units() and settled[:-1] == key[:-1] and settled[-1] == generation:
+            # Nothing to send, and nothing it was computed from changed while the round awaited
+            # (a signal handler or a memory event): the next round with this key may be skipped.
+            self._settled = settled
+        self._report(desired)
+
+    async def _read_and_diff(self, desired: Plan) -> tuple[list[Change], int] | None:
+        """Read what this round needs from systemd, then the changes to send and the cache
+        generation they were computed from; None when the round is dropped (the cache came into
+        doubt while it read)."""
+        # Taken before awaiting: a UnitNew or JobRemoved that arrives while we read stays queued.
+        new, started = self.agenda.take_units()
+        if self.intake.holding is None:
+            taken = self.applier.adopt_new_pod_slices(new, started)
+            new, started = new - taken, started - taken
+        # The units this round will write need their state checked before the write: a diff on
+        # what is cached says which, and their states come in the same call as the new units'.
+        # A started unit (JobRemoved) whose properties are cached needs nothing else: a start job
+        # does not change them, and its state matters only if it is to be written. One that was
+        # not running when read at UnitNew has been forgotten: read it in full.
+        before = self._changes(desired)
+        writes = {c.unit for c in before[0]
+                  if c.must_exist and c.unit not in self.applier.runs and self.out.cgroupfs.run_of(c.unit) is None}
+        read_from = self.applier.generation
+        again = {u for u in started if self.applier.observed.get(u) is None}
+        try:
+            await self.applier.refresh_units(new | again, writes)
+        except SystemdError:
+            self.agenda.put_back_units(new, started)  # read them again after the retry
+            raise
+        if self.agenda.in_doubt(self.out.clock()):
+            # Since this round's step began. A reserved slice, which the diff may create, was
+            # written with what systemd already held (e2e 40-survival). Drop the round; the full
+            # re-read decides.
+            self.agenda.put_back_units(new, started)
+            return None
+        generation = self.applier.generation  # what this round's diff is computed from
+        # The diff again only if the reads changed the cache (a burst's rounds read nothing).
+        changes, held = before if generation == read_from else self._changes(desired)
+        if self.intake.holding is not None:
+            self._warn_once("holding", [f"holding ({self.intake.holding}): {held} change(s) that would"
+                                        f" lower a protection or move a MemoryHigh not sent"] if held else [])
+        return changes, generation
+
+    def _changes(self, desired: Plan) -> tuple[list[Change], int]:
+        """The changes to send (only raising ones while holding), and how many were held back."""
+        observed = self.applier.observed  # read only; a unit it lacks is not loaded (diff)
+        if self.intake.holding is not None:
+            # Values not read cannot be compared: such units are left as they are while holding.
+            observed = {n: (None if v is UNREAD else v) for n, v in observed.items()}
+        changes = diff(desired, observed, self.naming, retired=self.reserved.retired)
+        if self.intake.holding is None:
+            return one_write_per_container(changes), 0
+        sent = grow_only(changes)
+        return sent, len(changes) - len(sent)
+
+    def _report(self, desired: Plan) -> None:
+        """Ready (the first time) or the status line, to systemd."""
+        node = desired.node_unit()
+        status = (f"{len(self.intake.pods)} pods, kubepods min {node.memory_min} low {node.memory_low}"
+                  + (f", holding: {self.intake.holding}" if self.intake.holding else ""))
+        if not self.ready:
+            self.ready = True
+            self.notifier.ready(status)
+            log.info("ready: %s", status)
+        else:
+            self.notifier.status(status)
 
     def _plan(self, pods: list) -> Plan:
         """`plan` of these inputs; the same Plan object again while they are unchanged. A burst of
@@ -456,13 +473,9 @@ class Daemon:
             self._planned = (inputs, desired, desired.by_unit())
         return self._planned[1]
 
-    def _planned_units(self) -> dict:
-        """The last plan's units by name (made once per plan: every UnitNew looks here)."""
-        if self.last_plan is None:
-            return {}
-        if self._planned is None or self._planned[1] is not self.last_plan:
-            return self.last_plan.by_unit()
-        return self._planned[2]
+    def _is_planned(self, unit: str) -> bool:
+        """Whether the last plan names `unit` (True while there is no plan yet)."""
+        return self._planned is None or unit in self._planned[2]
 
     def _settled_key(self) -> tuple:
         """Everything a reconcile's plan and diff are computed from. `plan` is pure and the diff
@@ -470,334 +483,54 @@ class Daemon:
         the key of a round that found nothing to send, and no unit is waiting to be read, this
         round would find nothing either. Compared with ==: the same objects compare at once (the
         pod source hands back the same pods while its document is unchanged), others by value."""
-        return (self.snapshot.pods if self.snapshot else (), self.capacity, self.out.page_size, self.config,
-                self.naming, self.holding_reason, frozenset(self._retired), self.applier,
-                self.applier.generation)
+        return (self.intake.pods, self.capacity, self.out.page_size, self.config, self.naming, self.intake.holding,
+                frozenset(self.reserved.retired), self.applier, self.applier.generation)
 
-    async def reconcile(self) -> None:
-        started = self.out.clock()
-        key = self._settled_key()
-        if key == self._settled and not self._refresh_units and not self._recheck_units:
-            # A poll with the same pods, no unit event, no read that changed anything: planning
-            # and diffing again would find nothing to send (see _settled_key).
-            if self._unknown_units:
-                now = self.out.clock()
-                self._unknown_units = {n: t for n, t in self._unknown_units.items() if t > now}
-            self._keep_ledger()  # a write that failed is tried again every round, as before
-            if self.out.metrics:
-                self.out.metrics.observe_reconcile(self.out.clock() - started, 0)
+    # ------------------------------------------------------------ beside the rounds
+    def _on_oom_group_restored(self, unit: str, error: str | None) -> None:
+        self.out.metrics.oom_group_restored(error is None)
+        if error is not None:
+            self._warn_once("oom-group", [f"cannot put memory.oom.group of {unit} back to the runtime's 1: {error};"
+                                          f" systemd reset it when it re-applied the unit's settings"])
+        elif not self._oom_group_noted:
+            self._oom_group_noted = True
+            log.info("memory.oom.group of %s put back to 1: systemd resets it to 0 whenever it re-applies a scope's"
+                     " settings (a write, a daemon-reload), and the runtime set it only in the file; done for every"
+                     " such container from now on (memqos_oom_group_restores_total)", unit)
+
+    def watch_upper_slices(self) -> None:
+        """Every KERNEL_WATCH_INTERVAL: a node, QoS or reserved slice whose cgroup no longer shows
+        what systemd held for it at our last read or write was written by someone else; read it
+        again (the next round puts ours back, and the read names the writer)."""
+        if self.applier is None or self.agenda.due(self.out.clock()).quiet:
             return
-        self._settled = None
-        pods = list(self.snapshot.pods) if self.snapshot else []
-        try:
-            desired = self._plan(pods)
-        except PlanError as e:
-            log.error("cannot plan, nothing changed: %s", e)
+        if self.out.cgroupfs.watch(self.applier.upper_values(), self.out.page_size):
+            self.agenda.kernel_drift()
+            self.wake()
+
+    def _on_foreign_write(self, unit: str, before: dict[str, int], now: dict[str, int]) -> None:
+        """A read found a unit holding what someone else wrote: counted, logged once an hour per
+        unit, named (the kubelet when it is the kubelet's pattern); the next round puts ours back."""
+        self.out.metrics.foreign_write(unit)
+        clock = self.out.clock()
+        if clock < self._foreign_noted.get(unit, float("-inf")) + FOREIGN_LOG_EVERY:
             return
-        self._warn_once("plan", desired.warnings)
-        self.last_plan = desired
-        planned = self._planned_units()
-        now = self.out.clock()
-        self._unknown_units = {n: t for n, t in self._unknown_units.items() if n not in planned and t > now}
-        # Take the sets before awaiting: a UnitNew or JobRemoved that arrives while we read must
-        # stay queued for the next round, not be cleared with the ones just read.
-        pending, self._refresh_units = self._refresh_units, set()
-        started_units, self._recheck_units = self._recheck_units, set()
-        taken = self._take_new_runs(pending, started_units)
-        pending -= taken
-        started_units -= taken
-        # The units this round will write need their state checked before the write: a diff on
-        # what is cached says which, and their states come in the same call as the new units'.
-        # A started unit (JobRemoved) whose properties are cached needs nothing else: a start job
-        # does not change them, and its state matters only if it is to be written. One that was
-        # not running when read at UnitNew has been forgotten: read it in full.
-        before = self._changes(desired)
-        writes = {c.unit for c in before[0]
-                  if c.must_exist and c.unit not in self.applier.runs and self._run_of(c.unit) is None}
-        read_from = self.applier.generation
-        again = {u for u in started_units if self.applier.observed.get(u) is None}
-        try:
-            await self.applier.refresh_units(pending | again, writes)
-        except SystemdError:
-            self._refresh_units |= pending  # read them again after the retry
-            self._recheck_units |= started_units
-            raise
-        if self._cache_in_doubt():
-            # Since this round's step began. A reserved slice, which the diff may create, was
-            # written with what systemd already held (e2e 40-survival). Drop the round; the full
-            # re-read decides.
-            self._refresh_units |= pending
-            self._recheck_units |= started_units
-            return
-        generation = self.applier.generation  # what this round's diff is computed from
-        # The diff again only if the reads changed the cache (a burst's rounds read nothing).
-        changes, held = before if generation == read_from else self._changes(desired)
-        if self.holding_reason is not None:
-            self._warn_once("holding", [f"holding ({self.holding_reason}): {held} change(s) that would"
-                                        f" lower a protection or move a MemoryHigh not sent"] if held else [])
-        was = {c.unit: self.applier.observed.get(c.unit) for c in changes}
-        result = await self.applier.apply(changes)
-        if changes:
-            log.info("reconcile: %s", summarize(result, name_changes(result.applied, was)))
-        if self.out.metrics:
-            if self._shown_plan is not desired:
-                self.out.metrics.set_plan(desired)
-                self._shown_plan = desired
-            self.out.metrics.observe_reconcile(self.out.clock() - started, len(result.applied))
-        # A retired slice is ours to reset once; after that it is the operator's again.
-        self._retired = {n for n in self._retired if self.applier.observed.get(n) not in (None, DEFAULTS)}
-        self._keep_ledger()
-        if not result.ok:
-            raise SystemdError(f"apply stopped at {result.failed.unit}: {result.error}")
-        settled = self._settled_key()
-        if (not changes and not self._refresh_units and not self._recheck_units
-                and settled[:-1] == key[:-1] and settled[-1] == generation):
-            # Nothing to send, and nothing it was computed from changed while the round awaited
-            # (a signal handler or a memory event): the next round with this key may be skipped.
-            self._settled = settled
-        node = desired.node_unit()
-        status = (f"{len(pods)} pods, kubepods min {node.memory_min} low {node.memory_low}"
-                  + (f", holding: {self.holding_reason}" if self.holding_reason else ""))
-        if not self.ready:
-            self.ready = True
-            self.notifier.ready(status)
-            log.info("ready: %s", status)
+        self._foreign_noted[unit] = clock
+        changed = [p for p in now if now[p] != before.get(p)]
+        values = ", ".join(f"{p} {show_value(before[p])} -> {show_value(now[p])}" for p in changed if p in before)
+        kubelets = {self.naming.node_slice(): "MemoryMin", self.naming.qos_slice("Burstable"): "MemoryLow"}
+        if kubelets.get(unit) in changed:
+            writer = ("likely the kubelet's own Memory QoS (its MemoryQoS feature gate, on by default from v1.37,"
+                      " rewrites kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow every minute);"
+                      " the fix: featureGates: {MemoryQoS: false} in the kubelet's config")
         else:
-            self.notifier.status(status)
-
-    def _take_new_runs(self, new: set[str], started: set[str]) -> set[str]:
-        """The new pod slices this round takes without reading them over D-Bus.
-
-        A pod slice just loaded (UnitNew) and not cached: if its cgroup carries the invocation ID
-        systemd sets as it starts a slice (systemd.read_invocation_id), it is cached with the
-        values the kernel holds for it (systemd.read_cgroup_memory: what systemd applied as it
-        started it), or as UNREAD if they cannot be read, and its first write, of what differs
-        (all three if UNREAD), is the only call it costs. One property instead of three is also
-        less work for PID 1 (a drop-in and a cgroup write each) in the middle of a burst. Without
-        an ID yet, its start job has not run: it is neither read nor written until that job's
-        JobRemoved, then taken the same way, or read over D-Bus if its cgroup still has no ID (a
-        systemd that sets none). Asking systemd for its state meanwhile cost a ListUnitsByPatterns
-        per round, each pattern matched against every unit in PID 1: in a burst that slowed the burst itself
-        (bench/vm_speed.py). Not while holding: only raising values may be sent then, which
-        needs the values held. Container scopes carry no such ID on systemd 252
-        (tests/e2e 12-invocation-path X) and are read as before."""
-        if self.out.read_invocation is None or self.holding_reason is not None:
-            return set()
-        taken = set()
-        for name in new | (started & self._awaiting_start):
-            ref = self.naming.parse_unit(name)
-            if ref is None or ref.level != "pod" or self.applier.observed.get(name) is not None:
-                continue
-            self._awaiting_start.discard(name)
-            invocation = self._run_of(name)
-            if invocation is not None:
-                self.applier.assume_started(name, invocation,
-                                            self._kernel_values(name) if self.out.read_cgroup_memory else None)
-                taken.add(name)
-            elif name not in started:
-                self._awaiting_start.add(name)
-                taken.add(name)
-            # else: started, yet no ID on its cgroup: read over D-Bus as before
-        return taken
-
-    def _container_cgroups_of(self, desired: Plan) -> tuple[Plan, dict[str, Path], list[tuple[str, str]]]:
-        """The cgroup directories of `desired`'s container scopes and their memory.events files,
-        made once per plan (asked from the loop and from the memory.events thread)."""
-        cached = self._container_cgroups
-        if cached is None or cached[0] is not desired:
-            paths = plan_cgroup_paths(desired.units)
-            dirs = {u.unit: self.out.cgroup_fs / paths[u.unit] for u in desired.units if u.level == "container"}
-            cached = (desired, dirs, [(unit, str(d / "memory.events")) for unit, d in dirs.items()])
-            self._container_cgroups = cached
-        return cached
-
-    def _cgroup_dir(self, unit: str) -> Path | None:
-        """Where a unit's cgroup is: a slice's place follows from its name, a container scope's
-        from the last plan; None for any other scope."""
-        if unit.endswith(".slice"):
-            return self.out.cgroup_fs / cgroup_path(unit)
-        desired = self.last_plan
-        return None if desired is None else self._container_cgroups_of(desired)[1].get(unit)
-
-    def _kernel_values(self, unit: str) -> dict[str, int] | None:
-        """memory.min/low/high of a unit's cgroup (systemd.read_cgroup_memory); None where it
-        cannot be placed or read."""
-        path = self._cgroup_dir(unit)
-        return None if path is None else self.out.read_cgroup_memory(path)
-
-    def _run_of(self, unit: str) -> bytes | None:
-        """The invocation ID systemd put on a slice's cgroup as it started it; None for a scope
-        (systemd 252 puts none on them) or when there is none (see systemd.read_invocation_id)."""
-        if self.out.read_invocation is None or not unit.endswith(".slice"):
-            return None
-        return self.out.read_invocation(self._cgroup_dir(unit))
-
-    def _changes(self, desired: Plan) -> tuple[list[Change], int]:
-        """The changes to send (only raising ones while holding), and how many were held back."""
-        observed = self.applier.observed  # read only; a unit it lacks is not loaded (diff)
-        if self.holding_reason is not None:
-            # Values not read cannot be compared: such units are left as they are while holding.
-            observed = {n: (None if v is UNREAD else v) for n, v in observed.items()}
-        changes = diff(desired, observed, self.naming, retired=self._retired)
-        if self.holding_reason is None:
-            return one_write_per_container(changes), 0
-        sent = grow_only(changes)
-        return sent, len(changes) - len(sent)
+            writer = "by another writer (systemctl set-property, another agent)"
+        log.warning("%s: %s changed without us, %s; putting ours back (logged once an hour per unit;"
+                    " memqos_foreign_writes_total counts each time)", unit, values, writer)
 
     def read_throttle_events(self) -> None:
         """memory.events `high` of every planned container, for the throttling metric."""
-        desired = self.last_plan  # read once: the loop may plan again meanwhile
-        if self.out.metrics is None or desired is None:
-            return
-        for unit, path in self._container_cgroups_of(desired)[2]:
+        for unit, path in self.out.cgroupfs.container_events():  # the plan placed last
             events = read_events_file(path)
             if "high" in events:
                 self.out.metrics.throttle_events(unit, events["high"])
-
-    async def _throttle_loop(self, interval: float) -> None:
-        while not self.stopping:
-            await asyncio.sleep(interval)
-            await asyncio.to_thread(self.read_throttle_events)
-
-    # ------------------------------------------------------------ loop
-    async def _watchdog(self, interval: float) -> None:
-        while not self.stopping:
-            self.notifier.watchdog()
-            await asyncio.sleep(interval)
-
-    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
-        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
-        loop.add_signal_handler(signal.SIGTERM, self.stop)
-        loop.add_signal_handler(signal.SIGINT, self.stop)
-
-    async def run(self) -> int:
-        loop = asyncio.get_running_loop()
-        self._install_signals(loop)
-        if self.out.ledger_path is not None:
-            # Reserved slices we wrote before, that the config no longer names (dropped while we
-            # were stopped): reset them once, as a reload that dropped them would have.
-            gone = ledger.read(self.out.ledger_path) - set(self.naming.reserved_slices())
-            for name in sorted(gone):
-                log.info("%s was a reserved cgroup when the service last ran and the config no longer names"
-                         " it: bringing it back to MemoryMin=0 MemoryLow=0 MemoryHigh=infinity", name)
-            self._retired |= gone
-        if self.out.last_pods_path is not None and self.snapshot is None:
-            self._last_run_pods = last_pods.read(self.out.last_pods_path)
-            if self._last_run_pods:
-                log.info("remembered %d pods from the last run (%s): a pod among them the pod source does not"
-                         " list at first keeps its protection while its slice runs", len(self._last_run_pods),
-                         self.out.last_pods_path)
-        if self.out.memory_watcher is not None:
-            loop.add_reader(self.out.memory_watcher.fileno(), self.on_memory_event)
-        wd = watchdog_interval()
-        wd_task = asyncio.create_task(self._watchdog(wd)) if wd else None
-        throttle_task = asyncio.create_task(self._throttle_loop(THROTTLE_READ_INTERVAL))
-        backoff = 1.0
-        try:
-            while not self.stopping:
-                try:
-                    await self._step()
-                    backoff = 1.0
-                except SystemdError as e:
-                    log.error("systemd: %s; retrying in %.0fs", e, backoff)
-                    if self.systemd is not None and not self.systemd.connected:
-                        self._disconnected = True
-                    await self._backoff(backoff)
-                    backoff = min(backoff * 2, BACKOFF_MAX)
-                    continue
-                await self._wait()
-        finally:
-            if wd_task:
-                wd_task.cancel()
-            throttle_task.cancel()
-            self.notifier.send("STOPPING=1")
-            if self.systemd is not None:
-                await self.systemd.close()
-            log.info("stopped; protections left in place")
-        return 0
-
-    async def _step(self) -> None:
-        now = self.out.clock()
-        if self._want_reload:
-            self._reload_config()
-        if self.systemd is None or self._disconnected:
-            if self.systemd is not None:
-                log.warning("lost the connection to systemd; reconnecting")
-                try:
-                    await self.systemd.close()
-                except SystemdError:
-                    pass
-                self.systemd = None
-            await self._connect()
-            log.info("connected to systemd %s", await self.systemd.version())
-        if now < self._quiet_until:
-            return  # systemd is reloading or has just come back: see _on_reloading
-        if now >= self._next_resync:
-            if self._light_resyncs + 1 >= FULL_RESYNC_EVERY:
-                self._want_timer_refresh = True
-            else:
-                self._want_timer_light = True
-            self._read_capacity()
-            self._next_resync = now + self.config.resync_interval
-        # The timer's own re-reads trust a cgroup that shows the cached values (see
-        # Applier.refresh_all); those an event calls for read systemd's state of every unit read.
-        if self._want_full_refresh or self._want_timer_refresh:
-            # Units announced (UnitNew) before this re-read asked systemd are read by it, from
-            # systemd, when it reads every unit: a daemon-reload announces them all just before
-            # its re-read, and reading each again in the round cost a second GetAll per unit.
-            # One announced while it awaits stays queued. (The timer's re-read may keep a cached
-            # unit unread, so it serves none.)
-            served = set(self._refresh_units) if self._want_full_refresh else set()
-            await self.applier.refresh_all(self._retired, trust_kernel=not self._want_full_refresh)
-            self._refresh_units -= served
-            self._want_full_refresh = self._want_timer_refresh = False
-            self._want_light_refresh = self._want_timer_light = False
-            self._light_resyncs = 0
-        elif self._want_light_refresh or self._want_timer_light:
-            await self.applier.refresh_all(self._retired, levels=LIGHT_RESYNC_LEVELS,
-                                           trust_kernel=not self._want_light_refresh)
-            self._want_light_refresh = self._want_timer_light = False
-            self._light_resyncs += 1
-        if self._want_fetch or now >= self._next_poll or now >= self._fast_poll_at() or self._source_changed():
-            await self._fetch()
-            self._next_poll = self.out.clock() + self.config.kubelet.poll_interval
-        await self.reconcile()
-
-    def _fast_poll_at(self) -> float:
-        """When to ask the pod source about units it has not described yet."""
-        if not self._unknown_units:
-            return float("inf")
-        if self._unknown_new:
-            return self._fetch_started + FAST_POLL_FIRST  # at once, unless a fetch has just started
-        return self._fetch_started + self._fast_poll
-
-    def _source_changed(self) -> bool:
-        changed = getattr(self.source, "changed", None)
-        return bool(changed and changed())
-
-    async def _wait(self) -> None:
-        now = self.out.clock()
-        timeout = min(self._next_poll, self._next_resync) - now
-        # Something new that the pod source has not described yet: ask again soon.
-        timeout = min(timeout, self._fast_poll_at() - now)
-        if self._fetch_failing and now < self._kubelet_started + KUBELET_START_PATIENCE:
-            # The kubelet has just started and does not answer yet: ask again in a moment.
-            timeout = min(timeout, KUBELET_START_RETRY)
-            self._want_fetch = True
-        if getattr(self.source, "changed", None):
-            timeout = min(timeout, 1.0)  # podsFile: notice edits within a second
-        if now < self._quiet_until:
-            # Wake when the quiet time ends (a reload that never reports its end still ends at
-            # the next resync: Reloading(false) lost would otherwise stop us for good).
-            self._quiet_until = min(self._quiet_until, now + self.config.resync_interval)
-            timeout = min(timeout, self._quiet_until - now)
-        await self._sleep(max(timeout, 0.0))
-
-    async def _sleep(self, seconds: float) -> None:
-        # An event that arrived while we worked has already set the flag: return at once.
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
-        except asyncio.TimeoutError:
-            pass
-        self._wake.clear()
-

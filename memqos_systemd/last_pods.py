@@ -1,7 +1,7 @@
 """The pods of the last good snapshot, remembered in a runtime file across daemon restarts.
 
 A pod the pod source stops listing while its pod slice still runs keeps its place
-(snapshot.carry_over), which needs the pods the daemon last worked from. After the daemon itself
+(intake.carry_over), which needs the pods the daemon last worked from. After the daemon itself
 restarts (systemctl restart, a crash, an upgrade) it has none, and a kubelet that lists only some
 pods at that moment (itself mid-restart) would have the unlisted pods' slices reset while their
 processes run. So the daemon writes its snapshot's pods here whenever they change, and at start

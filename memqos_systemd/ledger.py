@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Callable, Iterable
 
 from . import runfile
 from .naming import valid_slice_name
 
-__all__ = ["DEFAULT_PATH", "read", "write"]
+__all__ = ["DEFAULT_PATH", "ReservedSlices", "read", "write"]
 
 log = logging.getLogger("memqos_systemd")
 
@@ -61,3 +62,40 @@ def write(path: Path, names: set[str] | frozenset[str]) -> bool:
         log.warning("cannot write the reserved-slice ledger %s: %s", path, e.strerror or e)
         return False
     return True
+
+
+class ReservedSlices:
+    """The reserved slices of ours beyond the config's own: those a config reload, or the config
+    while the service was stopped, no longer names, until they are back at the defaults once
+    (`retired`); and the ledger file that keeps both kinds (None: not kept)."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.retired: set[str] = set()
+        self._written: frozenset[str] | None = None  # the ledger as last written
+
+    def start(self, named: Iterable[str]) -> list[str]:
+        """Slices the ledger has and the config does not name (dropped while we were stopped):
+        retired, to be reset once as a reload that dropped them would have. Returns them."""
+        gone = (read(self.path) if self.path is not None else set()) - set(named)
+        self.retired |= gone
+        return sorted(gone)
+
+    def config_changed(self, before: Iterable[str], after: Iterable[str]) -> list[str]:
+        """A reload changed the reserved slices the config names: those dropped are retired, those
+        named again are not. Returns the ones dropped."""
+        after = set(after)
+        dropped = set(before) - after
+        self.retired = (self.retired | dropped) - after
+        return sorted(dropped)
+
+    def settle(self, done: Callable[[str], bool]) -> None:
+        """A retired slice is ours to reset once; after that (`done`) it is the operator's again."""
+        self.retired = {n for n in self.retired if not done(n)}
+
+    def keep(self, named: Iterable[str]) -> None:
+        """Write the config's slices and the retired ones to the ledger when they changed; one that
+        failed is tried again at the next call."""
+        names = frozenset(named) | frozenset(self.retired)
+        if self.path is not None and names != self._written and write(self.path, names):
+            self._written = names

@@ -34,12 +34,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from . import __version__
+from .quantity import UINT64_MAX
 
-__all__ = ["Metrics", "MetricsServer", "parse_listen", "QOS_CLASSES"]
+__all__ = ["Metrics", "NoMetrics", "MetricsServer", "parse_listen", "QOS_CLASSES"]
 
 log = logging.getLogger(__name__)
 
-_INFINITY = 2**64 - 1  # systemd's `infinity` for MemoryHigh
 QOS_CLASSES = ("Guaranteed", "Burstable", "BestEffort")
 _PROPERTIES = (("MemoryMin", "memory_min"), ("MemoryLow", "memory_low"), ("MemoryHigh", "memory_high"))
 # Reconciles are a handful of D-Bus calls: milliseconds normally, seconds when systemd is slow.
@@ -47,7 +47,7 @@ _RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1
 
 
 def _bytes_value(n: int) -> float:
-    return math.inf if n >= _INFINITY else float(n)
+    return math.inf if n >= UINT64_MAX else float(n)
 
 
 def _qos_of(pod_unit: Any) -> str:
@@ -139,6 +139,14 @@ class Metrics:
         self._signal_overflows = Counter("memqos_signal_overflows",
                                          "Times systemd's unit signals came faster than they were handled and"
                                          " some were dropped (each followed by a full re-read)", registry=r)
+        self._foreign_writes = Counter("memqos_foreign_writes",
+                                       "Times a unit of ours was found holding values someone else wrote through"
+                                       " systemd (the kubelet's own Memory QoS, systemctl set-property); each put back",
+                                       ["unit"], registry=r)
+        self._oom_group_restores = Counter("memqos_oom_group_restores",
+                                           "memory.oom.group put back to the runtime's 1 after systemd re-applied a"
+                                           " container scope's settings (a write of ours, a daemon-reload), by result",
+                                           ["result"], registry=r)
         r.register(_Dynamic(self))
 
     # ---------------------------------------------------------------- plan
@@ -200,6 +208,14 @@ class Metrics:
         """Unit signals were dropped (Systemd's queue was full); a full re-read follows."""
         self._signal_overflows.inc()
 
+    def foreign_write(self, unit: str) -> None:
+        """Someone else changed a unit of ours through systemd (found at a read); it is put back."""
+        self._foreign_writes.labels(unit=unit).inc()
+
+    def oom_group_restored(self, ok: bool) -> None:
+        """memory.oom.group of a container scope put back to 1 (ok), or the write failed."""
+        self._oom_group_restores.labels(result="ok" if ok else "error").inc()
+
     # ---------------------------------------------------------------- throttling
 
     def throttle_events(self, container_unit: str, high_count: int) -> None:
@@ -228,6 +244,25 @@ class Metrics:
         if not _is_loopback(host):
             log.warning("metrics: serving on %s, which is not a loopback address (as configured)", listen)
         return server
+
+
+class NoMetrics:
+    """Metrics that go nowhere, for a daemon with no endpoint and for tests: the same calls as
+    `Metrics`, each doing nothing, so no caller asks `if metrics:` (a null object, as the
+    kubelet's qosContainerManagerNoop). tests/unit/test_metrics.py keeps the two in step."""
+
+    def set_plan(self, plan: Any) -> None: pass
+    def observe_reconcile(self, seconds: float, changes: int) -> None: pass
+    def dbus_call(self, method: str, result: str) -> None: pass
+    def source_success(self, fetched_at: float | None = None) -> None: pass
+    def source_ok(self, snapshot: Any = None) -> None: pass
+    def source_error(self, kind: str) -> None: pass
+    def config_reload(self, ok: bool) -> None: pass
+    def signal_overflow(self) -> None: pass
+    def foreign_write(self, unit: str) -> None: pass
+    def oom_group_restored(self, ok: bool) -> None: pass
+    def throttle_events(self, container_unit: str, high_count: int) -> None: pass
+    def forget_unit(self, unit: str) -> None: pass
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

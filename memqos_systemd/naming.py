@@ -121,6 +121,12 @@ class UnitRef:
 class Naming:
     """Unit names for one node (cgroupRoot and reserved cgroups fixed)."""
 
+    @classmethod
+    def for_config(cls, config) -> "Naming":
+        """The names a config implies: its cgroupRoot and the reserved cgroups it enforces
+        (config.Config.enforced_reservations). NamingError where one is not ours to manage."""
+        return cls(config.cgroup_root, tuple(r.cgroup for r in config.enforced_reservations()))
+
     def __init__(self, cgroup_root: str = "/", reserved_cgroups: tuple[str, ...] = ()):
         self._root = _root_parts(cgroup_root)
         self._prefix = "-".join(self._root + ["kubepods"])
@@ -183,23 +189,3 @@ class Naming:
                 if valid_pod_uid(uid) and self.pod_slice(qos, uid) == name:
                     return UnitRef("pod", qos=qos, uid=uid)
         return None
-
-
-def cgroup_path(unit: str, parent_path: str | None = None) -> str:
-    """Where systemd puts a unit's cgroup, relative to the cgroup2 mount.
-
-    A slice's place follows from its name (`a-b-c.slice` -> `a.slice/a-b.slice/a-b-c.slice`);
-    a scope sits in its parent slice, which the caller passes as `parent_path`.
-    """
-    if unit.endswith(".slice"):
-        parts = unit[: -len(".slice")].split("-")
-        return "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
-    return f"{parent_path}/{unit}" if parent_path else unit
-
-
-def plan_cgroup_paths(units) -> dict[str, str]:
-    """cgroup paths for planned units (objects with .unit and .parent), parents first."""
-    paths: dict[str, str] = {}
-    for u in units:
-        paths[u.unit] = cgroup_path(u.unit, paths.get(u.parent) if u.parent else None)
-    return paths

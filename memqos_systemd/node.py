@@ -1,8 +1,7 @@
-"""Node facts: memory capacity, page size, preflight checks, memory hotplug, cgroup reads.
+"""Node facts: memory capacity, page size, preflight checks, memory hotplug.
 
 Everything that reads /proc or /sys takes its paths as arguments, so tests run
-against fake trees. Cgroup files are only ever read here, never written (the
-daemon changes cgroups through systemd only).
+against fake trees. Cgroup files are read in cgroupfs.py.
 
 * `read_meminfo()`       MemTotal in bytes (the capacity the planner uses).
 * `check_node()`         preflight findings for `memqos-systemd check` and start-up.
@@ -11,7 +10,6 @@ daemon changes cgroups through systemd only).
 * `MemoryWatcher`        memory hotplug events from udev (subsystem `memory`);
                          the event is only a trigger, capacity is re-read from
                          /proc/meminfo every time.
-* `read_memory_events()` / `cgroup_dir_of()` for metrics and `status`.
 """
 
 from __future__ import annotations
@@ -25,8 +23,7 @@ from typing import Any, Callable, Iterable
 
 __all__ = [
     "NodeError", "Finding", "MemoryChange", "MemoryWatcher", "read_meminfo", "page_size", "check_node",
-    "parse_mountinfo", "kernel_version", "systemd_version", "read_memory_events", "read_events_file",
-    "cgroup_dir_of", "systemd_findings", "kubelet_config_findings",
+    "parse_mountinfo", "kernel_version", "systemd_version", "systemd_findings", "kubelet_config_findings",
     "MIN_KERNEL", "MIN_SYSTEMD", "MEMORY_ACTIONS", "SYSTEM_BUS_SOCKET", "KUBEADM_KUBELET_CONFIG",
 ]
 
@@ -405,55 +402,3 @@ def _describe(events: Iterable[tuple[str, str]]) -> str:
     events = list(events)
     text = ", ".join(f"{a} {n}" for a, n in events[:4])
     return text + (f" (+{len(events) - 4} more)" if len(events) > 4 else "")
-
-
-# ------------------------------------------------------------------ cgroup reads
-
-def cgroup_dir_of(control_group: str | None, cgroup_root: str | os.PathLike = "/sys/fs/cgroup") -> Path | None:
-    """systemd's ControlGroup property ('/kubepods.slice/...') -> its directory under cgroup_root.
-    None for an empty value (the unit has no cgroup: inactive). ValueError for a path that
-    is not absolute or would leave cgroup_root."""
-    if not control_group:
-        return None
-    if not control_group.startswith("/") or "\0" in control_group:
-        raise ValueError(f"control group {control_group!r} is not an absolute cgroup path")
-    parts = [p for p in control_group.split("/") if p]
-    if any(p in (".", "..") for p in parts):
-        raise ValueError(f"control group {control_group!r} contains '.' or '..'")
-    return Path(cgroup_root).joinpath(*parts)
-
-
-def read_memory_events(cgroup_dir: str | os.PathLike, name: str = "memory.events") -> dict[str, int]:
-    """`memory.events` (or memory.events.local) -> {"low": n, "high": n, "max": n, "oom": n, ...}.
-    {} when the cgroup is gone (a container that just exited); malformed lines are skipped."""
-    return read_events_file(os.path.join(cgroup_dir, name))
-
-
-def read_events_file(path: str | os.PathLike, limit: int = 64 * 1024) -> dict[str, int]:
-    """A flat-keyed cgroup file such as memory.events at `path`, as read_memory_events reads it.
-    With plain os calls: the daemon reads every container's file every 15 s."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            chunks, size = [], 0
-            while size < limit:
-                chunk = os.read(fd, limit - size)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-        finally:
-            os.close(fd)
-    except (FileNotFoundError, NotADirectoryError):
-        return {}
-    except OSError as e:
-        if e.errno == 19:  # ENODEV: the cgroup was removed while we read it
-            return {}
-        raise
-    text = b"".join(chunks).decode("utf-8", "replace")
-    out = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) == 2 and fields[1].isdigit():
-            out[fields[0]] = int(fields[1])
-    return out

@@ -10,6 +10,7 @@ import logging
 import os
 import socket
 import sys
+from typing import Iterable
 
 __all__ = ["Notifier", "setup_logging", "watchdog_interval"]
 
@@ -91,3 +92,20 @@ def setup_logging(verbose: bool = False) -> logging.Logger:
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)
     logger.propagate = False
     return logger
+
+
+class WarnOnce:
+    """Log each warning of a kind (a rejected pod, a capped slice) once while it lasts, not every
+    poll. What no longer applies is forgotten, so it is logged again if it comes back."""
+
+    def __init__(self, log: logging.Logger):
+        self._log = log
+        self._seen: dict[str, set[str]] = {}
+
+    def __call__(self, kind: str, warnings: Iterable[str]) -> None:
+        warnings = list(warnings)
+        seen = self._seen.get(kind, set())
+        for w in warnings:
+            if w not in seen:
+                self._log.warning("%s", w)
+        self._seen[kind] = set(warnings)

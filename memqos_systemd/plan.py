@@ -24,12 +24,12 @@ from fractions import Fraction
 from .config import Config
 from .naming import Naming, NamingError, container_scope, reserved_slice
 from .pods import Pod, one_line
-from .quantity import MAX_BYTES, format_bytes
+from .quantity import MAX_BYTES, UINT64_MAX, format_bytes
 
 __all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "allocatable", "memory_high", "plan"]
 
-# systemd's `infinity` for MemoryHigh (uint64 max).
-INFINITY = 2**64 - 1
+# systemd's `infinity` for MemoryHigh.
+INFINITY = UINT64_MAX
 MAX_PAGE_SIZE = 1 << 30  # the largest page any kernel uses (1 GiB huge pages)
 LEVELS = ("node", "reserved", "qos", "pod", "container")
 
@@ -143,13 +143,8 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
     effective = config.hierarchy == "effective"
     warnings: list[str] = []
 
-    reserved_cfg = []
-    if "kube-reserved" in config.enforce_node_allocatable and config.kube_reserved_cgroup:
-        reserved_cfg.append((config.kube_reserved_cgroup, config.kube_reserved))
-    if "system-reserved" in config.enforce_node_allocatable and config.system_reserved_cgroup:
-        reserved_cfg.append((config.system_reserved_cgroup, config.system_reserved))
     try:
-        naming = Naming(config.cgroup_root, tuple(c for c, _ in reserved_cfg))
+        naming = Naming.for_config(config)
     except NamingError as e:
         raise PlanError(str(e)) from None
 
@@ -222,7 +217,7 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
         node_low = 0
 
     reserved_units = []
-    for cgroup, amount in reserved_cfg:
+    for _, cgroup, amount in config.enforced_reservations():
         name = reserved_slice(cgroup)
         rmin = amount if policy != "None" else 0
         reserved_units.append(UnitPlan(name, "reserved", None, rmin, 0, INFINITY))

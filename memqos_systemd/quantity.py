@@ -17,8 +17,10 @@ import math
 import re
 from fractions import Fraction
 
-__all__ = ["QuantityError", "parse_quantity", "to_bytes", "parse_bytes", "format_bytes", "MAX_BYTES"]
+__all__ = ["QuantityError", "parse_quantity", "to_bytes", "parse_bytes", "format_bytes", "MAX_BYTES", "UINT64_MAX"]
 
+# The largest memory property systemd takes (D-Bus type `t`): its `infinity`, the kernel's "max".
+UINT64_MAX = 2**64 - 1
 # Memory values end up as systemd `t` (uint64) properties; anything past int64 is
 # not a memory size any real node has, and Kubernetes itself caps quantities there.
 MAX_BYTES = 2**63 - 1

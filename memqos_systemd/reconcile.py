@@ -41,7 +41,7 @@ from typing import Iterable, Mapping
 from .naming import Naming
 from .plan import INFINITY, Plan, UnitPlan
 
-__all__ = ["Change", "DEFAULTS", "UNREAD", "diff", "one_write_per_container", "reset_plan", "MAY_CREATE"]
+__all__ = ["Change", "DEFAULTS", "UNREAD", "diff", "grow_only", "one_write_per_container", "reset_plan", "MAY_CREATE"]
 
 DEFAULTS = {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": INFINITY}
 # In `observed`: the unit runs, and what it holds was not read (compared with `is`).
@@ -124,6 +124,17 @@ def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[st
         if down:
             shrink.append(Change(name, level, down, "shrink"))
     return grow + shrink[::-1]
+
+
+def grow_only(changes: list[Change]) -> list[Change]:
+    """While holding, only raised protections are sent: no MemoryMin/MemoryLow goes down, and no
+    MemoryHigh moves either way (suspect pod data must not lift or add a throttle)."""
+    out = []
+    for c in changes:
+        props = {k: v for k, v in c.props.items() if k != "MemoryHigh"}
+        if c.direction == "grow" and props:
+            out.append(Change(c.unit, c.level, props, c.direction))
+    return out
 
 
 def one_write_per_container(changes: list[Change]) -> list[Change]:

@@ -1,9 +1,11 @@
 """The systemd adapter: MemoryMin/MemoryLow/MemoryHigh through systemd's D-Bus API.
 
-This is the only module that imports `dbus_next`. Everything else sees `Systemd`, plain
-Python values, and the `SystemdError` family; D-Bus error names are mapped here and go
-no further. Every call goes through `Systemd._call`, which applies `call_timeout` (a hung
-systemd must not hang the daemon) and maps errors.
+What systemd's calls and signals mean, and the order of its signals against our reads. The
+D-Bus plumbing under it (the connection, the call timeout, the map from D-Bus error names to the
+`SystemdError` family) is bus.py; only the two import `dbus_next`. Everything else sees
+`Systemd`, plain Python values, and the `SystemdError` family. Every call goes through
+`Systemd._call` and `Bus.call`, which applies `call_timeout` (a hung systemd must not hang the
+daemon) and maps errors.
 
 What SetUnitProperties does to a unit that is not loaded
 --------------------------------------------------------
@@ -58,7 +60,7 @@ on a real systemd; until it has, treat this as "what the source says".
   on the slice's cgroup; journald reads them the same way. `user.*` is readable without
   capabilities (the service has none; `trusted.*` needs CAP_SYS_ADMIN). Verified on 252 for
   pod slices, also after a restart of the same name; container scopes have neither attribute
-  there (tests/e2e 12-invocation-path X). `read_invocation_id` reads it: a pod slice that has
+  there (tests/e2e 12-invocation-path X). `cgroupfs.read_invocation_id` reads it: a pod slice that has
   just started is then written with one call (`set_memory_if_loaded(invocation_id=...)`) and
   no question to systemd first. A stale ID is harmless: its run has ended, the write is refused.
 - Reading properties through a unit's object path also loads the unit if it has gone in
@@ -84,25 +86,28 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dbus_next import BusType, Message, MessageFlag, MessageType, Variant
-from dbus_next.aio import MessageBus
-from dbus_next.errors import AuthError
+from dbus_next import Message, MessageType, Variant
+
+from .bus import AccessDenied, Bus, BusClosed, CallTimeout, NoSuchUnit, SystemdError, variant_value
+
+from .quantity import UINT64_MAX
 
 __all__ = [
-    "MEMORY_PROPERTIES", "UINT64_MAX", "ACTIVE_STATES",
+    "MEMORY_PROPERTIES", "CARRIED_PROPERTIES", "UINT64_MAX", "ACTIVE_STATES",
     "SystemdError", "NoSuchUnit", "AccessDenied", "CallTimeout", "BusClosed",
-    "Systemd", "UnitStatus", "describe_call", "read_invocation_id", "read_cgroup_memory", "INVOCATION_XATTRS",
+    "Systemd", "UnitStatus", "describe_call",
 ]
 
 log = logging.getLogger(__name__)
 
 MEMORY_PROPERTIES = ("MemoryMin", "MemoryLow", "MemoryHigh")
-UINT64_MAX = 2**64 - 1
+# Sent beside ours, never planned: a value the runtime wrote only to its cgroup's file, which the
+# re-apply our write causes would otherwise undo (cgroupfs.py, "Why that file").
+CARRIED_PROPERTIES = ("MemorySwapMax",)
 # ActiveState values in which a unit exists and is not on its way out.
 ACTIVE_STATES = frozenset({"active", "activating", "reloading", "refreshing"})
 
@@ -132,66 +137,7 @@ _OWNER_MATCH = (f"type='signal',sender='{_BUS_NAME}',path='{_BUS_PATH}',interfac
                 f"member='NameOwnerChanged',arg0='{_SYSTEMD}'")
 
 
-class SystemdError(Exception):
-    """A systemd call failed. The message is one line meant for people."""
-
-
-class NoSuchUnit(SystemdError):
-    """The unit is not loaded (or not found, or failed to load)."""
-
-
-class AccessDenied(SystemdError):
-    """systemd or the bus policy refused us (not root, or polkit said no)."""
-
-
-class CallTimeout(SystemdError):
-    """systemd did not answer within the call timeout."""
-
-
-class BusClosed(SystemdError):
-    """The bus connection is gone, or systemd is not on the bus. Close and connect again."""
-
-
-# D-Bus error name -> (our type, our wording or None to keep systemd's own text).
-_ERRORS: dict[str, tuple[type[SystemdError], str | None]] = {
-    "org.freedesktop.systemd1.NoSuchUnit": (NoSuchUnit, None),
-    "org.freedesktop.systemd1.LoadFailed": (NoSuchUnit, None),
-    # The unit's object went away between GetUnit and reading its properties.
-    "org.freedesktop.DBus.Error.UnknownObject": (NoSuchUnit, "the unit is gone"),
-    # A call on an invocation path whose run of the unit has ended (see the module docstring).
-    "org.freedesktop.systemd1.NoUnitForInvocationID": (NoSuchUnit, "that run of the unit has ended"),
-    "org.freedesktop.DBus.Error.AccessDenied": (AccessDenied, "access denied (needs root, or a polkit rule)"),
-    "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired":
-        (AccessDenied, "access denied (needs root, or a polkit rule)"),
-    "org.freedesktop.DBus.Error.NoReply": (CallTimeout, "systemd did not reply"),
-    "org.freedesktop.DBus.Error.Timeout": (CallTimeout, "systemd did not reply"),
-    "org.freedesktop.DBus.Error.TimedOut": (CallTimeout, "systemd did not reply"),
-    "org.freedesktop.DBus.Error.ServiceUnknown": (BusClosed, "systemd is not on the bus"),
-    "org.freedesktop.DBus.Error.NameHasNoOwner": (BusClosed, "systemd is not on the bus"),
-    "org.freedesktop.DBus.Error.Disconnected": (BusClosed, "the bus connection is closed"),
-}
-# The bus tried to start something for the name: systemd is not there either way.
-_SPAWN_ERROR_PREFIX = "org.freedesktop.DBus.Error.Spawn."
 _ALREADY_SUBSCRIBED = "org.freedesktop.systemd1.AlreadySubscribed"
-
-
-def _one_line(text: object, limit: int = 300) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def _map_error(action: str, error_name: str, text: str) -> SystemdError:
-    if error_name.startswith(_SPAWN_ERROR_PREFIX):
-        error_name = "org.freedesktop.DBus.Error.ServiceUnknown"
-    cls, wording = _ERRORS.get(error_name, (SystemdError, None))
-    if wording is None:
-        reason = _one_line(text) or "failed"
-        if cls is SystemdError:
-            # Unmapped: keep systemd's words and the last part of the error's name.
-            reason = f"{reason} ({error_name.rsplit('.', 1)[-1]})"
-    else:
-        reason = wording
-    return cls(f"{action}: {reason}")
 
 
 def _label_escape(text: str) -> str:
@@ -205,53 +151,6 @@ def invocation_path(invocation_id: bytes) -> str:
     if not isinstance(invocation_id, bytes) or len(invocation_id) != 16:
         raise ValueError(f"an invocation ID is 16 bytes, not {invocation_id!r}")
     return f"{_UNIT_PATH_PREFIX}{_label_escape(invocation_id.hex())}"
-
-
-# Where systemd puts a started unit's invocation ID on its cgroup directory; user.* first, as
-# the service runs without capabilities (trusted.* is invisible without CAP_SYS_ADMIN).
-INVOCATION_XATTRS = ("user.invocation_id", "trusted.invocation_id")
-_HEX = frozenset("0123456789abcdef")
-
-
-def read_invocation_id(cgroup_dir: str | os.PathLike) -> bytes | None:
-    """The invocation ID systemd wrote on a unit's cgroup directory when it started the unit
-    (see the module docstring), as 16 bytes; None when there is none (not started, the cgroup
-    is gone, or this systemd does not set it) or it is not 32 hex digits. No D-Bus call."""
-    for name in INVOCATION_XATTRS:
-        try:
-            raw = os.getxattr(cgroup_dir, name)
-        except OSError:
-            continue
-        text = raw.decode("ascii", "replace")
-        if len(text) == 32 and _HEX.issuperset(text) and text != "0" * 32:
-            return bytes.fromhex(text)
-    return None
-
-
-_CGROUP_MEMORY_FILES = {"MemoryMin": "memory.min", "MemoryLow": "memory.low", "MemoryHigh": "memory.high"}
-
-
-def read_cgroup_memory(cgroup_dir: str | os.PathLike) -> dict[str, int] | None:
-    """MemoryMin/MemoryLow/MemoryHigh as the kernel holds them for a cgroup systemd has just
-    realized (memory.min, memory.low, memory.high; "max" is infinity): what systemd applied from
-    the unit's properties when it started it, read without a D-Bus call. None when a file is
-    missing or not a number. Differs from systemd's own values only where systemd derives the
-    kernel's (a parent's DefaultMemoryLow=/DefaultMemoryMin=, page rounding); the full re-read
-    over D-Bus corrects what that hides."""
-    values = {}
-    for name, file in _CGROUP_MEMORY_FILES.items():
-        try:
-            with open(os.path.join(cgroup_dir, file), "rb") as f:
-                text = f.read(64).strip()
-        except OSError:
-            return None
-        if text == b"max":
-            values[name] = UINT64_MAX
-        elif text.isdigit() and int(text) <= UINT64_MAX:
-            values[name] = int(text)
-        else:
-            return None
-    return values
 
 
 def show_value(value: int) -> str:
@@ -270,17 +169,21 @@ def _check_unit(unit: object, *, cgroup: bool = False) -> str:
 
 
 def _check_props(unit: str, props: object) -> list[tuple[str, int]]:
-    """Validated (name, value) pairs in MEMORY_PROPERTIES order; ValueError otherwise."""
+    """Validated (name, value) pairs, ours in MEMORY_PROPERTIES order and then any carried one
+    (CARRIED_PROPERTIES); at least one of ours. ValueError otherwise."""
     if not isinstance(props, Mapping):
         raise ValueError(f"{unit}: properties must be a mapping, not {type(props).__name__}")
     if not props:
         raise ValueError(f"{unit}: no properties to set")
-    unknown = sorted(str(k) for k in props if k not in MEMORY_PROPERTIES)
+    allowed = MEMORY_PROPERTIES + CARRIED_PROPERTIES
+    unknown = sorted(str(k) for k in props if k not in allowed)
     if unknown:
         raise ValueError(f"{unit}: unknown propert{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}"
-                         f" (allowed: {', '.join(MEMORY_PROPERTIES)})")
+                         f" (allowed: {', '.join(allowed)})")
+    if not any(k in props for k in MEMORY_PROPERTIES):
+        raise ValueError(f"{unit}: none of {', '.join(MEMORY_PROPERTIES)} to set")
     pairs = []
-    for name in MEMORY_PROPERTIES:
+    for name in allowed:
         if name not in props:
             continue
         value = props[name]
@@ -305,12 +208,6 @@ def describe_call(unit: str, props: dict[str, int], runtime: bool = True, *, run
     values = " ".join(f"{name}={show_value(value)}" for name, value in pairs)
     method = "SetProperties" if running_only else "SetUnitProperties"
     return f"{method} {unit} runtime={'true' if runtime else 'false'} {values}"
-
-
-def _variant(value: object, signature: str, what: str) -> Any:
-    if not isinstance(value, Variant) or value.signature != signature:
-        raise SystemdError(f"{what}: systemd answered with an unexpected type")
-    return value.value
 
 
 Callback = Callable[..., Awaitable[None] | None]
@@ -339,12 +236,8 @@ class UnitStatus:
 class Systemd:
     """One connection to systemd. Make it with `await Systemd.connect()`."""
 
-    def __init__(self, bus: MessageBus, call_timeout: float):
+    def __init__(self, bus: Bus):
         self._bus = bus
-        self._timeout = call_timeout
-        self._closing = False
-        self._lost = False
-        self._disconnect_callbacks: list[Callback] = []
         self._handlers: dict[str, Callback | None] = {}
         self._subscribed = False
         self._systemd_owner: str | None = None
@@ -358,139 +251,41 @@ class Systemd:
         self._changed_at: dict[str, int] = {}
         # unit -> its invocation path while no signal for it has been read; see _invocation_path.
         self._invocations: dict[str, str] = {}
-        # Serial of a call that wants to know `_signal_seq` when its reply is read -> that count.
-        self._reply_seq: dict[int, int | None] = {}
         self._dispatcher: asyncio.Task | None = None
-        self._background: set[asyncio.Future] = set()
-        self._watcher = asyncio.ensure_future(self._watch_disconnect())
+        bus.mark = lambda: self._signal_seq  # the count a call's reply was read at (UnitStatus.seen)
 
     # ---- connection -------------------------------------------------------------------
 
     @classmethod
     async def connect(cls, address: str | None = None, *, call_timeout: float = 10.0) -> Systemd:
         """Connect to the system bus (address None) or to the bus at `address`."""
-        if not (isinstance(call_timeout, (int, float)) and call_timeout > 0):
-            raise ValueError(f"call_timeout must be a positive number of seconds, not {call_timeout!r}")
-        where = f"the bus at {address}" if address else "the system bus"
-        try:
-            bus = _MessageBus(bus_address=address, bus_type=BusType.SYSTEM)
-        except (OSError, ValueError) as err:
-            raise BusClosed(f"cannot connect to {where}: {_one_line(err)}") from err
-        try:
-            await asyncio.wait_for(bus.connect(), call_timeout)
-        except asyncio.TimeoutError:
-            _drop(bus)
-            raise CallTimeout(f"connecting to {where}: no answer within {call_timeout:g} s") from None
-        except AuthError as err:
-            _drop(bus)
-            raise AccessDenied(f"connecting to {where}: authentication refused") from err
-        except Exception as err:
-            _drop(bus)
-            raise BusClosed(f"cannot connect to {where}: {_one_line(err) or type(err).__name__}") from err
-        return cls(bus, float(call_timeout))
+        return cls(await Bus.connect(address, call_timeout=call_timeout))
 
     @property
     def connected(self) -> bool:
-        return not self._closing and not self._lost and self._bus.connected
+        return self._bus.connected
 
     def on_disconnect(self, callback: Callable[[], Awaitable[None] | None]) -> None:
         """Run `callback()` once when the bus connection is lost (not on `close()`)."""
-        if not callable(callback):
-            raise TypeError("on_disconnect needs a callable")
-        self._disconnect_callbacks.append(callback)
-        if self._lost and not self._closing:
-            asyncio.get_running_loop().call_soon(self._run_callback, "on_disconnect", callback, ())
+        self._bus.on_disconnect(callback)
 
     async def close(self) -> None:
         """Disconnect. Safe to call twice, and after the connection was lost."""
-        if self._closing:
-            return
-        self._closing = True
-        if self._bus.connected:
-            self._bus.disconnect()
-            try:
-                await asyncio.wait_for(asyncio.shield(self._bus.wait_for_disconnect()), 1.0)
-            except Exception:
-                pass
-        tasks = [self._watcher, *self._background]
-        if self._dispatcher is not None:
-            tasks.append(self._dispatcher)
-        # close() may run inside one of these (a handler or on_disconnect callback that
-        # closes the connection): never cancel or wait for ourselves.
-        tasks = [t for t in tasks if t is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        _drop(self._bus)
+        await self._bus.close(*([self._dispatcher] if self._dispatcher is not None else []))
 
-    async def _watch_disconnect(self) -> None:
-        reason: object = "closed"
-        try:
-            await self._bus.wait_for_disconnect()
-        except Exception as err:  # dbus-next resolves with the error that ended the connection
-            reason = err
-        if self._closing:
-            return
-        self._lost = True
-        log.warning("lost the connection to the bus (%s)", _one_line(reason) or type(reason).__name__)
-        for callback in list(self._disconnect_callbacks):
-            self._run_callback("on_disconnect", callback, ())
-
-    # ---- the one call helper ----------------------------------------------------------
+    # ---- calls ------------------------------------------------------------------------
 
     async def _call(self, action: str, member: str, signature: str = "", body: list | None = None, *,
                     path: str = _MANAGER_PATH, interface: str = _MANAGER, destination: str = _SYSTEMD,
                     reply_signature: str | None = None, ok_errors: frozenset[str] = frozenset(),
                     seen: list[int] | None = None) -> list:
-        """One call. With `seen`, the signal count when the reply was read is appended to it."""
-        if not self.connected:
-            raise BusClosed(f"{action}: not connected to the bus")
-        msg = Message(destination=destination, path=path, interface=interface, member=member,
-                      signature=signature, body=body or [], serial=self._bus.next_serial(),
-                      # systemd is PID 1: never ask the bus to start a program for its name.
-                      flags=MessageFlag.NO_AUTOSTART)
-        if seen is not None:
-            self._reply_seq[msg.serial] = None  # filled in by _on_message as the reply is read
-        try:
-            reply = await asyncio.wait_for(self._bus.call(msg), self._timeout)
-        except asyncio.TimeoutError:
-            self._forget_reply(msg.serial)
-            raise CallTimeout(f"{action}: systemd did not answer within {self._timeout:g} s") from None
-        except asyncio.CancelledError:
-            self._forget_reply(msg.serial)
-            raise
-        except Exception as err:
-            # dbus-next hands pending calls the error that ended the connection.
-            if not self._bus.connected:
-                raise BusClosed(f"{action}: the bus connection was lost") from err
-            raise SystemdError(f"{action}: {_one_line(err) or type(err).__name__}") from err
-        finally:
-            mark = self._reply_seq.pop(msg.serial, None)
-        if seen is not None:
-            # Not read by _on_message (should not happen): the count now is later, hence safe.
-            seen.append(self._signal_seq if mark is None else mark)
-        if reply is None:
-            raise BusClosed(f"{action}: the bus connection was lost")
-        if reply.message_type == MessageType.ERROR:
-            if reply.error_name in ok_errors:
-                return []
-            text = reply.body[0] if reply.body and isinstance(reply.body[0], str) else ""
-            raise _map_error(action, reply.error_name or "", text)
-        if reply_signature is not None and reply.signature != reply_signature:
-            raise SystemdError(f"{action}: systemd answered with an unexpected type")
-        return reply.body
-
-    def _forget_reply(self, serial: int) -> None:
-        # dbus-next keeps a handler per pending call until a reply comes; a reply that never
-        # comes would keep it forever. 0.2.3 stores them in this dict.
-        handlers = getattr(self._bus, "_method_return_handlers", None)
-        if isinstance(handlers, dict):
-            handlers.pop(serial, None)
+        """One call to systemd (the manager unless said otherwise), through Bus.call."""
+        return await self._bus.call(action, member, signature, body, path=path, interface=interface,
+                                    destination=destination, reply_signature=reply_signature,
+                                    ok_errors=ok_errors, seen=seen)
 
     async def _get_property(self, action: str, path: str, interface: str, name: str, signature: str) -> Any:
-        body = await self._call(action, "Get", "ss", [interface, name], path=path, interface=_PROPERTIES,
-                                reply_signature="v")
-        return _variant(body[0], signature, action)
+        return await self._bus.get_property(action, path, interface, name, signature, destination=_SYSTEMD)
 
     async def _unit_path(self, action: str, unit: str) -> str | None:
         """GetUnit: the object path of a unit in memory, or None. Never loads the unit."""
@@ -577,7 +372,7 @@ class Systemd:
         except NoSuchUnit:
             return None
         values = body[0]
-        return {name: _variant(values.get(name), "t", f"{action} ({name})") for name in MEMORY_PROPERTIES}
+        return {name: variant_value(values.get(name), "t", f"{action} ({name})") for name in MEMORY_PROPERTIES}
 
     async def unit_state(self, unit: str) -> str | None:
         """ActiveState of a loaded unit; None when it is not loaded."""
@@ -753,12 +548,8 @@ class Systemd:
             table.update(recent)
 
     def _on_message(self, msg: Message) -> None:
-        # Called by dbus-next for every incoming message, before a reply reaches its caller;
-        # returns None so others still see it.
-        if msg.message_type in (MessageType.METHOD_RETURN, MessageType.ERROR):
-            if msg.reply_serial in self._reply_seq:
-                self._reply_seq[msg.reply_serial] = self._signal_seq
-            return None
+        # Called by dbus-next for every incoming message, before a reply reaches its caller
+        # (Bus._on_reply notes when replies are read); returns None so others still see it.
         if msg.message_type != MessageType.SIGNAL:
             return None
         if (msg.member == "NameOwnerChanged" and msg.interface == _BUS_NAME and msg.sender == _BUS_NAME
@@ -767,7 +558,7 @@ class Systemd:
             self._systemd_owner = new_owner
             if new_owner is not None and self._subscribed and self.connected:
                 # A new systemd instance (re-exec) does not know us; subscribe again.
-                self._spawn(self._resubscribe())
+                self._bus.spawn(self._resubscribe())
             return None
         if msg.path != _MANAGER_PATH or msg.interface != _MANAGER:
             return None
@@ -835,52 +626,3 @@ class Systemd:
                 raise
             except Exception:
                 log.exception("systemd signal handler %s%r failed", name, args)
-
-    def _run_callback(self, name: str, callback: Callable, args: tuple) -> None:
-        try:
-            result = callback(*args)
-        except Exception:
-            log.exception("%s callback failed", name)
-            return
-        if inspect.isawaitable(result):
-            self._spawn(result, name)
-
-    def _spawn(self, awaitable: Awaitable, name: str = "background task") -> None:
-        task = asyncio.ensure_future(awaitable)
-        self._background.add(task)
-
-        def done(t: asyncio.Future) -> None:
-            self._background.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                log.error("%s failed: %s", name, _one_line(t.exception()))
-
-        task.add_done_callback(done)
-
-
-class _MessageBus(MessageBus):
-    def _setup_socket(self) -> None:
-        # dbus-next 0.2.3 connects in the constructor and leaves the socket open when that
-        # fails; close it, or every failed connect attempt warns about an unclosed socket.
-        try:
-            super()._setup_socket()
-        except BaseException:
-            _close_socket(self)
-            raise
-
-
-def _drop(bus: MessageBus) -> None:
-    """Release a bus's socket. dbus-next 0.2.3 never closes it, so a daemon that reconnects
-    after every dbus restart would otherwise leak a descriptor each time."""
-    if bus.connected:
-        bus.disconnect()
-    _close_socket(bus)
-
-
-def _close_socket(bus: MessageBus) -> None:
-    for attr in ("_stream", "_sock"):
-        closer = getattr(getattr(bus, attr, None), "close", None)
-        if closer is not None:
-            try:
-                closer()
-            except OSError:
-                pass

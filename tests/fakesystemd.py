@@ -77,6 +77,12 @@ _LOAD_STATE_ERRORS = {
 }
 
 
+def _slice_dir(root: Path, slice_name: str) -> Path:
+    """A slice's cgroup directory under `root`: its name spells its ancestry (a-b.slice in a.slice)."""
+    parts = slice_name[: -len(".slice")].split("-")
+    return Path(root, *("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts))))
+
+
 def find_dbus_daemon() -> Optional[str]:
     return shutil.which("dbus-daemon") or next(
         (p for p in ("/usr/bin/dbus-daemon", "/bin/dbus-daemon") if os.access(p, os.X_OK)), None)
@@ -170,6 +176,11 @@ class FakeUnit:
     dropins: dict = field(default_factory=dict)
     invocation_id: bytes = b""
     slice: str = ""  # a scope's parent slice, when the caller gave one (its cgroup is then kept)
+    # Held by systemd and written to the cgroup with the rest at every re-apply (252's
+    # cgroup_context_apply): MemorySwapMax, and memory.oom.group from OOMPolicy (0 for a runc scope:
+    # Delegate=yes means OOMPolicy=continue, and the policy cannot be set after creation).
+    swap_max: int = UINT64_MAX
+    oom_group: bool = False
 
     @property
     def invocation_path(self) -> Optional[str]:
@@ -599,6 +610,27 @@ class FakeSystemd:
     def emit_reloading(self, active: bool) -> None:
         self._run(lambda: self._emit(self._manager.Reloading, active))
 
+    def daemon_reload(self) -> None:
+        """What `systemctl daemon-reload` looks like from outside on 252 (e2e 11-systemd-facts D):
+        Reloading(true), UnitRemoved then UnitNew for every unit, each unit's cgroup settings
+        re-applied from systemd's state (what a runtime wrote only to a file is lost: cgroupfs.py),
+        Reloading(false). Units keep their values, runs and invocation IDs."""
+        def reload() -> None:
+            self._emit(self._manager.Reloading, True)
+            for name in sorted(self._units):
+                self._emit(self._manager.UnitRemoved, name, unit_path(name))
+            for name in sorted(self._units):
+                self._emit(self._manager.UnitNew, name, unit_path(name))
+                self._sync_cgroup(name)
+            self._emit(self._manager.Reloading, False)
+        self._run(reload)
+
+    def cgroup_dir(self, name: str) -> Path:
+        """The directory standing in for a unit's cgroup (a scope's needs its slice given at add_unit)."""
+        if name.endswith(".slice"):
+            return _slice_dir(self.cgroup_root, name)
+        return _slice_dir(self.cgroup_root, self._run(lambda: self._units[name].slice)) / name
+
     def spoof_signal(self, destination: str, member: str, signature: str, body: list) -> None:
         """Send a Manager signal from another connection, straight to `destination`."""
         async def spoof() -> None:
@@ -652,27 +684,28 @@ class FakeSystemd:
         user.invocation_id and the memory values applied, while it runs; the attribute removed
         once it is unloaded. A scope added with its parent slice gets its directory and values
         too, with no ID (as on 252)."""
-        def slice_dir(slice_name: str) -> Path:
-            parts = slice_name[: -len(".slice")].split("-")
-            return Path(self.cgroup_root, *("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts))))
-
         unit = self._units.get(name)
         if self.cgroup_root is None:
             return
         if name.endswith(".slice"):
-            path = slice_dir(name)
+            path = _slice_dir(self.cgroup_root, name)
         elif unit is not None and unit.slice:
-            path = slice_dir(unit.slice) / name
+            path = _slice_dir(self.cgroup_root, unit.slice) / name
         else:
             return
         if unit is not None and unit.invocation_id and unit.active_state != "inactive":
             path.mkdir(parents=True, exist_ok=True)
             if name.endswith(".slice"):
                 os.setxattr(path, "user.invocation_id", unit.invocation_id.hex().encode())
-            # What the kernel shows of the values systemd applied (memory.min/low/high).
-            for prop, file in (("MemoryMin", "memory.min"), ("MemoryLow", "memory.low"), ("MemoryHigh", "memory.high")):
-                value = unit.memory[prop]
+            # What the kernel shows of the values systemd applied (memory.min/low/high), and the
+            # other memory files 252 rewrites from its own state at the same time, whatever a
+            # runtime had written to them (cgroupfs.py, "Why that file").
+            values = {**unit.memory, "MemorySwapMax": unit.swap_max}
+            for prop, file in (("MemoryMin", "memory.min"), ("MemoryLow", "memory.low"), ("MemoryHigh", "memory.high"),
+                               ("MemorySwapMax", "memory.swap.max")):
+                value = values[prop]
                 (path / file).write_text("max\n" if value == UINT64_MAX else f"{value}\n")
+            (path / "memory.oom.group").write_text("1\n" if unit.oom_group else "0\n")
         elif path.is_dir():
             try:
                 os.removexattr(path, "user.invocation_id")
@@ -720,13 +753,16 @@ class FakeSystemd:
             raise DBusError(error, text.format(name))
         # First check every property, then apply: systemd does the same two passes.
         for prop, value in properties:
-            if prop not in MEMORY_PROPERTIES:
+            if prop not in MEMORY_PROPERTIES + ("MemorySwapMax",):
                 raise DBusError(PROPERTY_READ_ONLY, f"Cannot set property {prop}, or unknown property.")
             if not isinstance(value, Variant) or value.signature != "t":
                 raise DBusError(INVALID_ARGS, f"Invalid type for {prop}: expected t")
             if prop == "MemoryHigh" and value.value == 0:
                 raise DBusError(INVALID_ARGS, "MemoryHigh= is too small")
         for prop, value in properties:
-            unit.memory[prop] = value.value
+            if prop == "MemorySwapMax":
+                unit.swap_max = value.value
+            else:
+                unit.memory[prop] = value.value
             unit.dropins[prop] = (value.value, runtime)
         self._sync_cgroup(name)

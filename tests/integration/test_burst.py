@@ -21,7 +21,8 @@ import time
 import pytest
 
 from fakesystemd import WRITE_METHODS
-from test_daemon import GCTR, GPOD, GUARANTEED, MI, Harness, pod, run, start_pods, until
+from harness import Harness, run, until
+from test_daemon import GCTR, GPOD, GUARANTEED, MI, pod, start_pods
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +55,7 @@ def test_a_burst_of_pods_costs_a_bounded_number_of_calls_and_fetches_per_pod(fak
             h.source.fetch = slow_fetch
             if listed == "before":
                 h.source.items = [GUARANTEED, *(p for p, _, _ in burst)]
-                h.daemon._want_fetch = True
+                h.fetch_now()
             await h.settle()
             fake_systemd.set_latency(0.01)
             fake_systemd.clear_calls()

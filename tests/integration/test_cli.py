@@ -123,7 +123,7 @@ class Node:
 
     def cli(self, *args, config: Path | None = None, address: str | None = None) -> subprocess.CompletedProcess:
         env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=address or self.address, MEMQOS_CGROUP_FS=str(self.cgroup),
-                   MEMQOS_LEDGER=str(self.tmp / "ledger"),
+                   MEMQOS_LEDGER=str(self.tmp / "ledger"), MEMQOS_LAST_PODS=str(self.tmp / "last-pods.json"),
                    PYTHONPATH=os.pathsep.join(filter(None, [str(CODE_ROOT), os.environ.get("PYTHONPATH")])))
         env.pop("JOURNAL_STREAM", None)
         env.pop("NOTIFY_SOCKET", None)
@@ -280,6 +280,31 @@ def test_an_empty_pod_list_while_pod_slices_exist_lowers_no_protection(node):
         held = node.memory(unit)
         assert (held["MemoryMin"], held["MemoryLow"]) == (props["MemoryMin"], props["MemoryLow"]), unit
         assert held["MemoryHigh"] >= props["MemoryHigh"], unit
+
+
+def test_apply_keeps_a_pod_the_service_remembered_while_its_slice_runs(node):
+    """`apply --once` takes pods as the service does (intake.PodIntake): a pod the service's last
+    snapshot had (/run/memqos-systemd/last-pods.json), that the pod source leaves out while its
+    slice still runs, keeps its protection; without that memory it would be reset, as above."""
+    from memqos_systemd import last_pods
+    from memqos_systemd.pods import parse_pods
+
+    plan = node.plan()
+    node.start_applied(plan)
+    pods, _ = parse_pods(node.pods_doc)
+    assert last_pods.write(node.tmp / "last-pods.json", pods)
+    listed = [p for p in node.pods_doc["items"] if not p["metadata"]["name"].startswith("indexer-")]
+    assert len(listed) == len(node.pods_doc["items"]) - 1
+    node.pods_path.write_text(json.dumps({**node.pods_doc, "items": listed}))
+    node.fake.clear_calls()
+    p = node.cli("apply", "--once")
+    no_traceback(p)
+    assert p.returncode == 0, p.stderr
+    assert "pod search/indexer-5f8d9c7b6-qq4rt is not listed by the pod source but its slice still exists; keeping its protection" \
+        in p.stderr
+    assert node.sets() == []  # the plan is what the node holds: nothing lowered, nothing to send
+    assert node.memory(INDEXER_POD) == want(plan[INDEXER_POD])
+    assert (node.tmp / "last-pods.json").read_bytes() == last_pods.encode(pods)  # read, never written
 
 
 def _broken_sources(node: Node) -> dict:

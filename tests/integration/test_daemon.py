@@ -10,19 +10,15 @@ import asyncio
 import copy
 import logging
 import os
-import socket
-import threading
 
 import pytest
 from fakesystemd import unit_path
+from harness import ControlledSource, Harness, run, until
 
-from memqos_systemd.config import parse_config
-from memqos_systemd.daemon import Daemon, Outside
-from memqos_systemd.metrics import Metrics
-from memqos_systemd.notify import Notifier
+from memqos_systemd.intake import Holding
 from memqos_systemd.pods import parse_pods
-from memqos_systemd.sources import Snapshot, SourceError
-from memqos_systemd.systemd import UINT64_MAX, Systemd
+from memqos_systemd.sources import SourceError
+from memqos_systemd.systemd import UINT64_MAX
 
 pytestmark = pytest.mark.integration
 
@@ -52,122 +48,6 @@ def pod(uid: str, name: str, req: str, lim: str | None, cid: str | None, qos: st
 GUARANTEED = pod(G_UID, "g", "512Mi", "512Mi", "a" * 64, "Guaranteed")
 BURSTABLE = pod(B_UID, "b", "256Mi", "1Gi", "b" * 64, "Burstable")
 NEWCOMER = pod(N_UID, "n", "128Mi", None, None, "Burstable")
-
-
-class ControlledSource:
-    """A pod source whose answer the test sets: a list of pod dicts, or an exception."""
-
-    def __init__(self, items):
-        self.items = items
-        self.fetches = 0
-
-    def fetch(self) -> Snapshot:
-        self.fetches += 1
-        if isinstance(self.items, Exception):
-            raise self.items
-        pods, warnings = parse_pods({"kind": "PodList", "items": copy.deepcopy(self.items)})
-        return Snapshot(tuple(pods), tuple(warnings), "test", 0.0)
-
-
-class HeldSource(ControlledSource):
-    """A ControlledSource whose fetch, while `hold` is set, waits (in the daemon's fetch thread)
-    until `release()`: a round held mid-flight while the test sends signals."""
-
-    def __init__(self, items):
-        super().__init__(items)
-        self.hold = False
-        self.held = threading.Event()
-        self._gate = threading.Event()
-
-    def fetch(self) -> Snapshot:
-        if self.hold:
-            self.held.set()
-            self._gate.wait(5)
-        return super().fetch()
-
-    def release(self) -> None:
-        self.hold = False
-        self._gate.set()
-
-
-class NotifySocket:
-    def __init__(self, tmp_path):
-        self.path = str(tmp_path / "notify")
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(self.path)
-        self.sock.setblocking(False)
-        self.messages: list[str] = []
-
-    def drain(self) -> list[str]:
-        while True:
-            try:
-                self.messages.append(self.sock.recv(4096).decode())
-            except BlockingIOError:
-                return self.messages
-
-
-class Harness:
-    def __init__(self, fake, tmp_path, items, config=None, capacity=16 << 30, ledger_path=None, last_pods_path=None):
-        self.fake = fake
-        self.source = HeldSource(items)
-        self.notify = NotifySocket(tmp_path)
-        self.config_path = tmp_path / "config.yaml"
-        self.config_path.write_text("")
-        self.capacity = capacity
-        self.metrics = Metrics()
-        cfg = parse_config(config or TIERED)
-        import yaml
-        self.config_path.write_text(yaml.safe_dump(config or TIERED))
-        outside = Outside(
-            connect=lambda address: Systemd.connect(fake.address, call_timeout=2.0),
-            make_source=lambda c: self.source, read_capacity=lambda: self.capacity, page_size=4096,
-            metrics=self.metrics, notifier=Notifier(self.notify.path), cgroup_fs=tmp_path / "cgroup",
-            ledger_path=ledger_path, last_pods_path=last_pods_path)
-        self.daemon = Daemon(str(self.config_path), cfg, outside)
-        self.task = None
-
-    async def __aenter__(self):
-        self.task = asyncio.create_task(self.daemon.run())
-        await until(lambda: self.daemon.ready or self.task.done())
-        assert not self.task.done(), self.task.exception()
-        return self
-
-    async def __aexit__(self, *exc):
-        self.daemon.stop()
-        await asyncio.wait_for(self.task, 5)
-
-    def sets(self) -> list[tuple[str, dict]]:
-        return [(unit, props) for unit, _, props in self.fake.writes]
-
-    def memory(self, unit: str) -> dict | None:
-        u = self.fake.unit(unit)
-        return None if u is None else dict(u.memory)
-
-    async def settle(self):
-        """Wake the daemon and wait until it has run a reconcile past this point."""
-        before = self.metrics_reconciles()
-        self.daemon.wake()
-        await until(lambda: self.metrics_reconciles() > before)
-
-    def dbus_errors(self) -> float:
-        return sum(self.metrics.registry.get_sample_value("memqos_dbus_calls_total",
-                                                          {"method": m, "result": "error"}) or 0
-                   for m in ("SetUnitProperties", "ListUnitsByPatterns", "GetAll", "GetUnit"))
-
-    def metrics_reconciles(self) -> float:
-        return self.metrics.registry.get_sample_value("memqos_reconcile_duration_seconds_count") or 0
-
-
-async def until(cond, timeout: float = 5.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
-
-
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 30))
 
 
 def start_pods(fake, *units):
@@ -257,7 +137,7 @@ def test_pod_source_failure_lowers_nothing(fake_systemd, tmp_path, failure):
             before = {u: h.memory(u) for u in ("kubepods.slice", BPOD, GCTR)}
             fake_systemd.clear_calls()
             h.source.items = failure
-            h.daemon._want_fetch = True
+            h.fetch_now()
             await h.settle()
             await h.settle()
             assert h.source.fetches >= 2
@@ -291,9 +171,9 @@ def test_pods_dropped_by_the_source_keep_protection_until_their_slices_are_gone(
         async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE]) as h:
             fake_systemd.clear_calls()
             h.source.items = []
-            h.daemon._want_fetch = True
+            h.fetch_now()
             await h.settle()
-            assert len(h.daemon.snapshot.pods) == 2  # carried over: their slices still run
+            assert len(h.daemon.intake.pods) == 2  # carried over: their slices still run
             assert fake_systemd.writes == []
             # One pod really goes away: its slices are removed, and only its share is released.
             for unit in (BCTR, BPOD):
@@ -313,10 +193,10 @@ def test_first_answer_empty_while_pod_slices_run_is_not_believed(fake_systemd, t
 
     async def body():
         async with Harness(fake_systemd, tmp_path, []) as h:
-            assert h.daemon.holding_reason == "suspect empty pod list"
+            assert h.daemon.intake.holding is Holding.SUSPECT_EMPTY
             assert fake_systemd.writes == []
             fake_systemd.remove_unit(BPOD)
-            await until(lambda: h.daemon.holding_reason is None)
+            await until(lambda: h.daemon.intake.holding is None)
             await until(lambda: h.memory("kubepods.slice")["MemoryLow"] == 0)
     run(body())
 
@@ -453,7 +333,7 @@ def test_throttle_events_of_containers_reach_the_metrics(fake_systemd, tmp_path)
             gdir.mkdir(parents=True)
             (gdir / "memory.events").write_text("low 0\nhigh 7\nmax 0\noom 0\noom_kill 0\n")
             h.source.items = [BURSTABLE, GUARANTEED]
-            h.daemon._want_fetch = True
+            h.fetch_now()
             await h.settle()
             h.daemon.read_throttle_events()
             value = h.metrics.registry.get_sample_value
@@ -522,7 +402,7 @@ def test_a_new_pod_slice_whose_kernel_values_cannot_be_read_or_differ_gets_what_
     async def body():
         h = Harness(fake_systemd, tmp_path, [GUARANTEED, NEWCOMER])
         if files == "unreadable":
-            h.daemon.out.read_cgroup_memory = lambda path: None
+            h.daemon.out.cgroupfs.kernel_values = lambda unit: None
         async with h:
             await h.settle()
             fake_systemd.clear_calls()
@@ -550,7 +430,7 @@ def test_a_pod_slice_loaded_before_its_start_costs_nothing_until_its_job_ends_th
             await h.settle()
             fake_systemd.clear_calls()
             fake_systemd.add_unit(NPOD, active_state="inactive")
-            await until(lambda: NPOD in h.daemon._awaiting_start)
+            await until(lambda: NPOD in h.daemon.applier.awaiting_start)
             await h.settle()
             assert fake_systemd.calls == []
             assert NPOD not in h.daemon.applier.observed
@@ -559,7 +439,7 @@ def test_a_pod_slice_loaded_before_its_start_costs_nothing_until_its_job_ends_th
             await until(lambda: (h.memory(NPOD) or {}).get("MemoryLow") == 128 * MI)
             await h.settle()
             assert [c.method for c in fake_systemd.calls] == ["SetProperties"]
-            assert not h.daemon._awaiting_start
+            assert not h.daemon.applier.awaiting_start
     run(body())
 
 
@@ -575,8 +455,7 @@ def test_a_running_pods_new_request_costs_only_its_writes_each_to_the_run_on_its
             await h.settle()
             fake_systemd.clear_calls()
             h.source.items = [pod(B_UID, "b", "300Mi", "1Gi", "b" * 64, "Burstable")]
-            h.daemon._want_fetch = True
-            h.daemon.wake()  # not left to the next poll, 5 s away
+            h.fetch_now()  # not left to the next poll, 5 s away
             await until(lambda: h.memory(BCTR)["MemoryLow"] == 300 * MI)
             await h.settle()
             calls = fake_systemd.calls
@@ -603,8 +482,7 @@ def test_a_slice_whose_cgroup_carries_an_older_runs_id_is_still_written(fake_sys
                         "user.invocation_id", os.urandom(16).hex().encode())
             fake_systemd.clear_calls()
             h.source.items = [pod(B_UID, "b", "300Mi", "1Gi", "b" * 64, "Burstable")]
-            h.daemon._want_fetch = True
-            h.daemon.wake()  # not left to the next poll, 5 s away
+            h.fetch_now()  # not left to the next poll, 5 s away
             await until(lambda: h.memory(BPOD)["MemoryLow"] == 300 * MI)
             await h.settle()
             runs = {fake_systemd.unit(u).invocation_path: u
@@ -642,7 +520,7 @@ def test_nothing_is_read_or_written_while_systemd_reloads(fake_systemd, tmp_path
     async def body():
         async with Harness(fake_systemd, tmp_path, [BURSTABLE]) as h:
             fake_systemd.emit_reloading(True)
-            await until(lambda: h.daemon._quiet_until == float("inf"))
+            await until(lambda: h.daemon.agenda.systemd_reloading)
             fake_systemd.clear_calls()
             # Mid-reload the slice reads back as if nothing were set.
             fake_systemd.remove_unit("kubepods-burstable.slice")
@@ -686,8 +564,7 @@ def test_unit_signals_do_not_cut_the_retry_backoff_short(fake_systemd, tmp_path)
                 fake_systemd.fail_next("SetUnitProperties", "org.freedesktop.systemd1.NoSuchUnit")
             fake_systemd.clear_calls()
             h.source.items = [BURSTABLE, NEWCOMER]
-            h.daemon._want_fetch = True
-            h.daemon.wake()
+            h.fetch_now()
             for i in range(20):  # a storm of unit signals for 2 s
                 fake_systemd.add_unit(f"kubepods-besteffort-pod{i:032x}.slice")
                 await asyncio.sleep(0.1)
@@ -731,7 +608,7 @@ def test_a_reserved_slice_dropped_from_the_config_is_reset_by_the_reload_then_le
             fake_systemd.remove_unit("system.slice")
             fake_systemd.add_unit("system.slice", memory={"MemoryMin": 64 * MI})
             fake_systemd.clear_calls()
-            h.daemon._want_full_refresh = True
+            h.reread()
             await h.settle()
             await h.settle()
             assert h.memory("system.slice")["MemoryMin"] == 64 * MI
@@ -833,12 +710,6 @@ def behind_our_back(fake, unit: str, **props) -> None:
     fake._run(change)
 
 
-async def timer_resync(h: Harness) -> None:
-    """What the resync timer does every resyncInterval, now."""
-    h.daemon._next_resync = 0.0
-    await h.settle()
-
-
 def units_listed(fake) -> list[list[str]]:
     """The patterns of each ListUnitsByPatterns call, in order."""
     return [c.args[1] for c in fake.calls_to("ListUnitsByPatterns")]
@@ -852,9 +723,9 @@ def test_timer_resync_reads_the_upper_slices_and_every_nth_one_reads_every_unit(
     unit; of those, it reads over D-Bus only the units whose cgroup does not show the cached
     values (the stand-in keeps slices' cgroups, not scopes': the daemon has no kernel view of the
     scopes here and reads them). A unit the cache lacks waits for the full one."""
-    import memqos_systemd.daemon as daemon_mod
+    import memqos_systemd.agenda as agenda_mod
 
-    monkeypatch.setattr(daemon_mod, "FULL_RESYNC_EVERY", 3)
+    monkeypatch.setattr(agenda_mod, "FULL_RESYNC_EVERY", 3)
     start_pods(fake_systemd, *NODE_UNITS)
     scopes = sorted([GCTR, BCTR])
 
@@ -863,7 +734,7 @@ def test_timer_resync_reads_the_upper_slices_and_every_nth_one_reads_every_unit(
             read, listed = [], []
             for _ in range(6):
                 fake_systemd.clear_calls()
-                await timer_resync(h)
+                await h.resync_now()
                 read.append(units_read(fake_systemd))
                 listed.append(units_listed(fake_systemd))
                 assert fake_systemd.writes == []
@@ -872,11 +743,11 @@ def test_timer_resync_reads_the_upper_slices_and_every_nth_one_reads_every_unit(
             # A unit the cache has no values for (its UnitNew missed) is read by the full one only.
             h.daemon.applier.forget(BPOD)
             fake_systemd.clear_calls()
-            await timer_resync(h)
+            await h.resync_now()
             assert units_read(fake_systemd) == [] and BPOD not in h.daemon.applier.observed
-            await timer_resync(h)
+            await h.resync_now()
             fake_systemd.clear_calls()
-            await timer_resync(h)
+            await h.resync_now()
             assert units_read(fake_systemd) == sorted([BPOD, *scopes])
             assert h.daemon.applier.observed[BPOD] == h.memory(BPOD)
     run(body())
@@ -884,7 +755,7 @@ def test_timer_resync_reads_the_upper_slices_and_every_nth_one_reads_every_unit(
 
 def kernel_only(tmp_path, unit: str, file: str, value: int) -> None:
     """Someone writes a unit's cgroup file behind systemd's back: systemd still holds its value."""
-    from memqos_systemd.naming import cgroup_path
+    from memqos_systemd.cgroupfs import cgroup_path
 
     (tmp_path / "cgroup" / cgroup_path(unit) / file).write_text(f"{value}\n")
 
@@ -894,28 +765,28 @@ def test_a_timer_resync_reads_over_dbus_the_units_whose_cgroup_differs(fake_syst
     that shows anything else is read over D-Bus, and what systemd holds decides. A value changed
     through systemd shows in the cgroup, so it is read and put right; a file written behind
     systemd's back is read too, and nothing is sent while systemd holds the planned values."""
-    import memqos_systemd.daemon as daemon_mod
+    import memqos_systemd.agenda as agenda_mod
 
-    monkeypatch.setattr(daemon_mod, "FULL_RESYNC_EVERY", 2)
+    monkeypatch.setattr(agenda_mod, "FULL_RESYNC_EVERY", 2)
     start_pods(fake_systemd, *NODE_UNITS)
 
     async def body():
         async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
             for _ in range(2):
-                await timer_resync(h)
+                await h.resync_now()
             planned = h.memory(BPOD)
             kernel_only(tmp_path, BPOD, "memory.low", 4096)
             kernel_only(tmp_path, "kubepods.slice", "memory.min", 8192)
             fake_systemd.clear_calls()
-            await timer_resync(h)  # the upper slices only
+            await h.resync_now()  # the upper slices only
             assert units_read(fake_systemd) == ["kubepods.slice"] and fake_systemd.writes == []
             fake_systemd.clear_calls()
-            await timer_resync(h)  # every unit
+            await h.resync_now()  # every unit
             assert set(units_read(fake_systemd)) >= {BPOD, "kubepods.slice"}
             assert fake_systemd.writes == [] and h.memory(BPOD) == planned
             behind_our_back(fake_systemd, BPOD, MemoryLow=0)
-            await timer_resync(h)
-            await timer_resync(h)
+            await h.resync_now()
+            await h.resync_now()
             assert h.memory(BPOD) == planned
             assert [u for u, _ in h.sets()] == [BPOD]
     run(body())
@@ -927,9 +798,9 @@ def test_a_new_pod_slice_cached_from_its_cgroup_is_read_over_dbus_by_the_next_fu
     shows, which may not be systemd's own (a parent's DefaultMemoryLow=): the cgroup agreeing
     with itself proves nothing, so the next full re-read asks systemd for it, and only then
     trusts the kernel."""
-    import memqos_systemd.daemon as daemon_mod
+    import memqos_systemd.agenda as agenda_mod
 
-    monkeypatch.setattr(daemon_mod, "FULL_RESYNC_EVERY", 1)
+    monkeypatch.setattr(agenda_mod, "FULL_RESYNC_EVERY", 1)
     start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
 
     async def body():
@@ -939,10 +810,10 @@ def test_a_new_pod_slice_cached_from_its_cgroup_is_read_over_dbus_by_the_next_fu
             await h.settle()
             assert GPOD in h.daemon.applier.unconfirmed
             fake_systemd.clear_calls()
-            await timer_resync(h)
+            await h.resync_now()
             assert GPOD in units_read(fake_systemd) and GPOD not in h.daemon.applier.unconfirmed
             fake_systemd.clear_calls()
-            await timer_resync(h)
+            await h.resync_now()
             assert GPOD not in units_read(fake_systemd)
     run(body())
 
@@ -972,7 +843,7 @@ def test_a_unit_removed_while_a_timer_resync_reads_is_not_kept_in_the_cache(fake
             kernel_only(tmp_path, "kubepods.slice", "memory.min", 8192)  # so that one is read
             fake_systemd.clear_calls()
             fake_systemd.delay_next("GetAll", 0.5)
-            h.daemon._next_resync = 0.0
+            h.daemon.agenda.resync_now()
             h.daemon.wake()
             await until(lambda: fake_systemd.calls_to("GetAll"))
             fake_systemd.remove_unit(BPOD)
@@ -986,9 +857,9 @@ def test_a_unit_removed_while_a_timer_resync_reads_is_not_kept_in_the_cache(fake
 
 
 def test_drift_on_a_pod_slice_is_corrected_by_the_next_full_resync(fake_systemd, tmp_path, monkeypatch):
-    import memqos_systemd.daemon as daemon_mod
+    import memqos_systemd.agenda as agenda_mod
 
-    monkeypatch.setattr(daemon_mod, "FULL_RESYNC_EVERY", 3)
+    monkeypatch.setattr(agenda_mod, "FULL_RESYNC_EVERY", 3)
     start_pods(fake_systemd, *NODE_UNITS)
 
     async def body():
@@ -996,12 +867,12 @@ def test_drift_on_a_pod_slice_is_corrected_by_the_next_full_resync(fake_systemd,
             pod_values, qos_values = h.memory(BPOD), h.memory("kubepods-burstable.slice")
             behind_our_back(fake_systemd, BPOD, MemoryLow=0)
             behind_our_back(fake_systemd, "kubepods-burstable.slice", MemoryLow=0)
-            await timer_resync(h)
+            await h.resync_now()
             assert h.memory("kubepods-burstable.slice") == qos_values  # read, and corrected, every time
             assert h.memory(BPOD)["MemoryLow"] == 0  # not read by this one
-            await timer_resync(h)
+            await h.resync_now()
             assert h.memory(BPOD)["MemoryLow"] == 0
-            await timer_resync(h)  # the third: every unit
+            await h.resync_now()  # the third: every unit
             assert h.memory(BPOD) == pod_values
     run(body())
 
@@ -1022,7 +893,7 @@ def test_an_unchanged_pod_list_is_not_planned_again_until_something_changes(fake
     async def settle_after(h: Harness, change) -> int:
         before = len(planned)
         change()
-        h.daemon._want_fetch = True
+        h.fetch_now()
         await h.settle()
         return len(planned) - before
 
@@ -1048,7 +919,7 @@ def test_an_unchanged_pod_list_is_not_planned_again_until_something_changes(fake
             await h.settle()
             # A value read back from systemd differs from what was written: corrected.
             behind_our_back(fake_systemd, "kubepods.slice", MemoryLow=0)
-            h.daemon._next_resync = 0.0
+            h.daemon.agenda.resync_now()
             assert await settle_after(h, lambda: None) == 1
             assert h.memory("kubepods.slice")["MemoryLow"] > 0
             await h.settle()
@@ -1086,13 +957,13 @@ def test_a_pod_the_kubelet_leaves_out_of_its_first_list_after_a_daemon_restart_k
             await h.settle()
             assert {u: h.memory(u) for u in held} == held
             assert all(u not in (BPOD, BCTR) for u, _ in h.sets())
-            assert h.daemon.holding_reason is None  # a snapshot like any: B is carried, not held for
+            assert h.daemon.intake.holding is None  # a snapshot like any: B is carried, not held for
             assert [p.uid for p in last_pods.read(path)] == [G_UID, B_UID]  # still remembered
             # The pod really goes: its slices are removed, and only then is its share released.
             for unit in (BCTR, BPOD):
                 fake_systemd.remove_unit(unit)
             await until(lambda: h.memory("kubepods.slice")["MemoryLow"] == 0)
-            assert [p.uid for p in h.daemon.snapshot.pods] == [G_UID]
+            assert [p.uid for p in h.daemon.intake.pods] == [G_UID]
             assert h.memory("kubepods.slice")["MemoryMin"] == 512 * MI
             assert h.memory(GPOD)["MemoryMin"] == 512 * MI
         assert [p.uid for p in last_pods.read(path)] == [G_UID]
@@ -1104,7 +975,6 @@ def test_the_pods_of_the_last_run_are_never_planned_on_their_own(fake_systemd, t
     the list wins), is not carried; without a path nothing is read or written."""
     import logging
     from memqos_systemd import last_pods
-    from memqos_systemd.pods import parse_pods
 
     start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, GCTR)
     path = tmp_path / "run" / "last-pods.json"
@@ -1115,7 +985,7 @@ def test_the_pods_of_the_last_run_are_never_planned_on_their_own(fake_systemd, t
         with caplog.at_level(logging.INFO, logger="memqos_systemd"):
             async with Harness(fake_systemd, tmp_path, [GUARANTEED], last_pods_path=path) as h:
                 await h.settle()
-                assert [p.uid for p in h.daemon.snapshot.pods] == [G_UID]  # B's slice is not live
+                assert [p.uid for p in h.daemon.intake.pods] == [G_UID]  # B's slice is not live
                 assert h.memory(GPOD)["MemoryMin"] == 512 * MI  # the kubelet's values, not the file's
                 assert h.memory("kubepods.slice")["MemoryLow"] == 0
         assert f"remembered 2 pods from the last run ({path})" in caplog.text
@@ -1154,22 +1024,21 @@ def test_the_pods_are_written_only_when_they_change_and_a_failed_write_warns_onc
             h.source = h.daemon.source = SameObjects([GUARANTEED])
             async with h:
                 for _ in range(3):
-                    h.daemon._want_fetch = True
+                    h.fetch_now()
                     await h.settle()
                 assert not path.exists() and len(writes) >= 3  # tried at every poll
                 assert sum("cannot remember the pods" in r.getMessage() for r in caplog.records) == 1
                 blocker.unlink()
-                h.daemon._want_fetch = True
+                h.fetch_now()
                 await h.settle()
                 assert [p.uid for p in last_pods.read(path)] == [G_UID]
                 done = len(writes)
                 for _ in range(3):
-                    h.daemon._want_fetch = True
+                    h.fetch_now()
                     await h.settle()
                 assert len(writes) == done  # the same pods: not written again
                 h.source.items = [GUARANTEED, BURSTABLE]
-                h.daemon._want_fetch = True
-                h.daemon.wake()
+                h.fetch_now()
                 await until(lambda: len(writes) > done)
                 await h.settle()
                 assert len(writes) == done + 1
@@ -1228,11 +1097,10 @@ async def reload_during_a_held_fetch(h, fake, units, how: str) -> list:
     memory = {u: h.memory(u) for u in units}
     fetches = h.source.fetches
     h.source.hold = True
-    h.daemon._want_fetch = True
-    h.daemon.wake()
+    h.fetch_now()
     await until(h.source.held.is_set)
     fake.emit_reloading(True)
-    await until(lambda: h.daemon._quiet_until == float("inf"))
+    await until(lambda: h.daemon.agenda.systemd_reloading)
     for unit in units:  # UnitRemoved: forgotten until the re-read
         if how == "reexecuted":
             fake.announce_removed(unit)
@@ -1244,7 +1112,7 @@ async def reload_during_a_held_fetch(h, fake, units, how: str) -> list:
             fake.add_unit(unit, memory=memory[unit])
     if ended_before_release:
         fake.emit_reloading(False)
-        await until(lambda: h.daemon._quiet_until < float("inf"))
+        await until(lambda: not h.daemon.agenda.systemd_reloading)
         await asyncio.sleep(1.5)  # past SYSTEMD_SETTLE
     h.source.release()
     await until(lambda: h.source.fetches > fetches)
@@ -1252,7 +1120,7 @@ async def reload_during_a_held_fetch(h, fake, units, how: str) -> list:
     midway = list(fake.writes)
     if not ended_before_release:
         fake.emit_reloading(False)
-        await until(lambda: h.daemon._quiet_until < float("inf"))
+        await until(lambda: not h.daemon.agenda.systemd_reloading)
         await asyncio.sleep(1.5)  # SYSTEMD_SETTLE, then the full re-read
     await h.settle()
     return midway
@@ -1313,13 +1181,13 @@ def test_a_pod_list_that_arrives_while_systemd_reloads_drops_no_carried_pod(fake
     async def body():
         async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE]) as h:
             h.source.items = [GUARANTEED]
-            h.daemon._want_fetch = True
+            h.fetch_now()
             await h.settle()
-            assert len(h.daemon.snapshot.pods) == 2  # carried over: its slice still runs
+            assert len(h.daemon.intake.pods) == 2  # carried over: its slice still runs
             fake_systemd.clear_calls()
             midway = await reload_during_a_held_fetch(h, fake_systemd, [BCTR, BPOD], how)
             assert midway == []
-            assert {p.uid for p in h.daemon.snapshot.pods} == {G_UID, B_UID}
+            assert {p.uid for p in h.daemon.intake.pods} == {G_UID, B_UID}
             assert h.memory("kubepods-burstable.slice")["MemoryLow"] == 256 * MI
             assert fake_systemd.writes == []
     run(body())

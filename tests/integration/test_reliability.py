@@ -1,16 +1,10 @@
 """Never lose a protection, never touch the wrong unit: the daemon under faults (issue 7).
 
 The daemon runs against a real private dbus-daemon and the recording systemd stand-in
-(tests/fakesystemd.py), as in test_daemon.py, whose Harness pattern is copied here with what
-these tests add:
-
-* `Watch` wraps the stand-in's SetUnitProperties: after every write systemd *applies* (late ones
-  included) it checks that no child holds more MemoryMin/MemoryLow than its parent, and it
-  records every write with the values before and after.
-* `remove_units` unloads units and notes, atomically on the stand-in's loop, how many calls it
-  had received at that moment, so the call log can be read against removal order.
-* The daemon's own order of events (UnitRemoved delivered, SetUnitProperties about to be sent)
-  is recorded by wrapping its handler and its adapter.
+(tests/fakesystemd.py) in tests/harness.py's Harness, as in test_daemon.py; these tests lean on
+what it records: every write systemd applies, with the tree checked after each (`Watch`), the
+daemon's own order of events (`events`), and `remove_units`, which notes how many calls the
+stand-in had received as it unloaded units, so the call log can be read against removal order.
 
 Known bugs are pinned by strict xfails; docs/RELIABILITY.md lists them with the fix.
 """
@@ -26,16 +20,13 @@ import uuid
 
 import pytest
 import yaml
-from dbus_next.errors import DBusError
 from fakesystemd import WRITE_METHODS, unit_path
+from harness import Harness, remove_units, run, until
 
 from memqos_systemd.config import parse_config
-from memqos_systemd.daemon import Daemon, Outside
-from memqos_systemd.metrics import Metrics
-from memqos_systemd.notify import Notifier
 from memqos_systemd.pods import parse_pods
-from memqos_systemd.sources import Snapshot, SourceError, make_source
-from memqos_systemd.systemd import UINT64_MAX, Systemd
+from memqos_systemd.sources import SourceError
+from memqos_systemd.systemd import UINT64_MAX
 
 pytestmark = pytest.mark.integration
 
@@ -83,95 +74,7 @@ NEWCOMER = pod(3, "Burstable", "128Mi", None, running=False)
 BASE_UNITS = ["kubepods.slice", "kubepods-burstable.slice"]
 
 
-class ControlledSource:
-    """A pod source whose answer the test sets: a list of pod dicts, or an exception.
-    Tests rebind `items` (never mutate it): fetch() copies it in another thread."""
-
-    def __init__(self, items):
-        self.items = items
-        self.fetches = 0
-        self.failures = 0
-
-    def fetch(self) -> Snapshot:
-        self.fetches += 1
-        items = self.items
-        if isinstance(items, Exception):
-            self.failures += 1
-            raise items
-        pods, warnings = parse_pods({"kind": "PodList", "items": copy.deepcopy(items)})
-        return Snapshot(tuple(pods), tuple(warnings), "test", 0.0)
-
-
 # ------------------------------------------------------------------ the stand-in, watched
-
-def slice_parent(name: str) -> str | None:
-    stem = name[: -len(".slice")]
-    return f"{stem.rsplit('-', 1)[0]}.slice" if name.endswith(".slice") and "-" in stem else None
-
-
-class Watch:
-    """Every SetUnitProperties the stand-in applies, and the tree checked after each one."""
-
-    def __init__(self, fake):
-        self.fake = fake
-        self.scope_parent: dict[str, str] = {}
-        self.writes: list[tuple[str, dict | None, dict]] = []
-        self.violations: list[str] = []
-        self.fail_in: int | None = None  # refuse the write after this many more (0: the next)
-        original = fake._set_unit_properties
-
-        def applied(name, runtime, properties):
-            if self.fail_in is not None:
-                self.fail_in -= 1
-                if self.fail_in < 0:
-                    self.fail_in = None
-                    raise DBusError("org.freedesktop.DBus.Error.Failed", "refused by the test")
-            unit = fake._units.get(name)
-            before = dict(unit.memory) if unit is not None else None
-            original(name, runtime, properties)
-            self.writes.append((name, before, dict(fake._units[name].memory)))
-            self._check(name)
-
-        fake._set_unit_properties = applied  # the stand-in's D-Bus method calls this attribute
-
-    def parent(self, name: str) -> str | None:
-        return self.scope_parent.get(name) if name.endswith(".scope") else slice_parent(name)
-
-    def _check(self, written: str) -> None:
-        units = self.fake._units
-        for name, unit in units.items():
-            parent = units.get(self.parent(name) or "")
-            # An inactive unit has no cgroup: its values reach no kernel (systemd.py's docstring).
-            if parent is None or unit.active_state != "active":
-                continue
-            for key in ("MemoryMin", "MemoryLow"):
-                if unit.memory[key] > parent.memory[key]:
-                    self.violations.append(f"after writing {written}: {name} {key}={unit.memory[key]} >"
-                                           f" {parent.name} {parent.memory[key]}")
-
-    def lowered(self) -> list[tuple]:
-        """Writes that took a protection (MemoryMin, MemoryLow) down. (MemoryHigh is a throttle,
-        not a protection: putting a lost one back to its planned value takes it down.)"""
-        return [(n, b, a) for n, b, a in self.writes
-                if b is not None and any(a[k] < b[k] for k in ("MemoryMin", "MemoryLow"))]
-
-
-def remove_units(fake, *names: str) -> int:
-    """Unload units (UnitRemoved), children first as systemd does; return how many calls the
-    stand-in had received at that moment (taken on its loop, so no call can slip in between)."""
-    from fakesystemd import unit_path
-
-    def remove() -> int:
-        for name in names:
-            if name in fake._units:
-                del fake._units[name]
-                fake._unexport_unit(name)
-                fake._emit(fake._manager.UnitRemoved, name, unit_path(name))
-        with fake._calls_lock:
-            return len(fake._calls)
-
-    return fake._run(remove)
-
 
 class stray_gone:  # noqa: N801 - a stand-in for a unit that is not there
     active_state = "gone"
@@ -180,126 +83,6 @@ class stray_gone:  # noqa: N801 - a stand-in for a unit that is not there
 def sets_after(fake, calls, index: int, unit: str) -> list:
     """Writes (by name or by invocation path) to `unit` in `calls` (fake.calls, a copy) from `index` on."""
     return [c for c in calls[index:] if c.method in WRITE_METHODS and fake.write_of(c)[0] == unit]
-
-
-# ------------------------------------------------------------------ the daemon
-
-class Harness:
-    def __init__(self, fake, tmp_path, items=None, config=None, *, capacity=16 << 30, call_timeout=2.0,
-                 real_source=False):
-        self.fake = fake
-        self.watch = Watch(fake)
-        self.config_path = tmp_path / "config.yaml"
-        self.config_path.write_text(yaml.safe_dump(config or TIERED))
-        cfg = parse_config(config or TIERED)
-        self.source = None if real_source else ControlledSource(items if items is not None else [])
-        self.metrics = Metrics()
-        # The daemon's view, in order: ("checked", unit) set_memory_if_loaded found it loaded,
-        # ("read", unit) UnitRemoved read off the socket, ("removed", unit) delivered to the
-        # daemon's handler, ("set", unit) a write (SetUnitProperties or SetProperties on the
-        # unit's invocation path) about to be sent.
-        self.events: list[tuple[str, str]] = []
-        self.busy = 0.0  # seconds the daemon's loop is kept busy after each such check
-        self.capacity = capacity
-
-        async def connect(address):
-            sd = await Systemd.connect(fake.address, call_timeout=call_timeout)
-            send = sd.set_memory
-
-            async def set_memory(unit, props, **kw):
-                self.events.append(("set", unit))
-                return await send(unit, props, **kw)
-
-            sd.set_memory = set_memory
-            send_running = sd.set_memory_if_loaded
-
-            async def set_memory_if_loaded(unit, props, **kw):
-                self.events.append(("set", unit))
-                return await send_running(unit, props, **kw)
-
-            sd.set_memory_if_loaded = set_memory_if_loaded
-            status = sd._status
-
-            async def checked(action, unit):
-                # set_memory_if_loaded's check: the unit is loaded (and, it says, active).
-                result = await status(action, unit)
-                if result is not None:
-                    self.events.append(("checked", unit))
-                    if self.busy:
-                        await asyncio.sleep(self.busy)
-                return result
-
-            sd._status = checked
-
-            def on_wire(msg):
-                # Every message as the connection reads it, before any handler task runs.
-                if msg.member == "UnitRemoved" and msg.signature == "so":
-                    self.events.append(("read", msg.body[0]))
-
-            sd._bus.add_message_handler(on_wire)
-            return sd
-
-        outside = Outside(
-            connect=connect, make_source=make_source if real_source else (lambda c: self.source),
-            read_capacity=lambda: self.capacity, page_size=4096, metrics=self.metrics,
-            notifier=Notifier(""), cgroup_fs=tmp_path / "cgroup")
-        self.daemon = Daemon(str(self.config_path), cfg, outside)
-        handler = self.daemon._on_unit_removed
-
-        def on_unit_removed(name):
-            self.events.append(("removed", name))
-            return handler(name)
-
-        self.daemon._on_unit_removed = on_unit_removed  # read by _connect when it subscribes
-        self.task = None
-
-    async def __aenter__(self):
-        self.task = asyncio.create_task(self.daemon.run())
-        await until(lambda: self.daemon.ready or self.task.done(), timeout=10)
-        assert not self.task.done(), self.task.exception()
-        return self
-
-    async def __aexit__(self, *exc):
-        if self.task.done():
-            self.task.exception()  # retrieved: the test has said what it thinks of it
-            return
-        self.daemon.stop()
-        await asyncio.wait_for(self.task, 10)
-
-    def alive(self) -> bool:
-        return not self.task.done()
-
-    def sets(self) -> list[tuple[str, dict]]:
-        return [(unit, props) for unit, _, props in self.fake.writes]
-
-    def memory(self, unit: str) -> dict | None:
-        u = self.fake.unit(unit)
-        return None if u is None else dict(u.memory)
-
-    def reconciles(self) -> float:
-        return self.metrics.registry.get_sample_value("memqos_reconcile_duration_seconds_count") or 0
-
-    async def settle(self, timeout: float = 5.0):
-        """Wake the daemon and wait until it has run a reconcile past this point."""
-        before = self.reconciles()
-        self.daemon.wake()
-        await until(lambda: self.reconciles() > before or self.task.done(), timeout)
-
-    def dbus(self, method: str, result: str) -> float:
-        return self.metrics.registry.get_sample_value("memqos_dbus_calls_total",
-                                                      {"method": method, "result": result}) or 0
-
-
-async def until(cond, timeout: float = 5.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
-
-
-def run(coro, timeout: float = 60):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 def start_units(fake, watch_or_none, *pods_and_units):
@@ -359,7 +142,7 @@ def test_half_written_json_pods_file_keeps_protections(fake_systemd, tmp_path):
 
 def test_yaml_pods_file_cut_after_a_pod_keeps_the_missing_pods_protection(fake_systemd, tmp_path):
     """A YAML pods file cut at a line end is valid YAML with fewer pods: the missing pod's slice
-    still runs, so its protection is carried over (snapshot.carry_over) and nothing is lowered."""
+    still runs, so its protection is carried over (intake.carry_over) and nothing is lowered."""
     start_units(fake_systemd, None, *BASE_UNITS, GUARANTEED, BURSTABLE)
     pods_file = tmp_path / "pods.yaml"
     full = yaml.safe_dump({"kind": "PodList", "items": [GUARANTEED, BURSTABLE]})
@@ -462,9 +245,9 @@ def test_kubelet_outage_of_many_polls_lowers_nothing(fake_systemd, tmp_path):
             assert h.alive()
             # The kubelet is back: the node is steady, nothing to send.
             h.source.items = [GUARANTEED, BURSTABLE]
-            h.daemon._want_fetch = True
+            h.fetch_now()
             await h.settle()
-            assert h.daemon.holding_reason is None
+            assert h.daemon.intake.holding is None
             assert protections(h, watched) == before
             FIGURES["failed polls"] = h.source.failures
     run(body())
@@ -549,7 +332,7 @@ def test_a_write_refused_at_any_position_of_a_batch_never_leaves_a_child_above_i
                 writes, errors = len(h.watch.writes), h.dbus("SetUnitProperties", "error")
                 h.watch.fail_in = fail_at
                 h.source.items = items
-                h.daemon._want_fetch = True
+                h.fetch_now()
                 if fail_at is not None:
                     await until_woken(h, lambda: h.dbus("SetUnitProperties", "error") > errors)
                 await until_woken(h, lambda: converged(h, items))
@@ -684,12 +467,12 @@ def test_churn_of_200_pods_never_writes_to_a_removed_unit_and_leaks_nothing(fake
             # between two reconciles, cached as "not loaded" (None) until the next full re-read
             # (test_units_that_came_and_went_leave_nothing_in_the_cache); the resync clears them.
             planned = set(h.daemon.last_plan.by_unit())
-            assert h.daemon._unknown_units == {}
-            assert h.daemon._refresh_units == set()
+            assert h.daemon.agenda.unknown_units == frozenset()
+            assert not h.daemon.agenda.has_units()
             live = set(fake_systemd._run(lambda: list(fake_systemd._units)))
             stale = {u: v for u, v in h.daemon.applier.observed.items() if u not in live and u not in planned}
             assert all(v is None for v in stale.values()), stale
-            h.daemon._want_full_refresh = True  # what the resync timer does every resyncInterval
+            h.reread()  # every unit read from systemd, as after a daemon-reload
             await h.settle()
             assert set(h.daemon.applier.observed) <= live | planned
             assert h.watch.violations == [], h.watch.violations[:5]
@@ -715,7 +498,6 @@ def test_units_that_came_and_went_leave_nothing_in_the_cache(fake_systemd, tmp_p
             for i in range(20):
                 p = pod(500 + i)
                 # Each pod lives less than a reconcile: both signals arrive before the daemon runs.
-                h.daemon._want_full_refresh = False
                 start_units(fake_systemd, None, p)
                 remove_units(fake_systemd, pod_scope(p), pod_slice(p))
                 gone += [pod_scope(p), pod_slice(p)]
@@ -794,8 +576,6 @@ def test_a_slice_taken_by_its_cgroup_id_and_removed_before_the_write_is_not_writ
     right after that ID was read. Whether the daemon has handled the UnitRemoved by the time of
     the write (then it sends nothing) or not (then the write goes to the ended run, is refused
     and creates nothing), the slice never comes back and the node converges without the pod."""
-    from memqos_systemd.systemd import read_invocation_id
-
     start_units(fake_systemd, None, *BASE_UNITS, GUARANTEED)
 
     async def body():
@@ -803,21 +583,22 @@ def test_a_slice_taken_by_its_cgroup_id_and_removed_before_the_write_is_not_writ
         name = pod_slice(NEWCOMER)
         removed: dict[str, int] = {}
 
-        def read_then_remove(path):
-            found = read_invocation_id(path)
-            if path.name == name and found is not None and not removed:
+        run_of = h.daemon.out.cgroupfs.run_of
+
+        def read_then_remove(unit):
+            found = run_of(unit)
+            if unit == name and found is not None and not removed:
                 fake_systemd.remove_unit(name)
                 removed[name] = len(fake_systemd.calls)
             return found
-        h.daemon.out.read_invocation = read_then_remove
+        h.daemon.out.cgroupfs.run_of = read_then_remove
         async with h:
             h.source.items = [GUARANTEED, NEWCOMER]
             fake_systemd.add_unit(name)
             await until(lambda: name in removed, timeout=5)
             await until(lambda: ("removed", name) in h.events, timeout=5)
             h.source.items = [GUARANTEED]
-            h.daemon._want_fetch = True
-            h.daemon.wake()  # not left to the next poll, 5 s away
+            h.fetch_now()  # not left to the next poll, 5 s away
             await until(lambda: h.memory("kubepods-burstable.slice")["MemoryLow"] == 0, timeout=10)
             await h.settle()
             assert h.alive()
@@ -851,8 +632,7 @@ def test_a_slice_removed_between_check_and_write_is_not_created_again(fake_syste
             errors = h.dbus("SetUnitProperties", "no_such_unit")
             removed = remove_units(fake_systemd, pod_slice(NEWCOMER))
             h.source.items = [GUARANTEED]
-            h.daemon._want_fetch = True
-            h.daemon.wake()  # not left to the next poll, 5 s away
+            h.fetch_now()  # not left to the next poll, 5 s away
             await until(lambda: h.dbus("SetUnitProperties", "no_such_unit") > errors, timeout=5)
             await h.settle()
             await h.settle()
@@ -890,8 +670,7 @@ def test_huge_requests_do_not_kill_the_daemon(fake_systemd, tmp_path):
     async def body():
         async with Harness(fake_systemd, tmp_path, [BURSTABLE]) as h:
             h.source.items = [BURSTABLE, *huge]
-            h.daemon._want_fetch = True
-            h.daemon.wake()
+            h.fetch_now()
             await asyncio.sleep(0.5)
             assert h.alive(), f"the daemon exited: {h.task.exception()!r}"
     run(body())

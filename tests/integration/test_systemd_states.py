@@ -125,7 +125,7 @@ def _applier_like_the_daemon(sd):
     from memqos_systemd.naming import Naming
 
     applier = Applier(sd, Naming("/"))
-    return applier, {"on_unit_removed": applier.forget}  # what Daemon._on_unit_removed does to the cache
+    return applier, {"on_unit_removed": applier.forget}  # what Daemon.on_unit_removed does to the cache
 
 
 def test_a_unit_removed_while_its_read_is_out_is_not_cached_again(fake_systemd):

@@ -24,7 +24,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memqos_systemd.naming import container_scope
+from memqos_systemd.naming import Naming, container_scope
 from memqos_systemd.pods import PodsError, parse_pods
 from memqos_systemd.plan import NodeFacts, PlanError, plan
 from memqos_systemd.sources import SourceError
@@ -32,7 +32,7 @@ from memqos_systemd.sources.file import FileSource
 
 from test_hostile_input import (  # noqa: I100 - tests/unit is on sys.path (rootdir conftest)
     BASE_UID, CGROUPS, CID_NEAR_MISSES, CONFIG_KEYS, CONFIGS, FOREIGN_UNITS, HEX, KEYS, NAME_PARTS, NASTY_TEXT,
-    NON_STR_JUNK, QUANTITY_TEXT, UID_NEAR_MISSES, Gi, assert_ours, check_config, check_pipeline, naming_for,
+    NON_STR_JUNK, QUANTITY_TEXT, UID_NEAR_MISSES, Gi, assert_ours, check_config, check_pipeline,
 )
 from prereq import require
 
@@ -286,7 +286,7 @@ def run_document(seed: int, hostile_names: bool) -> None:
         units = [u.unit for u in plan(pods, node, config).units]
     except (PodsError, PlanError):
         units = []
-    observed = build_observed(rng, units, naming_for(config))
+    observed = build_observed(rng, units, Naming.for_config(config))
     check_pipeline(doc, items, config, node, observed, traced=not hostile_names)
 
 
@@ -406,7 +406,7 @@ def test_fuzz_pods_file_bytes(tmp_path_factory, seed):
         return
     config = rng.choice(CONFIGS)
     p = plan(list(snap.pods), NodeFacts(64 * Gi), config)
-    naming = naming_for(config)
+    naming = Naming.for_config(config)
     for u in p.units:
         assert_ours(u.unit, naming, config)
 
@@ -418,7 +418,7 @@ def test_fuzz_unit_names(seed):
     TRIED["unit_names"] += 1
     rng = random.Random(seed)
     config = rng.choice(CONFIGS)
-    naming = naming_for(config)
+    naming = Naming.for_config(config)
     ours = [naming.node_slice(), *naming.root_slices(), naming.qos_slice("Burstable"),
             naming.pod_slice("Burstable", BASE_UID), container_scope(f"containerd://{HEX}")]
     for _ in range(20):

@@ -5,7 +5,7 @@ nobody should write, go through parse_pods -> plan -> diff (against an empty and
 observed state) -> reset_plan. Whatever comes in:
 
 * nothing raises but the documented errors (PodsError, SourceError, ConfigError, PlanError;
-  NamingError from `naming_for`, which the daemon catches on reload);
+  NamingError from `Naming.for_config`, which the daemon catches on reload);
 * every unit name in every plan and every change is one `Naming.parse_unit` accepts, is
   spelled `^[A-Za-z0-9:_.\\-]+\\.(slice|scope)$`, is never `-.slice`, and is the kubepods tree
   (cgroupRoot's slices, kubepods*.slice, runtime scopes of planned pods) or a configured
@@ -43,7 +43,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memqos_systemd.config import HIERARCHIES, POLICIES, Config, ConfigError, load_config, parse_config
-from memqos_systemd.daemon import naming_for
 from memqos_systemd.naming import RUNTIME_SCOPE_PREFIX, Naming, NamingError, container_scope, reserved_slice
 from memqos_systemd.plan import INFINITY, NodeFacts, PlanError, plan
 from memqos_systemd.pods import PodsError, parse_pods
@@ -427,7 +426,7 @@ def check_pipeline(doc, items, config: Config, node: NodeFacts, observed_extra=N
             or node.capacity < config.kube_reserved + config.system_reserved \
             + config.eviction_hard_memory.resolve(node.capacity), e
         return Outcome("plan", len(pods))
-    naming = naming_for(config)
+    naming = Naming.for_config(config)
     warnings = [*parse_warnings, *p.warnings]
 
     # --- the plan: our names only, a tree, values systemd takes.
@@ -540,7 +539,7 @@ def run_case(doc, items, config, node, data, traced=True) -> Outcome:
         planned = [u.unit for u in plan(pods, node, config).units]
     except (PodsError, PlanError):
         planned = []
-    observed = observed_states(data, planned, naming_for(config))
+    observed = observed_states(data, planned, Naming.for_config(config))
     return check_pipeline(doc, items, config, node, observed, traced)
 
 
@@ -593,7 +592,7 @@ NAME_PARTS = ["kubepods", "burstable", "besteffort", "pod", BASE_UID.replace("-"
 def test_parse_unit_accepts_only_names_of_ours(parts, config):
     """UnitNew/ListUnitsByPatterns names decide what the daemon refreshes and resets: a name
     parse_unit accepts must be one of ours."""
-    naming = naming_for(config)
+    naming = Naming.for_config(config)
     for name in ("".join(parts), "-".join(parts)):
         if naming.parse_unit(name) is not None:
             assert_ours(name, naming, config)
@@ -679,7 +678,7 @@ def check_config_error(e: ConfigError) -> None:
 
 
 def check_config(doc) -> str:
-    """parse_config -> naming_for -> plan -> diff: ConfigError/NamingError/PlanError or our names only."""
+    """parse_config -> Naming.for_config -> plan -> diff: ConfigError/NamingError/PlanError or our names only."""
     try:
         config = parse_config(doc, "fuzz.yaml")
     except ConfigError as e:
@@ -687,7 +686,7 @@ def check_config(doc) -> str:
         check_config_error(e)
         return "config"
     try:
-        naming = naming_for(config)
+        naming = Naming.for_config(config)
     except NamingError:
         with pytest.raises(PlanError):
             plan(PODS_FOR_CONFIGS, NodeFacts(64 * Gi), config)
@@ -781,7 +780,7 @@ def test_ten_mb_pod_list_through_the_file_source(tmp_path):
     snap = fetch_in_thread(FileSource(path))
     config = CONFIGS[2]
     p = plan(list(snap.pods), NodeFacts(1 << 40), config)
-    naming = naming_for(config)
+    naming = Naming.for_config(config)
     for u in p.units:
         assert_ours(u.unit, naming, config)
     assert len(snap.pods) == 20_000 and len(p.units) >= 40_000
@@ -889,7 +888,7 @@ def test_hostile_yaml_in_the_pods_file(tmp_path, text):
         for config in CONFIGS[:3]:
             p = plan(list(snap.pods), NodeFacts(16 * Gi), config)
             for u in p.units:
-                assert_ours(u.unit, naming_for(config), config)
+                assert_ours(u.unit, Naming.for_config(config), config)
     assert not os.path.exists(BOMB_TARGET), "a YAML tag ran a command"
 
 
@@ -963,7 +962,7 @@ def test_yaml_constructor_errors_are_config_errors(tmp_path, text):
 
 @pytest.mark.xfail(strict=True, reason="a YAML pods file cut at a line end is valid YAML with fewer pods or fewer "
                                        "fields, and it is trusted (a cut inside a line is refused: no final newline); "
-                                       "the daemon keeps every pod whose slice still runs (snapshot.carry_over), but a "
+                                       "the daemon keeps every pod whose slice still runs (intake.carry_over), but a "
                                        "cut that drops the last container's requests is a real gap: write pods files "
                                        "atomically, or use JSON")
 def test_truncated_yaml_pods_file_is_never_read_as_another_pod_list(tmp_path):
@@ -998,7 +997,7 @@ def test_config_errors_are_one_line():
 
 def test_reserved_slice_names_have_no_backslash():
     with pytest.raises((ConfigError, NamingError)):
-        naming_for(parse_config({"enforceNodeAllocatable": ["pods", "kube-reserved"],
+        Naming.for_config(parse_config({"enforceNodeAllocatable": ["pods", "kube-reserved"],
                                  "kubeReservedCgroup": "/a\\b.slice"}))
 
 

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from memqos_systemd.systemd import INVOCATION_XATTRS, invocation_path, read_invocation_id
+from memqos_systemd.cgroupfs import INVOCATION_XATTRS, read_invocation_id
+from memqos_systemd.systemd import invocation_path
 
 ID = bytes.fromhex("97e66e6d2f824c16a159ece09d4a56fb")
 
@@ -48,7 +49,8 @@ def test_no_attribute_no_directory_or_a_file_is_no_id(tmp_path):
 
 
 def test_the_kernels_memory_values_are_read_from_the_cgroup_files(tmp_path):
-    from memqos_systemd.systemd import UINT64_MAX, read_cgroup_memory
+    from memqos_systemd.cgroupfs import read_cgroup_memory
+    from memqos_systemd.quantity import UINT64_MAX
 
     d = cgroup(tmp_path)
     (d / "memory.min").write_text("0\n")
@@ -61,7 +63,7 @@ def test_the_kernels_memory_values_are_read_from_the_cgroup_files(tmp_path):
 
 @pytest.mark.parametrize("bad", ["", "-1\n", "12k\n", str(2**64) + "\n", "1 2\n"])
 def test_a_missing_or_unreadable_memory_file_gives_no_values(tmp_path, bad):
-    from memqos_systemd.systemd import read_cgroup_memory
+    from memqos_systemd.cgroupfs import read_cgroup_memory
 
     d = cgroup(tmp_path)
     assert read_cgroup_memory(d) is None  # no files at all

@@ -205,3 +205,18 @@ def test_parse_listen(listen, expect):
 def test_parse_listen_bad(listen):
     with pytest.raises(ValueError, match="metrics.listen"):
         parse_listen(listen)
+
+
+def test_no_metrics_answers_every_call_of_metrics():
+    """NoMetrics stands in for Metrics wherever there is no endpoint (the daemon never asks
+    `if metrics:`): every public method of one is a method of the other, with the same parameters."""
+    import inspect
+
+    from memqos_systemd.metrics import NoMetrics
+
+    skip = {"render", "serve"}  # the endpoint itself: only Metrics has one
+    calls = {n: inspect.signature(f) for n, f in inspect.getmembers(Metrics, inspect.isfunction)
+             if not n.startswith("_") and n not in skip}
+    noop = {n: inspect.signature(f) for n, f in inspect.getmembers(NoMetrics, inspect.isfunction)
+            if not n.startswith("_")}
+    assert noop == calls

@@ -10,8 +10,8 @@ import pytest
 
 from memqos_systemd import node
 from memqos_systemd.node import (
-    Finding, MemoryChange, MemoryWatcher, NodeError, cgroup_dir_of, check_node, kernel_version,
-    page_size, parse_mountinfo, read_meminfo, read_memory_events, systemd_version,
+    Finding, MemoryChange, MemoryWatcher, NodeError, check_node, kernel_version,
+    page_size, parse_mountinfo, read_meminfo, systemd_version,
 )
 from prereq import require
 
@@ -370,33 +370,8 @@ def test_watcher_real_pyudev_monitor():
 
 # ---------------------------------------------------------------- cgroup reads
 
-def test_cgroup_dir_of(tmp_path):
-    cg = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podx.slice"
-    assert cgroup_dir_of(cg, tmp_path) == tmp_path / "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podx.slice"
-    assert cgroup_dir_of(cg) == Path("/sys/fs/cgroup" + cg)
-    assert cgroup_dir_of("") is None and cgroup_dir_of(None) is None
-    assert cgroup_dir_of("/", tmp_path) == tmp_path
 
-
-@pytest.mark.parametrize("bad", ["relative.slice", "/a/../../etc", "/./x", "/a\0b"])
-def test_cgroup_dir_of_refuses_escapes(bad):
-    with pytest.raises(ValueError):
-        cgroup_dir_of(bad)
-
-
-def test_read_memory_events(tmp_path):
-    (tmp_path / "memory.events").write_text("low 3\nhigh 1207\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n")
-    assert read_memory_events(tmp_path) == {"low": 3, "high": 1207, "max": 0, "oom": 0, "oom_kill": 0,
-                                            "oom_group_kill": 0}
-
-
-def test_read_memory_events_gone_and_garbage(tmp_path):
-    assert read_memory_events(tmp_path / "vanished.scope") == {}
-    (tmp_path / "memory.events").write_text("high x\nweird\nmax 2\n")
-    assert read_memory_events(tmp_path) == {"max": 2}
-
-
-def test_node_module_never_writes_cgroup_files():
+def test_node_module_never_writes_files():
     import re
     src = Path(node.__file__).read_text()
     opens = re.findall(r"\bopen\(([^)]*)\)", src)

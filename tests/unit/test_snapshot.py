@@ -1,7 +1,7 @@
 """carry_over: a pod the source stops listing keeps its place while its slice still runs."""
 
 from memqos_systemd.pods import Container, Pod
-from memqos_systemd.snapshot import carry_over
+from memqos_systemd.intake import carry_over
 
 
 def pod(uid: str) -> Pod:

@@ -1263,3 +1263,138 @@ def listing(path, missing=None):
 
 
 __all__ += ["show", "read_file", "listing"]
+
+
+# ---- the real runtime: Debian's runc with --systemd-cgroup, as containerd drives it ----------------
+# containerd with `SystemdCgroup = true` runs every container, the pod's sandbox (pause) included,
+# with `runc --systemd-cgroup` and linux.cgroupsPath "<pod slice>:cri-containerd:<id>": runc then
+# makes cri-containerd-<id>.scope in the pod slice (StartTransientUnit, Delegate=yes), sends what it
+# can convert as unit properties (SetUnitProperties) and writes every setting to the cgroup's files
+# too. The containers run busybox-static from one read-only rootfs.
+RUNC = "/usr/sbin/runc"
+RUNC_STATE = "/run/memqos-e2e-runc"  # runc --root
+RUNC_DIR = "/run/memqos-e2e-bundles"
+RUNC_ROOTFS = os.path.join(RUNC_DIR, "rootfs")
+# A current kubelet (>= 1.28 on cgroup v2, swap off): the whole container is killed on OOM, no swap.
+KUBELET_UNIFIED = {"memory.oom.group": "1", "memory.swap.max": "0"}
+
+
+def _runc(*args, check=True, timeout=60, detach=False):
+    """runc with our state dir and the systemd driver. A detached container keeps runc's stdio
+    (terminal: false), so `run --detach` gets /dev/null and a log file instead of pipes, which
+    would never see their end."""
+    log_file = os.path.join(RUNC_DIR, "runc.log")
+    os.makedirs(RUNC_DIR, exist_ok=True)
+    cmd = [RUNC, "--root", RUNC_STATE, "--log", log_file, "--systemd-cgroup", *args]
+    if detach:
+        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           timeout=timeout)
+        with open(log_file) as f:
+            p.stderr = f.read()[-300:]
+        p.stdout = ""
+    else:
+        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"runc {' '.join(args)}: exit {p.returncode}: {p.stderr.strip()[:300]}")
+    return p
+
+
+def _runc_rootfs():
+    if not os.path.exists(os.path.join(RUNC_ROOTFS, "bin", "busybox")):
+        for d in ("bin", "proc", "dev", "sys", "tmp"):
+            os.makedirs(os.path.join(RUNC_ROOTFS, d), exist_ok=True)
+        import shutil
+        shutil.copy2("/bin/busybox", os.path.join(RUNC_ROOTFS, "bin", "busybox"))
+    return RUNC_ROOTFS
+
+
+def runc_run(pod_slice, container_id=None, *, limit=None, swap=None, unified=None,
+             args=("/bin/busybox", "sleep", "100000")):
+    """Run a container as containerd would for a pod: detached, in cri-containerd-<id>.scope under
+    `pod_slice`, with linux.resources.memory {limit, swap} and the `unified` map (cgroup v2 files,
+    e.g. KUBELET_UNIFIED). Returns {'id', 'scope', 'bundle'} once `runc run -d` has returned, i.e.
+    once runc has written every setting."""
+    import atexit
+
+    container_id = container_id or new_container_id()
+    bundle = os.path.join(RUNC_DIR, container_id)
+    os.makedirs(bundle, exist_ok=True)
+    _runc("spec", "--bundle", bundle)
+    with open(os.path.join(bundle, "config.json")) as f:
+        spec = json.load(f)
+    spec["process"]["terminal"] = False
+    spec["process"]["args"] = list(args)
+    spec["root"] = {"path": _runc_rootfs(), "readonly": True}
+    spec["linux"]["cgroupsPath"] = f"{pod_slice}:cri-containerd:{container_id}"
+    resources = spec["linux"].setdefault("resources", {})
+    memory = {k: v for k, v in (("limit", limit), ("swap", swap)) if v is not None}
+    if memory:
+        resources["memory"] = memory
+    if unified:
+        resources["unified"] = dict(unified)
+    with open(os.path.join(bundle, "config.json"), "w") as f:
+        json.dump(spec, f)
+    if not _runc_cleanup_registered:
+        atexit.register(runc_delete_all)
+        _runc_cleanup_registered.append(True)
+    _runc("run", "--detach", "--bundle", bundle, container_id, detach=True)
+    return {"id": container_id, "scope": f"cri-containerd-{container_id}.scope", "bundle": bundle}
+
+
+_runc_cleanup_registered = []
+
+
+def runc_update(container_id, *, limit=None, swap=None, unified=None):
+    """`runc update --resources <json>` as containerd's shim sends the kubelet's
+    UpdateContainerResources (a resize, the kubelet's resource resync): memory {limit, swap} and
+    the `unified` map, which a current kubelet sends again (KUBELET_UNIFIED). runc 1.1 replaces
+    the container's unified map with the request's (update.go), so an update without it, like
+    `runc update --memory X`, loses memory.oom.group: systemd's re-apply of the scope sets 0 and
+    runc no longer writes 1 after it."""
+    resources = {"memory": {k: v for k, v in (("limit", limit), ("swap", swap)) if v is not None}}
+    if unified:
+        resources["unified"] = dict(unified)
+    path = os.path.join(RUNC_DIR, f"update-{container_id}.json")
+    with open(path, "w") as f:
+        json.dump(resources, f)
+    _runc("update", "--resources", path, container_id)
+
+
+def runc_delete(container_id):
+    """Kill and delete a container (its scope goes with it)."""
+    _runc("kill", container_id, "KILL", check=False)
+    _runc("delete", "--force", container_id, check=False)
+
+
+def runc_delete_all():
+    p = _runc("list", "--quiet", check=False)
+    for cid in p.stdout.split():
+        runc_delete(cid)
+
+
+def cgroup_settings(unit):
+    """Every setting file of the unit's cgroup as the kernel shows it now: {file: text}. Settings
+    are the writable files of the controllers (cpu.*, io.*, memory.*, pids.*, ...), not cgroup.*
+    core files; write-only files (memory.reclaim) and the PSI files (*.pressure) are left out."""
+    import stat
+
+    base = cgroup_path(unit)
+    out = {}
+    for name in sorted(os.listdir(base)):
+        if name.startswith("cgroup."):
+            continue
+        path = os.path.join(base, name)
+        mode = os.stat(path).st_mode
+        if (not stat.S_ISREG(mode) or not mode & stat.S_IWUSR or not mode & stat.S_IRUSR
+                or name.endswith(".pressure")):  # PSI: writable to register triggers, read as stats
+            continue
+        try:
+            with open(path) as f:
+                out[name] = f.read().strip()
+        except OSError:
+            continue
+    return out
+
+
+__all__ += ["RUNC", "KUBELET_UNIFIED", "runc_run", "runc_update", "runc_delete", "runc_delete_all",
+            "cgroup_settings"]

@@ -1,0 +1,346 @@
+"""The agenda: what the daemon should do next, and when to look again. Pure.
+
+Written like plan.py: no I/O, no clock (`now` is passed in), no globals. The daemon's event
+handlers are one-line transitions here (`unit_new`, `unit_removed`, `job_done`,
+`systemd_changing`, `overflow`, `kubelet_started`, `reload_asked`, ...); its loop asks `due(now)`
+what is due, `timeout(now)` how long it may sleep, takes the work it does (`take_refresh`,
+`take_units`, `fetch_started`) and puts back what a failed step did not do (`put_back_refresh`,
+`put_back_units`). So every interleaving of events and timers is a table test
+(tests/unit/test_agenda.py), with no bus, threads or sleeps.
+
+What is re-read from systemd first is one ordered value, `Refresh`: a merge of what is asked is
+the larger of the two, and its `levels` and `trust_kernel` follow from it.
+
+Why each rule (the numbers are below, each with its reason):
+* The resync timer re-reads the node, QoS and reserved slices every `resyncInterval`, and every
+  unit every FULL_RESYNC_EVERY-th time; events that may have changed what systemd holds
+  (start, reconnect, daemon-reload, systemd's return, a config reload, dropped signals) re-read
+  every unit from systemd itself, and a kubelet start the slices it rewrites.
+* While systemd reloads, and for SYSTEMD_SETTLE after, nothing is read or written: units read
+  back half-loaded. A reload that never reports its end still ends at the next resync.
+* Until the full re-read after such an event, the cache is `in_doubt`: a daemon-reload announces
+  every unit removed, then new (a re-exec only removed), and the cache forgets each.
+* A new pod or container unit the pod source has not described yet makes it ask again soon
+  (FAST_POLL_FIRST, doubling to the poll interval), for UNKNOWN_UNIT_PATIENCE.
+* Right after the kubelet starts, a failed fetch is tried again every KUBELET_START_RETRY.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Collection, Iterable
+
+__all__ = [
+    "Agenda", "Due", "Refresh", "LIGHT_LEVELS", "FULL_RESYNC_EVERY", "SYSTEMD_SETTLE", "UNKNOWN_UNIT_PATIENCE",
+    "FAST_POLL_FIRST", "KUBELET_START_PATIENCE", "KUBELET_START_RETRY", "SOURCE_WATCH_INTERVAL",
+    "KERNEL_WATCH_INTERVAL",
+]
+
+# Every FULL_RESYNC_EVERY-th timer resync reads every unit, pod slices and container scopes
+# included; the others only the node, QoS and reserved slices (listed by name). In between, a
+# unit the cache lacks is found only by its UnitNew. The values of our units change only through
+# our writes, a reload (which reads all) or a third party; listing and reading the ~220 pod and
+# container units of a 110-pod node every minute was most of the daemon's idle CPU
+# (docs/BENCHMARKS.md), and every 10th time it was still the largest part after the kubelet poll
+# (1.1 of 3.8 CPU s an hour, natively): at the default interval a third party's change to a pod
+# slice or scope is put right within 15 min. Of the units a timer resync lists, only those whose
+# cgroup does not show the cached values are read over D-Bus (Applier.refresh_all(trust_kernel)).
+FULL_RESYNC_EVERY = 15
+LIGHT_LEVELS = frozenset({"node", "qos", "reserved"})
+# After a daemon-reload or re-exec, how long systemd is left to settle before we read again.
+SYSTEMD_SETTLE = 1.0
+# How long a new unit the pod source does not know yet makes us poll it fast (a container scope
+# exists a moment before the kubelet reports its ID; init container scopes are never planned).
+UNKNOWN_UNIT_PATIENCE = 10.0
+# Meanwhile the pod source is asked again after 0.1 s, then 0.2, 0.4, ... up to the poll interval;
+# a new unknown unit starts that over. A fetch serves every unit announced before it started, so
+# in a burst of new pods the source is asked at most once every FAST_POLL_FIRST seconds.
+FAST_POLL_FIRST = 0.1
+# After kubelet.service starts, its /pods may not answer for a while (it is still starting): for
+# this long, a failed fetch is tried again every KUBELET_START_RETRY seconds, not at the next poll.
+KUBELET_START_PATIENCE = 30.0
+KUBELET_START_RETRY = 0.25
+# A pods file is looked at this often for edits (its stat; the source says whether it changed).
+SOURCE_WATCH_INTERVAL = 1.0
+# The node, QoS and reserved slices' memory.min/low/high are read this often from their cgroups
+# (a few pread calls on descriptors kept open): a value someone else wrote through systemd shows
+# there at once, and systemd sends no PropertiesChanged for it (252: the cgroup properties are
+# not marked EMITS_CHANGE; e2e 55-foreign-writer records it). A v1.37 kubelet with its own
+# Memory QoS gate on rewrites kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow
+# every minute: found within this, put back within a round (issue 15's goal: below the plan for
+# at most 5 % of the time).
+KERNEL_WATCH_INTERVAL = 1.0
+
+
+class Refresh(enum.IntEnum):
+    """What to re-read from systemd before the next round, in order: a merge takes the larger."""
+
+    NONE = 0
+    TIMER_LIGHT = 1  # the resync timer: node, QoS and reserved slices; a cgroup showing the cache is trusted
+    LIGHT = 2  # a kubelet start: the slices it rewrites, each read from systemd
+    TIMER_FULL = 3  # every FULL_RESYNC_EVERY-th timer resync: every unit; cgroups showing the cache trusted
+    FULL = 4  # start, reconnect, daemon-reload, systemd's return, config reload, dropped signals
+
+    @property
+    def levels(self) -> frozenset[str] | None:
+        """The levels to read (Applier.refresh_all(levels=...)); None: every unit."""
+        return LIGHT_LEVELS if self in (Refresh.TIMER_LIGHT, Refresh.LIGHT) else None
+
+    @property
+    def trust_kernel(self) -> bool:
+        """Whether a unit whose cgroup shows the cached values keeps them without a read."""
+        return self in (Refresh.TIMER_LIGHT, Refresh.TIMER_FULL)
+
+
+@dataclass(frozen=True)
+class Due:
+    reload: bool = False  # a config reload was asked for (SIGHUP)
+    quiet: bool = False  # systemd is reloading or has just come back: no reads, no writes
+    resync: bool = False  # the resync timer has come round (node memory is read again too)
+    refresh: Refresh = Refresh.NONE  # what to re-read from systemd first
+    fetch: bool = False  # ask the pod source
+
+
+class Agenda:
+    """Events and timers of one daemon. Times are the daemon's clock (monotonic seconds)."""
+
+    def __init__(self, *, resync_interval: float, poll_interval: float, watch_source: bool = False):
+        self.resync_interval = resync_interval
+        self.poll_interval = poll_interval
+        self.watch_source = watch_source  # the pod source can say it changed (a pods file)
+        self._reload = False
+        self._reloading = False  # between systemd's Reloading(true) and Reloading(false)
+        self._pending = Refresh.FULL  # at start, everything is read from systemd
+        self._light_resyncs = 0  # resyncs since the last full one
+        self._next_resync = 0.0
+        self._quiet_until = 0.0
+        self._want_fetch = True
+        self._source_changed = False
+        self._next_poll = 0.0
+        self._fetch_started = float("-inf")
+        self._fetch_ended = float("-inf")
+        self._fetch_failing = False
+        self._fast_poll = FAST_POLL_FIRST
+        self._kubelet_started = float("-inf")
+        # New pod/container units the pod source has not described yet -> when we stop asking.
+        self._unknown: dict[str, float] = {}
+        self._unknown_new = False  # one came since the last fetch started
+        self._new: set[str] = set()  # UnitNew: read state and properties
+        self._started: set[str] = set()  # JobRemoved: read the state again
+
+    # ---- events ---------------------------------------------------------------------------
+    def unit_new(self, name: str, level: str, now: float, planned: bool) -> None:
+        """A unit of ours was loaded. `planned`: the last plan names it (True while no plan yet)."""
+        self._new.add(name)
+        if level in ("pod", "container") and not planned:
+            # The kubelet has not told us about it yet: ask now, and again soon.
+            self._unknown[name] = now + UNKNOWN_UNIT_PATIENCE
+            self._unknown_new = True
+
+    def unit_removed(self, name: str, level: str) -> None:
+        self._unknown.pop(name, None)
+        self._new.discard(name)
+        self._started.discard(name)
+        if level == "pod":
+            self._want_fetch = True  # a pod kept only because its slice ran can go now
+
+    def job_done(self, name: str) -> None:
+        """A start job of a unit of ours ended: UnitNew comes when a unit is loaded, before it
+        runs, and a pod or container unit is only written once it runs: look at its state again."""
+        self._started.add(name)
+
+    def kubelet_started(self, now: float) -> None:
+        """What a kubelet start rewrites are the kubepods and QoS slices (docs/PACKAGING.md): those
+        are read again from systemd, and the pods. Its pod slices and scopes come and go with
+        UnitNew/UnitRemoved: re-reading them all cost a GetAll per unit in PID 1's queue at the
+        moment a node's pods start (issue 6), and drift on them is found by the full resync."""
+        self._kubelet_started = now
+        self._pending = max(self._pending, Refresh.LIGHT)
+        self._want_fetch = True
+
+    def systemd_changing(self, active: bool, now: float) -> None:
+        """systemd's Reloading(active). While it reloads, units read back half-loaded (defaults, or
+        not loaded at all): nothing is read or written until it is done and has settled; then
+        every unit is read from systemd. A reload that never reports its end still ends at the
+        next resync (a lost Reloading(false) must not stop us for good)."""
+        self._reloading = active
+        if active:
+            self._quiet_until = now + self.resync_interval
+        else:
+            self._quiet_until = now + SYSTEMD_SETTLE
+            self.reread()
+
+    def systemd_returned(self, now: float) -> None:
+        """systemd is back on the bus (re-executed): like the end of a reload."""
+        self.systemd_changing(False, now)
+
+    def overflow(self) -> None:
+        """systemd's unit signals came faster than they were handled; some were dropped."""
+        self.reread()
+        self._want_fetch = True
+
+    def connected(self) -> None:
+        """A new connection to systemd: what it holds is read afresh."""
+        self.reread()
+
+    def reread(self, kind: Refresh = Refresh.FULL) -> None:
+        """Re-read what systemd holds before the next round (every unit, from systemd, by default)."""
+        self._pending = max(self._pending, kind)
+
+    def kernel_drift(self) -> None:
+        """A node, QoS or reserved slice's cgroup no longer shows what the cache holds for it:
+        someone wrote it through systemd. Read those slices from systemd again (not trusting the
+        kernel), so the next diff puts ours back."""
+        self.reread(Refresh.LIGHT)
+
+    def resync_now(self) -> None:
+        """The resync timer comes round at the next step (the next deadline counts from then)."""
+        self._next_resync = float("-inf")
+
+    def reload_asked(self) -> None:
+        self._reload = True
+
+    def reload_taken(self) -> None:
+        self._reload = False
+
+    def config_changed(self, now: float, *, resync_interval: float, poll_interval: float,
+                       watch_source: bool, source_changed: bool) -> None:
+        """A config reload took effect: every unit is read again, the pods too if their source
+        changed. A shorter resyncInterval counts from now: the deadline set with the old one could
+        be up to that interval away (60 s by default; measured in the VM, 32-resync-kernel)."""
+        self.resync_interval, self.poll_interval, self.watch_source = resync_interval, poll_interval, watch_source
+        self._next_resync = min(self._next_resync, now + resync_interval)
+        self.reread()
+        if source_changed:
+            self._want_fetch = True
+
+    def source_changed(self) -> None:
+        """The pod source says its document changed (a pods file edited)."""
+        self._source_changed = True
+
+    def fetch_now(self) -> None:
+        """Ask the pod source at the next step (also: a pod list fetched while the cache was in
+        doubt, asked for again after the re-read)."""
+        self._want_fetch = True
+
+    # ---- what is due ----------------------------------------------------------------------
+    def due(self, now: float) -> Due:
+        resync = now >= self._next_resync
+        return Due(reload=self._reload, quiet=now < self._quiet_until, resync=resync,
+                   refresh=max(self._pending, self._timer_refresh()) if resync else self._pending,
+                   fetch=self._fetch_due(now))
+
+    def _timer_refresh(self) -> Refresh:
+        return Refresh.TIMER_FULL if self._light_resyncs + 1 >= FULL_RESYNC_EVERY else Refresh.TIMER_LIGHT
+
+    def _fetch_due(self, now: float) -> bool:
+        return (self._want_fetch or self._source_changed or now >= self._next_poll
+                or now >= self._fast_poll_at() or now >= self._retry_at(now))
+
+    def _fast_poll_at(self) -> float:
+        """When to ask the pod source about units it has not described yet."""
+        if not self._unknown:
+            return float("inf")
+        if self._unknown_new:
+            return self._fetch_started + FAST_POLL_FIRST  # at once, unless a fetch has just started
+        return self._fetch_started + self._fast_poll
+
+    def _retry_at(self, now: float) -> float:
+        """When to ask a kubelet that has just started, and did not answer, again."""
+        if self._fetch_failing and now < self._kubelet_started + KUBELET_START_PATIENCE:
+            return self._fetch_ended + KUBELET_START_RETRY
+        return float("inf")
+
+    def timeout(self, now: float) -> float:
+        """How long the daemon may sleep before something is due (an event wakes it earlier)."""
+        wake = min(self._next_poll, self._next_resync, self._fast_poll_at(), self._retry_at(now))
+        if self.watch_source:
+            wake = min(wake, now + SOURCE_WATCH_INTERVAL)
+        if now < self._quiet_until:
+            wake = min(wake, self._quiet_until)
+        return max(wake - now, 0.0)
+
+    def in_doubt(self, now: float) -> bool:
+        """Whether the cache may lack units systemd holds until the next full re-read: systemd is
+        reloading or has just come back, or signals were dropped. Asked by a step that awaited (the
+        pods, reads) after its own re-read: what it took from the cache meanwhile (a pod list's
+        carry-over, a diff) waits for the next."""
+        return now < self._quiet_until or self._pending is Refresh.FULL
+
+    @property
+    def systemd_reloading(self) -> bool:
+        """systemd said it is reloading and has not said it is done."""
+        return self._reloading
+
+    @property
+    def unknown_units(self) -> frozenset[str]:
+        """New pod and container units the pod source has not described yet (asked about soon)."""
+        return frozenset(self._unknown)
+
+    def has_units(self) -> bool:
+        """Units announced (UnitNew, JobRemoved) and not read yet."""
+        return bool(self._new or self._started)
+
+    # ---- taking work, and putting back what a failed step did not do ------------------------
+    def take_refresh(self, now: float) -> tuple[Refresh, frozenset[str]]:
+        """The re-read to do now (the resync timer's, if it has come round, merged in), and the
+        announced units it serves: a full re-read from systemd reads every unit announced before it
+        started (a daemon-reload announces them all just before its re-read; reading each again in
+        the round cost a second GetAll per unit). One announced while it awaits stays queued. (A
+        trusting re-read may keep a cached unit unread, so it serves none.)"""
+        if now >= self._next_resync:
+            self._pending = max(self._pending, self._timer_refresh())
+            self._next_resync = now + self.resync_interval
+        kind, self._pending = self._pending, Refresh.NONE
+        served = frozenset(self._new) if kind is Refresh.FULL else frozenset()
+        self._new -= served
+        return kind, served
+
+    def put_back_refresh(self, kind: Refresh, served: Iterable[str] = ()) -> None:
+        self._pending = max(self._pending, kind)
+        self._new |= set(served)
+
+    def refreshed(self, kind: Refresh) -> None:
+        """A re-read of `kind` has been done."""
+        if kind >= Refresh.TIMER_FULL:
+            self._light_resyncs = 0
+        elif kind is not Refresh.NONE:
+            self._light_resyncs += 1
+
+    def take_units(self) -> tuple[set[str], set[str]]:
+        """(units announced new, units whose start job ended) not read yet, for this round. Taken
+        before the round awaits: one announced meanwhile stays queued for the next."""
+        new, started = self._new, self._started
+        self._new, self._started = set(), set()
+        return new, started
+
+    def put_back_units(self, new: Iterable[str], started: Iterable[str]) -> None:
+        """Units of a round that did not read them (a failed read, a round dropped): read next time."""
+        self._new |= set(new)
+        self._started |= set(started)
+
+    def fetch_started(self, now: float) -> None:
+        """A fetch serves every unit announced so far. Fast polls for unknown units back off only
+        while nothing new arrives: in a burst every pod brings new ones."""
+        self._want_fetch = self._source_changed = False
+        self._fetch_started = now
+        if self._unknown_new:
+            self._fast_poll = FAST_POLL_FIRST
+        elif self._unknown:
+            self._fast_poll = min(self._fast_poll * 2, self.poll_interval)
+        self._unknown_new = False
+
+    def fetch_ended(self, now: float, ok: bool) -> None:
+        self._fetch_failing = not ok
+        self._fetch_ended = now
+        self._next_poll = now + self.poll_interval
+
+    @property
+    def fetch_failing(self) -> bool:
+        return self._fetch_failing
+
+    def planned(self, names: Collection[str], now: float) -> None:
+        """A plan names these units: they are no longer unknown; nor is one asked about too long."""
+        if self._unknown:
+            self._unknown = {n: t for n, t in self._unknown.items() if n not in names and t > now}

@@ -1,0 +1,350 @@
+"""The cgroup2 file system: everything we read from /sys/fs/cgroup, and the one file we write.
+
+systemd owns the cgroups of its units: every value of ours goes through D-Bus (systemd.py).
+This module only reads what the kernel holds, with one exception, written down in
+docs/DESIGN.md ("The one file we write"): a container scope's `memory.oom.group`.
+
+Where a unit's cgroup is (`cgroup_path`, `Cgroupfs.dir_of`): a slice's place follows from its
+name; a container scope sits in its pod slice, which the plan names (`Cgroupfs.place`) or, with
+no plan (`reset`), a search of the kubepods tree finds. What is read there:
+
+* `user.invocation_id` (`read_invocation_id`, `Cgroupfs.run_of`): the run systemd started a slice
+  as, put on its cgroup as it starts it (systemd.py's docstring; e2e 12-invocation-path X).
+* memory.min/low/high (`read_cgroup_memory`, `Cgroupfs.kernel_values`, `Cgroupfs.shows`): what
+  systemd applied, page-rounded by the kernel.
+* memory.events (`read_events_file`, `Cgroupfs.container_events`): the throttling metric.
+* memory.swap.max and memory.oom.group (`Cgroupfs.runtime_settings`): see below.
+
+Why that file
+-------------
+A write of ours to a unit makes systemd re-apply all of that unit's cgroup settings from its own
+state (src/core/cgroup.c `cgroup_context_apply`, systemd 252: every invalidated unit is realized
+again with its whole target mask). For the memory controller that rewrites `memory.min`,
+`memory.low`, `memory.high`, `memory.max`, `memory.swap.max` and `memory.oom.group`. A runtime
+that wrote one of those only to the file loses it:
+
+- `memory.swap.max`: runc (1.1, Debian bookworm) sends `MemorySwapMax` to systemd only when the
+  converted value is not 0; with swap = limit (an older kubelet's setting) it writes 0 to the file
+  alone. systemd has a property for it, so we send the file's value as `MemorySwapMax` in the
+  same call as ours (`runtime_settings`, used by the Applier): systemd then holds it, and it also
+  survives a daemon-reload, which it did not before us.
+- `memory.oom.group`: the kubelet asks for 1 (kill the whole container on OOM) since 1.28; runc
+  1.1 writes it to the file only. systemd derives it from `OOMPolicy=`, which it accepts for a
+  scope only while the scope is being created (src/core/dbus-scope.c: transient properties only
+  in UNIT_STUB); runc scopes have `Delegate=yes`, hence OOMPolicy=continue, hence 0. No property
+  can carry it afterwards, so after our write the file is put back to 1 (`restore_oom_group`),
+  only where the runtime had set 1 and the re-apply made it 0. Newer runc (opencontainers/cgroups
+  with its PR #41, on systemd >= 253) passes OOMPolicy=kill at creation: systemd then writes 1
+  itself and nothing is restored.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .quantity import UINT64_MAX
+
+__all__ = [
+    "Cgroupfs", "RuntimeSettings", "INVOCATION_XATTRS", "ROOT", "cgroup_path", "plan_cgroup_paths",
+    "dir_of_control_group", "read_value", "read_invocation_id", "read_cgroup_memory", "read_events_file",
+    "read_memory_events",
+]
+
+ROOT = Path("/sys/fs/cgroup")
+_MAX_FILE_BYTES = 64
+# Where systemd puts a started unit's invocation ID on its cgroup directory; user.* first, as
+# the service runs without capabilities (trusted.* is invisible without CAP_SYS_ADMIN).
+INVOCATION_XATTRS = ("user.invocation_id", "trusted.invocation_id")
+_HEX = frozenset("0123456789abcdef")
+_MEMORY_FILES = {"MemoryMin": "memory.min", "MemoryLow": "memory.low", "MemoryHigh": "memory.high"}
+
+
+# ---- where a unit's cgroup is ----------------------------------------------------------------
+def cgroup_path(unit: str, parent_path: str | None = None) -> str:
+    """Where systemd puts a unit's cgroup, relative to the cgroup2 mount.
+
+    A slice's place follows from its name (`a-b-c.slice` -> `a.slice/a-b.slice/a-b-c.slice`);
+    a scope sits in its parent slice, which the caller passes as `parent_path`.
+    """
+    if unit.endswith(".slice"):
+        parts = unit[: -len(".slice")].split("-")
+        return "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
+    return f"{parent_path}/{unit}" if parent_path else unit
+
+
+def plan_cgroup_paths(units: Iterable[Any]) -> dict[str, str]:
+    """cgroup paths for planned units (objects with .unit and .parent), parents first."""
+    paths: dict[str, str] = {}
+    for u in units:
+        paths[u.unit] = cgroup_path(u.unit, paths.get(u.parent) if u.parent else None)
+    return paths
+
+
+def dir_of_control_group(control_group: str | None, root: str | os.PathLike = ROOT) -> Path | None:
+    """systemd's ControlGroup property ('/kubepods.slice/...') -> its directory under `root`.
+    None for an empty value (the unit has no cgroup: inactive). ValueError for a path that
+    is not absolute or would leave `root`."""
+    if not control_group:
+        return None
+    if not control_group.startswith("/") or "\0" in control_group:
+        raise ValueError(f"control group {control_group!r} is not an absolute cgroup path")
+    parts = [p for p in control_group.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        raise ValueError(f"control group {control_group!r} contains '.' or '..'")
+    return Path(root).joinpath(*parts)
+
+
+# ---- reading one cgroup ------------------------------------------------------------------------
+def read_value(path: str | os.PathLike) -> int | None:
+    """A one-number cgroup file ("max" is UINT64_MAX); None when absent or not a number."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(_MAX_FILE_BYTES).strip()
+    except OSError:
+        return None
+    if text == b"max":
+        return UINT64_MAX
+    if text.isdigit() and int(text) <= UINT64_MAX:
+        return int(text)
+    return None
+
+
+def read_invocation_id(cgroup_dir: str | os.PathLike) -> bytes | None:
+    """The invocation ID systemd wrote on a unit's cgroup directory when it started the unit
+    (systemd.py's docstring), as 16 bytes; None when there is none (not started, the cgroup is
+    gone, or this systemd does not set it) or it is not 32 hex digits. No D-Bus call."""
+    for name in INVOCATION_XATTRS:
+        try:
+            raw = os.getxattr(cgroup_dir, name)
+        except OSError:
+            continue
+        text = raw.decode("ascii", "replace")
+        if len(text) == 32 and _HEX.issuperset(text) and text != "0" * 32:
+            return bytes.fromhex(text)
+    return None
+
+
+def read_cgroup_memory(cgroup_dir: str | os.PathLike) -> dict[str, int] | None:
+    """MemoryMin/MemoryLow/MemoryHigh as the kernel holds them for a cgroup (memory.min,
+    memory.low, memory.high; "max" is infinity): for a slice systemd has just realized, what it
+    applied from the unit's properties, read without a D-Bus call. None when a file is missing
+    or not a number. Differs from systemd's own values only where systemd derives the kernel's
+    (a parent's DefaultMemoryLow=/DefaultMemoryMin=, page rounding); the full re-read over D-Bus
+    corrects what that hides."""
+    values = {}
+    for name, file in _MEMORY_FILES.items():
+        value = read_value(os.path.join(cgroup_dir, file))
+        if value is None:
+            return None
+        values[name] = value
+    return values
+
+
+def read_events_file(path: str | os.PathLike, limit: int = 64 * 1024) -> dict[str, int]:
+    """A flat-keyed cgroup file such as memory.events -> {"low": n, "high": n, "max": n, ...}.
+    {} when the cgroup is gone (a container that just exited); malformed lines are skipped.
+    With plain os calls: the daemon reads every container's file every 15 s."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            chunks, size = [], 0
+            while size < limit:
+                chunk = os.read(fd, limit - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        finally:
+            os.close(fd)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    except OSError as e:
+        if e.errno == errno.ENODEV:  # the cgroup was removed while we read it
+            return {}
+        raise
+    text = b"".join(chunks).decode("utf-8", "replace")
+    out = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[1].isdigit():
+            out[fields[0]] = int(fields[1])
+    return out
+
+
+def read_memory_events(cgroup_dir: str | os.PathLike, name: str = "memory.events") -> dict[str, int]:
+    """`memory.events` (or memory.events.local) of a cgroup directory (read_events_file)."""
+    return read_events_file(os.path.join(cgroup_dir, name))
+
+
+def kernel_shows(kernel: Mapping[str, int], held: Mapping[str, int], page_size: int) -> bool:
+    """Whether memory.min/low/high as the kernel shows them are `held` (MemoryMin/Low/High as
+    systemd holds them): the kernel stores each rounded down to a page, infinity as is."""
+    return all(prop in held and kernel.get(prop) == (held[prop] if held[prop] == UINT64_MAX
+                                                     else held[prop] // page_size * page_size)
+               for prop in _MEMORY_FILES)
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """What a unit's cgroup holds of the settings systemd re-applies that are not ours.
+    None: the file is absent (no swap accounting, an older kernel) or unreadable."""
+
+    swap_max: int | None
+    oom_group: int | None
+
+
+@dataclass(frozen=True)
+class _Placed:
+    plan: Any
+    dirs: Mapping[str, Path]  # container scope -> its cgroup directory
+    events: tuple[tuple[str, str], ...]  # (container scope, its memory.events path)
+
+
+class Cgroupfs:
+    """The cgroup2 mount at `root`, for the units of one node."""
+
+    def __init__(self, root: str | os.PathLike = ROOT):
+        self.root = Path(root)
+        self._placed: _Placed | None = None
+        self._found: dict[str, Path] = {}  # scopes found by searching
+        self._watched: dict[str, dict[str, int]] = {}  # unit -> {property: open descriptor} (watch)
+
+    def place(self, plan: Any) -> None:
+        """Learn where a plan's container scopes are (in their pod slices). Made once per plan
+        object; asked from the daemon's loop and from the memory.events thread."""
+        if self._placed is not None and self._placed.plan is plan:
+            return
+        paths = plan_cgroup_paths(plan.units)
+        dirs = {u.unit: self.root / paths[u.unit] for u in plan.units if u.level == "container"}
+        self._placed = _Placed(plan, dirs, tuple((unit, str(d / "memory.events")) for unit, d in dirs.items()))
+
+    def dir_of(self, unit: str) -> Path | None:
+        """Where a unit's cgroup is: a slice's place follows from its name, a scope's from the
+        placed plan, or else from a search of the tree. None for a scope not found."""
+        if unit.endswith(".slice"):
+            return self.root / cgroup_path(unit)
+        placed = self._placed
+        if placed is not None and unit in placed.dirs:
+            return placed.dirs[unit]
+        found = self._found.get(unit)
+        if found is not None and found.is_dir():
+            return found
+        found = self._search(unit)
+        if found is not None:
+            self._found[unit] = found
+        return found
+
+    def _search(self, scope: str) -> Path | None:
+        # Container scopes sit in a pod slice, one or two slices below the top: kubepods.slice/
+        # [kubepods-<qos>.slice/]kubepods-...-pod<uid>.slice/<scope> (or under cgroupRoot).
+        for pattern in (f"*/*/{scope}", f"*/*/*/{scope}", f"*/*/*/*/{scope}"):
+            for hit in self.root.glob(pattern):
+                if hit.is_dir():
+                    return hit
+        return None
+
+    def forget(self, unit: str) -> None:
+        self._found.pop(unit, None)
+
+    def run_of(self, unit: str) -> bytes | None:
+        """The invocation ID systemd put on a slice's cgroup as it started it; None for a scope
+        (systemd 252 puts none on them) or when there is none (read_invocation_id)."""
+        return read_invocation_id(self.root / cgroup_path(unit)) if unit.endswith(".slice") else None
+
+    def kernel_values(self, unit: str) -> dict[str, int] | None:
+        """memory.min/low/high of a unit's cgroup (read_cgroup_memory); None where it cannot be
+        placed or read."""
+        where = self.dir_of(unit)
+        return None if where is None else read_cgroup_memory(where)
+
+    def shows(self, unit: str, held: Mapping[str, int], page_size: int) -> bool:
+        """Whether the unit's cgroup shows `held` (kernel_shows); False where it cannot be read."""
+        kernel = self.kernel_values(unit)
+        return kernel is not None and kernel_shows(kernel, held, page_size)
+
+    def container_events(self) -> tuple[tuple[str, str], ...]:
+        """(container scope, its memory.events path) of the placed plan."""
+        placed = self._placed
+        return () if placed is None else placed.events
+
+    def watch(self, held: Mapping[str, Mapping[str, int]], page_size: int) -> list[str]:
+        """The units of `held` (a few slices: the node, QoS and reserved ones) whose cgroup does
+        not show the values held for them (kernel_shows), read through descriptors kept open
+        between calls: pread on an open kernfs file is several times cheaper than open and read
+        (tests/e2e/README.md), and this runs every second. A unit whose cgroup cannot be read
+        (not made yet, gone) is not reported; descriptors of units no longer asked about close."""
+        for unit in [u for u in self._watched if u not in held]:
+            self._close_watch(unit)
+        differ = []
+        for unit, values in held.items():
+            kernel = self._watched_values(unit)
+            if kernel is not None and not kernel_shows(kernel, values, page_size):
+                differ.append(unit)
+        return differ
+
+    def _watched_values(self, unit: str) -> dict[str, int] | None:
+        fds = self._watched.get(unit)
+        if fds is None:
+            where = self.dir_of(unit)
+            if where is None:
+                return None
+            fds = self._watched[unit] = {}
+            for prop, file in _MEMORY_FILES.items():
+                try:
+                    fds[prop] = os.open(where / file, os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    self._close_watch(unit)  # not made yet, or gone: try again next time
+                    return None
+        values = {}
+        for prop, fd in fds.items():
+            try:
+                text = os.pread(fd, _MAX_FILE_BYTES, 0).strip()
+            except OSError:
+                self._close_watch(unit)  # the cgroup went (ENODEV): open it again next time
+                return None
+            value = UINT64_MAX if text == b"max" else int(text) if text.isdigit() else None
+            if value is None:
+                return None
+            values[prop] = value
+        return values
+
+    def _close_watch(self, unit: str) -> None:
+        for fd in self._watched.pop(unit, {}).values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    # ---- settings of the runtime's that systemd would re-apply (see the module docstring)
+    def runtime_settings(self, unit: str) -> RuntimeSettings | None:
+        """memory.swap.max and memory.oom.group of a unit's cgroup; None when it has no cgroup."""
+        where = self.dir_of(unit)
+        if where is None or not where.is_dir():
+            return None
+        return RuntimeSettings(read_value(where / "memory.swap.max"), read_value(where / "memory.oom.group"))
+
+    def oom_group(self, unit: str) -> int | None:
+        where = self.dir_of(unit)
+        return None if where is None else read_value(where / "memory.oom.group")
+
+    def restore_oom_group(self, unit: str) -> str | None:
+        """Write 1 to the unit's memory.oom.group. None when done (or the cgroup is gone: nothing
+        to restore); else why not, one line (a read-only cgroup mount, say)."""
+        where = self.dir_of(unit)
+        if where is None:
+            return None
+        try:
+            fd = os.open(where / "memory.oom.group", os.O_WRONLY)
+        except OSError as e:
+            return None if e.errno == errno.ENOENT else f"{e.strerror} ({where / 'memory.oom.group'})"
+        try:
+            os.write(fd, b"1")
+        except OSError as e:
+            return None if e.errno in (errno.ENOENT, errno.ENODEV) else f"{e.strerror} ({where / 'memory.oom.group'})"
+        finally:
+            os.close(fd)
+        return None

@@ -1,0 +1,112 @@
+"""cgroupfs.py: where a unit's cgroup is, and what is read there (and the one file written)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from memqos_systemd import cgroupfs
+from memqos_systemd.cgroupfs import (
+    Cgroupfs, cgroup_path, dir_of_control_group, kernel_shows, plan_cgroup_paths, read_memory_events,
+)
+from memqos_systemd.quantity import UINT64_MAX
+
+SCOPE = "cri-containerd-" + "b" * 64 + ".scope"
+POD = "kubepods-burstable-pod8b3c7d2e_4f5a_6b7c_9d1e_3f4a5b6c7d8e.slice"
+
+
+def test_dir_of_control_group(tmp_path):
+    cg = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podx.slice"
+    assert dir_of_control_group(cg, tmp_path) == tmp_path / "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podx.slice"
+    assert dir_of_control_group(cg) == Path("/sys/fs/cgroup" + cg)
+    assert dir_of_control_group("") is None and dir_of_control_group(None) is None
+    assert dir_of_control_group("/", tmp_path) == tmp_path
+
+
+@pytest.mark.parametrize("bad", ["relative.slice", "/a/../../etc", "/./x", "/a\0b"])
+def test_dir_of_control_group_refuses_escapes(bad):
+    with pytest.raises(ValueError):
+        dir_of_control_group(bad)
+
+
+def test_read_memory_events(tmp_path):
+    (tmp_path / "memory.events").write_text("low 3\nhigh 1207\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n")
+    assert read_memory_events(tmp_path) == {"low": 3, "high": 1207, "max": 0, "oom": 0, "oom_kill": 0,
+                                            "oom_group_kill": 0}
+
+
+def test_read_memory_events_gone_and_garbage(tmp_path):
+    assert read_memory_events(tmp_path / "vanished.scope") == {}
+    (tmp_path / "memory.events").write_text("high x\nweird\nmax 2\n")
+    assert read_memory_events(tmp_path) == {"max": 2}
+
+
+@pytest.mark.parametrize("unit, parent, path", [
+    ("kubepods.slice", None, "kubepods.slice"),
+    ("kubepods-burstable.slice", None, "kubepods.slice/kubepods-burstable.slice"),
+    (POD, None, f"kubepods.slice/kubepods-burstable.slice/{POD}"),
+    (SCOPE, "kubepods.slice/x.slice", f"kubepods.slice/x.slice/{SCOPE}"),
+    (SCOPE, None, SCOPE),
+])
+def test_cgroup_path(unit, parent, path):
+    assert cgroup_path(unit, parent) == path
+
+
+def test_a_placed_plan_names_its_container_scopes_dirs(tmp_path):
+    from memqos_systemd.plan import UnitPlan
+
+    units = (UnitPlan("kubepods.slice", "node", None), UnitPlan("kubepods-burstable.slice", "qos", "kubepods.slice"),
+             UnitPlan(POD, "pod", "kubepods-burstable.slice"), UnitPlan(SCOPE, "container", POD))
+
+    class Plan:
+        pass
+    plan = Plan()
+    plan.units = units
+    assert plan_cgroup_paths(units)[SCOPE] == f"kubepods.slice/kubepods-burstable.slice/{POD}/{SCOPE}"
+    fs = Cgroupfs(tmp_path)
+    where = tmp_path / "kubepods.slice" / "kubepods-burstable.slice" / POD / SCOPE
+    assert fs.dir_of(SCOPE) is None  # not placed, not on disk
+    fs.place(plan)
+    assert fs.dir_of(SCOPE) == where
+    assert fs.container_events() == ((SCOPE, str(where / "memory.events")),)
+
+
+def test_kernel_shows_page_rounded_values():
+    held = {"MemoryMin": 0, "MemoryLow": 100_000_000, "MemoryHigh": UINT64_MAX}
+    kernel = {"MemoryMin": 0, "MemoryLow": 100_000_000 // 4096 * 4096, "MemoryHigh": UINT64_MAX}
+    assert kernel_shows(kernel, held, 4096)
+    assert not kernel_shows({**kernel, "MemoryLow": 100_000_000}, held, 4096)
+    assert not kernel_shows(kernel, {"MemoryMin": 0, "MemoryLow": 100_000_000}, 4096)  # MemoryHigh not held
+
+
+def test_the_only_write_is_memory_oom_group_back_to_1():
+    """cgroupfs.py writes one file: memory.oom.group, the value 1 (docs/DESIGN.md, "The one file we
+    write"). Everything else is read-only."""
+    src = Path(cgroupfs.__file__).read_text()
+    opens = re.findall(r"os\.open\(([^)]*)\)", src)
+    writes = [args for args in opens if "O_RDONLY" not in args]
+    assert writes == ['where / "memory.oom.group", os.O_WRONLY'] and len(opens) > 1
+    assert re.findall(r"os\.write\(([^)]*)\)", src) == ['fd, b"1"']
+    assert not re.search(r"write_text|write_bytes|open\([^)]*['\"][wa]", src)
+
+
+def test_watch_reports_the_slices_whose_cgroup_differs_and_keeps_its_descriptors(tmp_path):
+    import os
+
+    def open_fds():
+        return len(os.listdir("/proc/self/fd"))
+    fs = Cgroupfs(tmp_path)
+    held = {"MemoryMin": 1 << 30, "MemoryLow": 0, "MemoryHigh": UINT64_MAX}
+    node = tmp_path / "kubepods.slice"
+    node.mkdir()
+    for file, text in (("memory.min", str(1 << 30)), ("memory.low", "0"), ("memory.high", "max")):
+        (node / file).write_text(text + "\n")
+    before = open_fds()
+    assert fs.watch({"kubepods.slice": held, "system.slice": held}, 4096) == []  # system.slice: no cgroup yet
+    assert open_fds() == before + 3  # kept open for the next call
+    (node / "memory.min").write_text("0\n")  # the kubelet's explicit zero
+    assert fs.watch({"kubepods.slice": held}, 4096) == ["kubepods.slice"]
+    assert open_fds() == before + 3
+    assert fs.watch({}, 4096) == [] and open_fds() == before  # closed once not asked about

@@ -32,7 +32,8 @@ Start with a dry look, then apply:
   memqos-systemd apply --once
   systemctl enable --now memqos-systemd      # the service runs `memqos-systemd run`
   memqos-systemd status
-Undo everything with `memqos-systemd reset` (MemoryMin/MemoryLow 0, MemoryHigh infinity).
+Roll back with `systemctl disable --now memqos-systemd && memqos-systemd reset`
+(MemoryMin/MemoryLow 0, MemoryHigh infinity on every unit it manages).
 
 Exit status: 0 success, 1 runtime failure (systemd or the kubelet unreachable, ...),
 2 bad input (config, pods, arguments)."""
@@ -206,6 +207,26 @@ def _daemon_command(name: str):
     return run
 
 
+def cmd_reset(args: argparse.Namespace) -> int:
+    """The rollback works with a broken config too: it then goes by the unit names it can find
+    (config.unit_names_config) and the ledger of reserved slices, and says which config it
+    could not read."""
+    from . import commands
+    from .config import unit_names_config
+
+    try:
+        cfg = _config(args.config, default_path=True)
+    except (ConfigError, UsageError) as e:
+        cfg = unit_names_config(args.config or DEFAULT_CONFIG_PATH)
+        try:
+            _check_names(cfg, "")
+        except UsageError:
+            cfg = Config()
+        print(f"memqos-systemd: warning: config not used: {e}; resetting by the unit names found (cgroupRoot"
+              f" {cfg.cgroup_root}) and the ledger of reserved slices", file=sys.stderr)
+    return commands.reset(args, cfg)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memqos-systemd", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -234,7 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
             "Fetch pods from the configured source, plan, compare with what systemd holds, and send only\n"
             "the differences (ancestors first when protection grows): SetUnitProperties for the reserved\n"
             "slices, SetProperties on the running unit (its invocation path) for the kubelet's units,\n"
-            "which are never created by a write.")
+            "which are never created by a write. On a machine that is no systemd/cgroup v2 node it says\n"
+            "so and changes nothing.\n"
+            "Exit status: 0 done, 1 no node, the pod source or systemd failed (nothing or part sent),\n"
+            "2 bad config.")
     p.add_argument("--config", metavar="CONFIG", help=config_help)
     p.add_argument("--once", action="store_true", help="one reconcile, then exit (the only mode; kept for clarity)")
     p.add_argument("--dry-run", action="store_true", help="print the D-Bus calls it would make and change nothing")
@@ -256,17 +280,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("reset", "set every managed property back to 0 / infinity (rollback)",
             "Set MemoryMin=0, MemoryLow=0, MemoryHigh=infinity on every unit we manage, through D-Bus,\n"
-            "children before parents. Stop the service first or it will re-apply its plan.")
+            "children before parents. The rollback is:\n"
+            "  systemctl disable --now memqos-systemd && memqos-systemd reset\n"
+            "(a running service would re-apply its plan; a stopped but enabled one comes back at boot).\n"
+            "A config that cannot be read does not stop it: a warning names it, and reset goes by the\n"
+            "unit names it finds and the ledger of reserved slices the service wrote.\n"
+            "Exit status: 0 done, 1 systemd unreachable or a call refused.")
     p.add_argument("--config", metavar="CONFIG", help=config_help)
     p.add_argument("--dry-run", action="store_true", help="print the D-Bus calls it would make and change nothing")
-    p.set_defaults(func=_daemon_command("reset"))
+    p.set_defaults(func=cmd_reset)
 
     p = add("check", "preflight: cgroup v2, memory controller, kernel, systemd, D-Bus, config",
-            "Check that this node can run memqos-systemd and say what is wrong if not: cgroup v2\n"
-            "unified with the memory controller, memory_recursiveprot, kernel >= 5.9, systemd >= 240\n"
-            "reachable over D-Bus, the config, the pod source, the kubelet's own MemoryQoS gate.\n"
-            "One line per finding (ok, warn, error). Exit 0 when nothing is an error (warnings\n"
-            "allowed), 1 otherwise.")
+            "Check that this node can run memqos-systemd and say what is wrong if not: systemd as PID 1\n"
+            "and the system bus socket, systemd >= 240 reachable over D-Bus, cgroup v2 unified with the\n"
+            "memory controller, memory_recursiveprot, kernel >= 5.9, the config, the kubelet's\n"
+            "cgroupDriver (from its config file) and its own MemoryQoS gate, and the pod source as the\n"
+            "service will see it. Every check runs, whatever an earlier one found.\n"
+            "One line per finding (ok, warn, error). Exit status: 0 when nothing is an error (warnings\n"
+            "allowed), 1 when something is (no pod source answering is one: the service would protect\n"
+            "no pod), 2 when the config cannot be used (one line names the key and the value).")
     p.add_argument("--config", metavar="CONFIG", help=config_help)
     p.set_defaults(func=_daemon_command("check"))
     return parser

@@ -70,6 +70,12 @@ def apply(args, cfg: Config) -> int:
 async def _apply(cfg: Config, *, dry_run: bool) -> int:
     from .sources import SourceError
 
+    # On a machine that is no systemd/cgroup v2 node, that is the first thing to say (not, say,
+    # that the kubelet is unreachable): nothing here could be applied.
+    not_a_node = _not_a_node()
+    if not_a_node:
+        _err(f"this machine is no systemd/cgroup v2 node: {'; '.join(not_a_node)}; nothing changed")
+        return EXIT_FAILURE
     try:
         snapshot = await asyncio.to_thread(_fetch, cfg)
     except SourceError as e:
@@ -111,7 +117,7 @@ def reset(args, cfg: Config) -> int:
 async def _reset(cfg: Config, *, dry_run: bool) -> int:
     async def changes(systemd, applier: Applier) -> list:
         if await systemd.unit_state(SERVICE) in ("active", "activating", "reloading"):
-            _warn(f"{SERVICE} is running and will re-apply its plan; stop it first: systemctl stop {SERVICE}")
+            _warn(f"{SERVICE} is running and will re-apply its plan; stop it first: systemctl disable --now {SERVICE}")
         # Also the reserved slices the service wrote that the config no longer names (ledger.py).
         former = ledger.read(LEDGER_PATH) - set(applier.naming.reserved_slices())
         await applier.refresh_all(former)
@@ -232,10 +238,9 @@ def check(args, cfg: Config) -> int:
 
 
 async def _check(cfg: Config) -> int:
-    from .node import check_node
-    from .sources import SourceError
+    from .node import check_node, kubelet_config_findings
 
-    findings: list[tuple[str, str]] = []
+    findings: list[tuple[str, str]] = [(f.level, f"{f.what}: {f.detail}") for f in _systemd_host()]
     version = None
     try:
         systemd = await _connect()
@@ -246,22 +251,54 @@ async def _check(cfg: Config) -> int:
             await systemd.close()
     except SystemdError as e:
         findings.append(("error", f"D-Bus: cannot reach systemd: {e}"))
-    for f in check_node(systemd=version):
+    for f in check_node(systemd=version, cgroup_root=CGROUP_ROOT):
         findings.append((f.level, f"{f.what}: {f.detail}"))
     set_keys = sorted(k for k, o in cfg.origins.items() if o != "default")
     findings.append(("ok", f"config: policy {cfg.memory_reservation_policy}, hierarchy {cfg.hierarchy}"
                            + (f"; set: {', '.join(set_keys)}" if set_keys else "; all defaults")))
+    for f in kubelet_config_findings(cfg.kubelet_config_file):
+        findings.append((f.level, f"{f.what}: {f.detail}"))
     if cfg.kubelet_memory_qos_gate:
         findings.append(("warn", "kubelet: its MemoryQoS feature gate is on; the kubelet and memqos-systemd will"
                                  " both write memory.min/memory.high and fight; turn the gate off"))
-    try:
-        snap = await asyncio.to_thread(_fetch, cfg)
-        findings.append(("ok", f"pods: {snap.source} answered with {len(snap.pods)} pods"))
-    except SourceError as e:
-        findings.append(("warn", f"pods: {e}"))
+    findings += await _check_pods(cfg)
     for level, text in findings:
         print(f"{level:5} {text}")
     return EXIT_FAILURE if any(level == "error" for level, _ in findings) else EXIT_OK
+
+
+def _not_a_node() -> list[str]:
+    """What makes this machine no systemd/cgroup v2 node (empty on a node): `apply` stops there."""
+    from .node import check_node
+
+    found = _systemd_host() + [f for f in check_node(cgroup_root=CGROUP_ROOT) if f.what == "cgroup v2"]
+    return [f.detail for f in found if f.level == "error"]
+
+
+def _systemd_host() -> list:
+    """node.systemd_findings for the bus this process would use (DBUS_SYSTEM_BUS_ADDRESS or the system's)."""
+    from .node import systemd_findings
+
+    return systemd_findings(os.environ.get("DBUS_SYSTEM_BUS_ADDRESS") or None)
+
+
+async def _check_pods(cfg: Config) -> list[tuple[str, str]]:
+    """The pod source as the service will see it: an answer, or an error with its fix and the
+    consequence (without pods, the service protects no pod)."""
+    from .sources import SourceError
+    from .sources.file import hidden_from_service
+
+    try:
+        snap = await asyncio.to_thread(_fetch, cfg)
+    except SourceError as e:
+        problem = str(e)
+    else:
+        hidden = hidden_from_service(cfg.pods_file) if cfg.pods_file else None
+        if not hidden:
+            return [("ok", f"pods: {snap.source} answered with {len(snap.pods)} pods")]
+        problem = f"{snap.source} answered {len(snap.pods)} pods here, but not in the service: {hidden}"
+    return [("error", f"pods: {problem}"),
+            ("error", "pods: no pod source answers: the service protects no pod until one does")]
 
 
 # ------------------------------------------------------------------ run

@@ -63,6 +63,9 @@ class KubeletSource:
     client_cert_file: str | None = None
     client_key_file: str | None = None
     insecure_skip_tls_verify: bool = False
+    # The name the kubelet's serving certificate must carry. None: the URL's host and, for a
+    # loopback URL, this node's hostname too (what the kubelet's self-signed kubelet.crt names).
+    server_name: str | None = None
     poll_interval: float = 5.0
     timeout: float = 5.0
 
@@ -313,6 +316,7 @@ def _kubelet_source(src, key, value) -> KubeletSource:
         "clientCertFile": ("client_cert_file", lambda k, v: _optional_path(src, k, v)),
         "clientKeyFile": ("client_key_file", lambda k, v: _optional_path(src, k, v)),
         "insecureSkipTLSVerify": ("insecure_skip_tls_verify", lambda k, v: _bool(src, k, v)),
+        "serverName": ("server_name", lambda k, v: _server_name(src, k, v)),
         "pollInterval": ("poll_interval", lambda k, v: _duration(src, k, v, minimum=0.1)),
         "timeout": ("timeout", lambda k, v: _duration(src, k, v, minimum=0.1, maximum=300)),
     }
@@ -322,6 +326,15 @@ def _kubelet_source(src, key, value) -> KubeletSource:
         raise _fail(src, f"{key}.clientCertFile", result.client_cert_file,
                     "and kubelet.clientKeyFile must be set together")
     return result
+
+
+def _server_name(src, key, value) -> str | None:
+    if value is None:
+        return None
+    value = _str(src, key, value)
+    if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,253}", value):
+        raise _fail(src, key, value, "must be a host name or IP address (e.g. node-1), or null")
+    return value
 
 
 def _url(src, key, value) -> str:
@@ -472,6 +485,39 @@ def load_config(path: str | Path | None, *, required: bool = False) -> Config:
         kubelet_src = str(kpath)
         kubelet_doc = read_yaml(kpath, what="kubelet config")
     return parse_config(data, src, kubelet_doc, kubelet_src)
+
+
+# The keys that name our units (daemon.naming_for): all `reset` needs, even from a broken file.
+_UNIT_NAME_KEYS = ("cgroupRoot", "enforceNodeAllocatable", "kubeReservedCgroup", "systemReservedCgroup")
+
+
+def unit_names_config(path: str | Path) -> Config:
+    """What `reset` can still go by when load_config(path) fails: the built-in defaults, with
+    each key that names units (_UNIT_NAME_KEYS) taken from our file, or else from the kubelet's
+    config it names, when that key's value is valid on its own. Never raises."""
+    def read(p) -> dict:
+        try:
+            doc = read_yaml(p)
+        except ConfigError:
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    ours = read(path)
+    theirs = {}
+    kpath = ours.get("kubeletConfigFile")
+    if isinstance(kpath, str) and kpath.startswith("/"):
+        theirs = read(kpath)
+    values = {}
+    for key in _UNIT_NAME_KEYS:
+        for doc in (ours, theirs):
+            if key in doc and doc[key] is not None and doc[key] != "":
+                attr, check = _PLANNER[key]
+                try:
+                    values[attr] = check(str(path), key, doc[key])
+                except ConfigError:
+                    continue
+                break
+    return Config(**values)
 
 
 def describe_defaults() -> dict:

@@ -5,6 +5,8 @@ against fake trees. Cgroup files are read in cgroupfs.py.
 
 * `read_meminfo()`       MemTotal in bytes (the capacity the planner uses).
 * `check_node()`         preflight findings for `memqos-systemd check` and start-up.
+* `systemd_findings()`   is systemd PID 1, is the system bus socket there (check, apply).
+* `kubelet_config_findings()`  the kubelet's cgroupDriver, from its config file (check).
 * `MemoryWatcher`        memory hotplug events from udev (subsystem `memory`);
                          the event is only a trigger, capacity is re-read from
                          /proc/meminfo every time.
@@ -21,8 +23,8 @@ from typing import Any, Callable, Iterable
 
 __all__ = [
     "NodeError", "Finding", "MemoryChange", "MemoryWatcher", "read_meminfo", "page_size", "check_node",
-    "parse_mountinfo", "kernel_version", "systemd_version",
-    "MIN_KERNEL", "MIN_SYSTEMD", "MEMORY_ACTIONS",
+    "parse_mountinfo", "kernel_version", "systemd_version", "systemd_findings", "kubelet_config_findings",
+    "MIN_KERNEL", "MIN_SYSTEMD", "MEMORY_ACTIONS", "SYSTEM_BUS_SOCKET", "KUBEADM_KUBELET_CONFIG",
 ]
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,10 @@ MIN_KERNEL = (5, 9)   # memory.high throttling can livelock before 5.9
 MIN_SYSTEMD = 240     # MemoryMin= arrived in 240 (MemoryLow= in 237)
 MEMORY_ACTIONS = ("add", "remove", "online", "offline")
 _MAX_PROC_BYTES = 1 << 20
+# Where dbus-daemon listens for the system bus (/var/run is a link to /run), and where kubeadm
+# writes the kubelet's KubeletConfiguration.
+SYSTEM_BUS_SOCKET = "/run/dbus/system_bus_socket"
+KUBEADM_KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
 
 
 class NodeError(OSError):
@@ -133,6 +139,8 @@ def check_node(*, kernel_release: str | None = None, systemd: object = None,
     root_s = os.path.normpath(str(cgroup_root))
 
     # --- cgroup v2, unified ---
+    # After an error here the other checks still run (on the cgroup2 mount there is, if any),
+    # so one run of `check` lists everything a machine lacks.
     mounts: list[Mount] = []
     try:
         mounts = parse_mountinfo(_read_text(mountinfo, 16 << 20))
@@ -144,6 +152,9 @@ def check_node(*, kernel_release: str | None = None, systemd: object = None,
     cgroup2 = [m for m in mounts if m.fstype == "cgroup2"]
     has_controllers = (root / "cgroup.controllers").is_file()
     unified = has_controllers and (root_mount is None or root_mount.fstype == "cgroup2")
+    # The cgroup v2 hierarchy the remaining checks look at: the root, or a hybrid's cgroup2 mount.
+    v2_dir: Path | None = root
+    v2_mount = root_mount
     if unified and not v1:
         findings.append(Finding("ok", "cgroup v2", f"{root_s} is the unified cgroup2 hierarchy"))
     elif cgroup2 or has_controllers:
@@ -151,38 +162,50 @@ def check_node(*, kernel_release: str | None = None, systemd: object = None,
         findings.append(Finding("error", "cgroup v2",
                                 f"hybrid cgroup hierarchy: cgroup v1 controllers at {root_s} and cgroup2 only"
                                 f" at {where}; boot with systemd.unified_cgroup_hierarchy=1"))
-        return findings
+        if not has_controllers:
+            v2_dir, v2_mount = Path(cgroup2[-1].mount_point), cgroup2[-1]
     else:
         findings.append(Finding("error", "cgroup v2",
                                 f"{root_s} is cgroup v1 ({root_mount.fstype if root_mount else 'no cgroup2 mount'});"
                                 f" memory protection needs cgroup v2: boot with systemd.unified_cgroup_hierarchy=1"))
-        return findings
+        v2_dir = v2_mount = None
 
     # --- memory controller ---
-    try:
-        controllers = _read_text(root / "cgroup.controllers").split()
-    except OSError as e:
-        controllers = []
-        findings.append(Finding("error", "memory controller", f"{root / 'cgroup.controllers'}: cannot read:"
-                                                              f" {e.strerror or e}"))
+    memory_v1 = [m for m in v1 if "memory" in m.options]
+    if v2_dir is None:
+        findings.append(Finding("error", "memory controller", "no cgroup2 hierarchy is mounted, so none of its"
+                                                              " controllers is available"))
     else:
-        if "memory" in controllers:
-            findings.append(Finding("ok", "memory controller", "enabled"))
+        try:
+            controllers = _read_text(v2_dir / "cgroup.controllers").split()
+        except OSError as e:
+            findings.append(Finding("error", "memory controller", f"{v2_dir / 'cgroup.controllers'}: cannot read:"
+                                                                  f" {e.strerror or e}"))
         else:
-            findings.append(Finding("error", "memory controller",
-                                    f"not in {root / 'cgroup.controllers'} ({' '.join(controllers) or 'empty'});"
-                                    f" is cgroup_disable=memory on the kernel command line?"))
+            if "memory" in controllers:
+                findings.append(Finding("ok", "memory controller",
+                                        "enabled" if v2_dir == root else f"enabled in {v2_dir}"))
+            elif memory_v1:
+                findings.append(Finding("error", "memory controller",
+                                        f"not in {v2_dir / 'cgroup.controllers'}: it is bound to cgroup v1 at"
+                                        f" {memory_v1[-1].mount_point}"))
+            else:
+                findings.append(Finding("error", "memory controller",
+                                        f"not in {v2_dir / 'cgroup.controllers'} ({' '.join(controllers) or 'empty'});"
+                                        f" is cgroup_disable=memory on the kernel command line?"))
 
     # --- memory_recursiveprot ---
-    if root_mount is not None and "memory_recursiveprot" in root_mount.options:
-        findings.append(Finding("ok", "memory_recursiveprot", "mounted with memory_recursiveprot"))
-    elif root_mount is None:
+    v2_s = str(v2_dir) if v2_dir is not None else root_s
+    if v2_mount is not None and "memory_recursiveprot" in v2_mount.options:
+        findings.append(Finding("ok", "memory_recursiveprot", f"{v2_s} is mounted with memory_recursiveprot"
+                                if v2_dir != root else "mounted with memory_recursiveprot"))
+    elif v2_mount is None:
         findings.append(Finding("warn", "memory_recursiveprot",
-                                f"no mount found for {root_s} in {mountinfo}; cannot tell whether"
+                                f"no cgroup2 mount found for {v2_s} in {mountinfo}; cannot tell whether"
                                 f" memory_recursiveprot is on"))
     else:
         findings.append(Finding("warn", "memory_recursiveprot",
-                                f"{root_s} is mounted without memory_recursiveprot: protection does not pass"
+                                f"{v2_s} is mounted without memory_recursiveprot: protection does not pass"
                                 f" down to pods unless every level sets it (systemd >= 247 mounts it when the"
                                 f" kernel supports it)"))
 
@@ -190,6 +213,74 @@ def check_node(*, kernel_release: str | None = None, systemd: object = None,
     if systemd is not None:
         findings.append(_systemd_finding(systemd))
     return findings
+
+
+def systemd_findings(bus_address: str | None, *, booted_dir: str | os.PathLike = "/run/systemd/system",
+                     proc: str | os.PathLike = "/proc") -> list[Finding]:
+    """Errors that make this machine no systemd node, in words an operator can act on: systemd
+    is not PID 1 (sd_booted(): `booted_dir` exists only when it is), or the system bus socket is
+    missing. `bus_address` is DBUS_SYSTEM_BUS_ADDRESS: when set (tests, or another bus on
+    purpose), the systemd to talk to is on that bus, so only its socket is checked."""
+    findings: list[Finding] = []
+    if bus_address is None:
+        if not os.path.isdir(booted_dir):
+            try:
+                pid1 = _read_text(Path(proc) / "1" / "comm", 256).strip() or "?"
+            except OSError:
+                pid1 = "?"
+            findings.append(Finding("error", "systemd", f"systemd is not PID 1 on this machine (PID 1 is {pid1!r}):"
+                                                        f" memqos-systemd works only on a node booted with systemd"))
+        socket_path: str | None = SYSTEM_BUS_SOCKET
+        fix = "is dbus running? (systemctl start dbus.socket)"
+    else:
+        socket_path = _unix_socket_path(bus_address)
+        fix = "DBUS_SYSTEM_BUS_ADDRESS names it"
+    if socket_path is not None and not os.path.exists(socket_path):
+        findings.append(Finding("error", "system bus", f"the system bus socket {socket_path} is missing: {fix}"))
+    return findings
+
+
+def _unix_socket_path(address: str) -> str | None:
+    """The file of the first unix:path= entry of a D-Bus address, or None (abstract, tcp, ...)."""
+    for entry in address.split(";"):
+        transport, _, params = entry.partition(":")
+        if transport != "unix":
+            continue
+        for param in params.split(","):
+            key, _, value = param.partition("=")
+            if key == "path" and value:
+                return re.sub(r"%([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)), value)
+        return None
+    return None
+
+
+def kubelet_config_findings(path: str | None, *, default: str = KUBEADM_KUBELET_CONFIG) -> list[Finding]:
+    """The kubelet's cgroupDriver, from `path` (kubeletConfigFile) or, when that is unset, from
+    kubeadm's `default` if it exists. Nothing when neither can be read: only the kubelet knows."""
+    from .config import ConfigError, read_yaml
+
+    if path is None:
+        if not os.path.isfile(default):
+            return []
+        path = default
+    try:
+        doc = read_yaml(path, what="kubelet config")
+    except ConfigError as e:
+        return [Finding("warn", "kubelet cgroupDriver", f"cannot tell: {e}")]
+    if not isinstance(doc, dict):
+        return [Finding("warn", "kubelet cgroupDriver", f"cannot tell: {path} is not a KubeletConfiguration")]
+    driver = doc.get("cgroupDriver")
+    if driver == "systemd":
+        return [Finding("ok", "kubelet cgroupDriver", f"systemd ({path})")]
+    if driver is None or driver == "":
+        return [Finding("warn", "kubelet cgroupDriver",
+                        f"{path} does not set cgroupDriver: the kubelet then uses cgroupfs, unless its command"
+                        f" line says --cgroup-driver=systemd; memqos-systemd needs systemd")]
+    shown = driver if isinstance(driver, str) and driver.isprintable() and len(driver) <= 40 else "?"
+    return [Finding("error", "kubelet cgroupDriver",
+                    f"{shown} ({path}): memqos-systemd works only with the systemd cgroup driver, whose pod"
+                    f" slices and container scopes are systemd units; set cgroupDriver: systemd in the kubelet's"
+                    f" config and in the container runtime's (SystemdCgroup = true for containerd)")]
 
 
 def _kernel_finding(release: str) -> Finding:

@@ -9,6 +9,11 @@ poller does not log the same error every tick.
 
 YAML is read with the safe loader, and aliases (`*ref`) are refused: a pod list
 has no use for them and they are how a small file becomes a huge document.
+
+The service runs sandboxed (units/memqos-systemd.service): /home, /root and /run/user are
+hidden from it, and /tmp, /var/tmp and /dev/shm are its own, empty. A pods file there reads fine from a
+shell and not at all in the service; `hidden_from_service()` says so, for `check` and for the
+error the service logs.
 """
 
 from __future__ import annotations
@@ -23,9 +28,28 @@ from typing import Any, Callable
 from ..documents import DocumentError, decode
 from . import MAX_RESPONSE_BYTES, Snapshot, SourceError, snapshot_from_doc
 
-__all__ = ["FileSource"]
+__all__ = ["FileSource", "SANDBOX_HIDDEN", "hidden_from_service"]
 
 _UNSET = object()
+
+# Directories the service's sandbox hides or replaces, with the unit setting that does it
+# (tests/unit/test_sources.py checks them against units/memqos-systemd.service).
+SANDBOX_HIDDEN = (
+    ("/home", "ProtectHome=yes"), ("/root", "ProtectHome=yes"), ("/run/user", "ProtectHome=yes"),
+    ("/tmp", "PrivateTmp=yes"), ("/var/tmp", "PrivateTmp=yes"), ("/dev/shm", "PrivateDevices=yes"),
+)
+
+
+def hidden_from_service(path: str | os.PathLike) -> str | None:
+    """Why the service cannot read `path` (or what it points to), or None when it can see it."""
+    path = os.fspath(path)
+    for candidate in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
+        for top, setting in SANDBOX_HIDDEN:
+            if candidate == top or candidate.startswith(top + "/"):
+                what = "its own, empty" if setting.startswith("Private") else "no"
+                return (f"the service has {what} {top} ({setting} in memqos-systemd.service): move the"
+                        f" file out of {top}, e.g. to /etc/memqos-systemd/")
+    return None
 
 
 class FileSource:
@@ -59,8 +83,11 @@ class FileSource:
             return dataclasses.replace(self._good, fetched_at=self._clock())
         try:
             data, key = self._read()
-        except SourceError:
+        except SourceError as e:
             self._last_key = self._stat_key()
+            hidden = hidden_from_service(self.path) if e.kind == "io" else None
+            if hidden:
+                raise SourceError(f"{e}: {hidden}", e.kind) from None
             raise
         self._last_key = key
         snapshot = snapshot_from_doc(self._decode(data), self.name, self._clock())

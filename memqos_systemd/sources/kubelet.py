@@ -10,7 +10,16 @@
   any message or log (messages are also scrubbed of it, in case a library
   echoes a header). The client key file is refused when world-readable too.
 * TLS verifies the server by default, against `caFile` or the system store;
-  `insecureSkipTLSVerify: true` turns that off and logs one warning.
+  `insecureSkipTLSVerify: true` turns that off and logs one warning. The name the
+  certificate must carry is `serverName` when set; otherwise the URL's host, and for
+  a loopback URL (the default 127.0.0.1) this node's hostname as well: the kubelet's
+  self-signed serving certificate (kubeadm's default, /var/lib/kubelet/pki/kubelet.crt,
+  made by client-go's GenerateSelfSignedCertKey) names only the hostname, as a DNS SAN,
+  and a certificate signed by the cluster CA (serverTLSBootstrap) names the hostname and
+  the node's addresses, never 127.0.0.1. The chain is verified by OpenSSL; the name is
+  checked here, after the handshake and before the request (and so the token) is sent.
+* Every failure says what to do about it: a refused read-only port points to 10250,
+  an untrusted certificate names the CA to give, 401 is the token, 403 the RBAC rule.
 * The whole exchange (connect, headers, body) must finish within `timeout`
   seconds, and at most MAX_RESPONSE_BYTES of body are read.
 * A body identical to the last good one (same SHA-256, same token) is not decoded
@@ -25,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import http.client
+import ipaddress
 import json
 import logging
 import os
@@ -39,7 +49,7 @@ from urllib.parse import urlsplit
 from ..config import KubeletSource as KubeletConfig
 from . import MAX_RESPONSE_BYTES, Snapshot, SourceError, snapshot_from_doc
 
-__all__ = ["KubeletSource", "MAX_TOKEN_BYTES", "redact"]
+__all__ = ["KubeletSource", "MAX_TOKEN_BYTES", "redact", "node_hostname", "KUBELET_CA_HINT"]
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +57,39 @@ MAX_TOKEN_BYTES = 64 * 1024
 _CHUNK = 64 * 1024
 # A secret's prefix this long in a message is taken for the secret, cut off.
 _MIN_PREFIX = 8
+# What is read of a 401/403 body: the kubelet's is one short line per attribute it checked.
+_ERROR_BODY_BYTES = 2048
+
+# Where the CA of the kubelet's serving certificate is on common nodes (the fix for a TLS error).
+KUBELET_CA_HINT = ("/var/lib/kubelet/pki/kubelet.crt when the kubelet signed its own certificate (kubeadm's"
+                   " default), the cluster CA (/etc/kubernetes/pki/ca.crt on kubeadm) when serverTLSBootstrap"
+                   " is on")
+_TOKEN_HINT = ("put the token of ServiceAccount memqos-system/memqos-systemd there, mode 0600"
+               " (README, 'On a kubeadm node')")
+_RBAC_HINT = ("bind it to ClusterRole memqos-systemd-pod-reader (get on nodes/pods, deploy/rbac/); a kubelet"
+              " before v1.33 checks only nodes/proxy (deploy/rbac/fallback-nodes-proxy.yaml)")
+
+
+def node_hostname() -> str:
+    """This node's name as the kubelet takes it for its self-signed certificate when no
+    --hostname-override is given (nodeutil.GetHostname: the hostname, trimmed, lowercased)."""
+    return socket.gethostname().strip().lower()
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class KubeletSource:
     """Pods from the kubelet. Blocking; one instance per config (make a new one on reload)."""
 
     def __init__(self, config: KubeletConfig, *, clock: Callable[[], float] = time.monotonic,
-                 max_bytes: int = MAX_RESPONSE_BYTES):
+                 max_bytes: int = MAX_RESPONSE_BYTES, hostname: Callable[[], str] = node_hostname):
         self.config = config
         self._clock = clock
         self._max_bytes = max_bytes
@@ -73,6 +109,13 @@ class KubeletSource:
             except ValueError:
                 self._url_error = "kubelet.url has an invalid port"
         self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        # The names the serving certificate may carry (see the module's docstring).
+        if config.server_name:
+            self._names: tuple[str, ...] = (config.server_name,)
+        elif _is_loopback(self._host):
+            self._names = tuple(dict.fromkeys((self._host, hostname())))
+        else:
+            self._names = (self._host,)
         self._ssl_key: tuple | None = None
         # (SHA-256 of the body as received, token, the snapshot made of it) of the last good fetch.
         self._last_good: tuple[bytes, str | None, Snapshot] | None = None
@@ -167,11 +210,12 @@ class KubeletSource:
             held.append(conn.sock)
             if expired.is_set():
                 raise TimeoutError
+            if self._https and not self.config.insecure_skip_tls_verify:
+                self._check_name(conn.sock)
             conn.request("GET", self._path, headers=headers)
             resp = conn.getresponse()
             if resp.status != 200:
-                reason = _printable(resp.reason)[:80]
-                raise SourceError(f"{self.name}: HTTP {resp.status} {reason}".rstrip(), "http")
+                raise SourceError(self._status_message(resp, token), "http")
             length = resp.getheader("Content-Length")
             if length and length.strip().isdigit() and int(length) > self._max_bytes:
                 raise SourceError(f"{self.name}: response of {int(length)} bytes is larger than the"
@@ -188,16 +232,53 @@ class KubeletSource:
             timer.cancel()
             conn.close()
 
+    def _check_name(self, sock: ssl.SSLSocket) -> None:
+        """The verified certificate must name one of self._names (exact, or a one-label wildcard)."""
+        cert = sock.getpeercert() or {}
+        sans = [(kind, value) for kind, value in cert.get("subjectAltName", ()) if kind in ("DNS", "IP Address")]
+        if any(_name_matches(name, kind, value) for name in self._names for kind, value in sans):
+            return
+        carried = _printable(", ".join(value for _, value in sans))[:200] or "no DNS or IP name"
+        raise SourceError(f"{self.name}: TLS: the kubelet's certificate is for {carried}, not for"
+                          f" {' or '.join(self._names)}: set kubelet.serverName to the name the kubelet's"
+                          f" certificate carries", "tls")
+
+    def _status_message(self, resp: http.client.HTTPResponse, token: str | None) -> str:
+        """One line for a status other than 200, with the fix for 401 and 403."""
+        cfg = self.config
+        head = f"{self.name}: HTTP {resp.status} {_printable(resp.reason)[:80]}".rstrip()
+        if resp.status == 401:
+            if cfg.token_file:
+                return (f"{head}: the kubelet did not accept the token in {cfg.token_file} (missing, expired or"
+                        f" wrong): {_TOKEN_HINT}")
+            if cfg.client_cert_file:
+                return f"{head}: the kubelet did not accept the client certificate {cfg.client_cert_file}"
+            return (f"{head}: the kubelet wants credentials: set kubelet.tokenFile (or clientCertFile and"
+                    f" clientKeyFile)")
+        if resp.status == 403:
+            # The kubelet says "Forbidden (user=..., verb=get, resource=nodes, subresource=pods)".
+            said = _first_body_line(resp, token).removeprefix("Forbidden").strip()
+            return f"{head}{' ' + said if said else ''}: this user may not read the kubelet's pods: {_RBAC_HINT}"
+        return head
+
     def _classify(self, e: Exception, expired: bool) -> Exception:
         timeout = self.config.timeout
         if expired or isinstance(e, (TimeoutError, socket.timeout)):
             return SourceError(f"{self.name}: no answer within {timeout:g}s", "timeout")
         if isinstance(e, ssl.SSLCertVerificationError):
+            given = f"caFile {self.config.ca_file} did not verify it" if self.config.ca_file else \
+                "no caFile is set, and the system's CA store did not verify it"
             return SourceError(f"{self.name}: TLS certificate not trusted: {e.verify_message or _first_line(e)}"
-                               f" (set kubelet.caFile to the kubelet's CA)", "tls")
+                               f" ({given}): set kubelet.caFile to the CA of the kubelet's serving certificate:"
+                               f" {KUBELET_CA_HINT}", "tls")
         if isinstance(e, ssl.SSLError):
             return SourceError(f"{self.name}: TLS failed: {e.reason or _first_line(e)}", "tls")
         if isinstance(e, ConnectionRefusedError):
+            if not self._https:
+                return SourceError(f"{self.name}: connection refused: nothing listens there; if it is the"
+                                   f" kubelet's read-only port, it is off (kubeadm and most distributions turn it"
+                                   f" off): use https://127.0.0.1:10250/pods with tokenFile and caFile (README,"
+                                   f" 'On a kubeadm node')", "connect")
             return SourceError(f"{self.name}: connection refused (is the kubelet running, is the port right?)",
                                "connect")
         if isinstance(e, http.client.HTTPException):
@@ -231,7 +312,7 @@ class KubeletSource:
         path = self.config.token_file
         if path is None:
             return None
-        raw = _read_secret(path, "tokenFile", self.name, MAX_TOKEN_BYTES)
+        raw = _read_secret(path, "tokenFile", self.name, MAX_TOKEN_BYTES, hint=_TOKEN_HINT)
         try:
             token = raw.decode("ascii").strip()
         except UnicodeDecodeError:
@@ -259,9 +340,13 @@ class KubeletSource:
                 ctx.verify_mode = ssl.CERT_NONE
             else:
                 ctx = ssl.create_default_context(cafile=cfg.ca_file)
+                # The chain is verified here; the name after the handshake (_check_name), which
+                # may accept the node's hostname besides the URL's host.
+                ctx.check_hostname = False
         except (OSError, ssl.SSLError) as e:
             raise SourceError(f"{self.name}: caFile {cfg.ca_file}: cannot load:"
-                              f" {getattr(e, 'strerror', None) or _first_line(e)}", "tls") from None
+                              f" {getattr(e, 'strerror', None) or _first_line(e)}: the CA of the kubelet's serving"
+                              f" certificate is {KUBELET_CA_HINT}", "tls") from None
         if cfg.client_cert_file and cfg.client_key_file:
             _check_not_world_readable(cfg.client_key_file, "clientKeyFile", self.name)
             try:
@@ -294,13 +379,15 @@ def _check_not_world_readable(path: str, key: str, name: str) -> None:
                           f" refusing to use it: chmod o-r it", "auth")
 
 
-def _read_secret(path: str, key: str, name: str, limit: int) -> bytes:
-    """Read a credential file (following symlinks, as projected tokens are), refusing o+r."""
+def _read_secret(path: str, key: str, name: str, limit: int, hint: str = "") -> bytes:
+    """Read a credential file (following symlinks, as projected tokens are), refusing o+r.
+    `hint` follows the message when the file cannot be opened (e.g. where the token comes from)."""
     try:
         # O_NONBLOCK: a FIFO put in its place must not hang the fetch (it is refused below).
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
-        raise SourceError(f"{name}: {key} {path}: cannot read: {e.strerror or type(e).__name__}", "auth") from None
+        raise SourceError(f"{name}: {key} {path}: cannot read: {e.strerror or type(e).__name__}"
+                          + (f": {hint}" if hint else ""), "auth") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -341,6 +428,38 @@ def redact(text: str, secret: str) -> str:
         out.append(text[i:j])
         out.append("<token>")
         i = j + k
+
+
+def _name_matches(name: str, kind: str, value: str) -> bool:
+    """Does a certificate's subjectAltName entry (kind 'DNS' or 'IP Address') name `name`?
+    DNS names compare without case; a wildcard stands for exactly one leftmost label."""
+    try:
+        ip = ipaddress.ip_address(name)
+    except ValueError:
+        ip = None
+    if kind == "IP Address":
+        try:
+            return ip is not None and ipaddress.ip_address(value) == ip
+        except ValueError:
+            return False
+    if ip is not None:
+        return False
+    name, value = name.lower().rstrip("."), value.lower().rstrip(".")
+    if value.startswith("*."):
+        head, _, rest = name.partition(".")
+        return bool(head) and rest == value[2:] and "*" not in rest
+    return "*" not in value and name == value
+
+
+def _first_body_line(resp: http.client.HTTPResponse, token: str | None) -> str:
+    """The first line of a short error body (the kubelet's 'Forbidden (user=...)'), scrubbed."""
+    try:
+        body = resp.read(_ERROR_BODY_BYTES)
+    except (OSError, http.client.HTTPException):
+        return ""
+    text = body.decode("utf-8", "replace").strip()
+    line = _printable(text.splitlines()[0] if text else "")[:200]
+    return redact(line, token) if token else line
 
 
 def _printable(text: object) -> str:

@@ -1,20 +1,17 @@
 """The kubelet source against real HTTP and HTTPS servers on 127.0.0.1.
 
-A CA, a server certificate signed by it, a client certificate and a rogue
-self-signed certificate are made by the `openssl` CLI for this module. Without
-openssl the module is skipped, except under CI=true where that is a failure.
+A CA, a server certificate signed by it, a client certificate, a rogue self-signed
+certificate and a kubelet.crt shaped like kubeadm's are made by the `openssl` CLI for this
+module (tests/kubelet_standin.py). Without openssl the module is skipped, except under
+CI=true where that is a failure.
 """
 
 from __future__ import annotations
 
-import http.server
 import json
 import logging
 import shutil
 import socket
-import ssl
-import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -23,6 +20,8 @@ import pytest
 from memqos_systemd.config import KubeletSource as KubeletConfig
 from memqos_systemd.sources import MAX_RESPONSE_BYTES, SourceError
 from memqos_systemd.sources.kubelet import KubeletSource
+from kubelet_standin import Kubelet, Server, make_pki, pod, pod_list, server_context
+from kubelet_standin import answer as _answer
 from prereq import require
 
 pytestmark = pytest.mark.integration
@@ -32,101 +31,20 @@ UID1 = "11111111-1111-4111-8111-111111111111"
 UID2 = "22222222-2222-4222-8222-222222222222"
 
 
-def pod(name: str, uid: str, memory: str = "128Mi") -> dict:
-    return {"metadata": {"name": name, "namespace": "default", "uid": uid},
-            "spec": {"containers": [{"name": "app", "resources": {"requests": {"memory": memory}}}]},
-            "status": {"phase": "Running"}}
-
-
 BAD = {"metadata": {"name": "broken", "uid": "33333333-3333-4333-8333-333333333333"},
        "spec": {"containers": [{"name": "c", "resources": {"requests": {"memory": "lots"}}}]}}
-
-
-def pod_list(*items) -> bytes:
-    return json.dumps({"kind": "PodList", "apiVersion": "v1", "items": list(items)}).encode()
-
-
 GOOD = pod_list(pod("a", UID1), pod("b", UID2))
-
-
-# ---------------------------------------------------------------- PKI made by openssl
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+HOSTNAME = "node-7.example"  # the node the kubeadm-shaped kubelet.crt is made for
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> Path:
     require(shutil.which("openssl"), "openssl is not installed (scripts/install-deps.sh test)")
-    d = tmp_path_factory.mktemp("pki")
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=memqos test CA",
-             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-             cwd=d)
-    for name, usage, san in (("server", "serverAuth", "subjectAltName=IP:127.0.0.1,DNS:localhost\n"),
-                             ("client", "clientAuth", "")):
-        (d / f"{name}.ext").write_text(f"basicConstraints=CA:FALSE\nextendedKeyUsage={usage}\n"
-                                       f"subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n{san}")
-        _openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN=memqos test {name}",
-                 cwd=d)
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-                 "-days", "2", "-out", f"{name}.crt", "-extfile", f"{name}.ext", cwd=d)
-    _openssl("req", "-x509", *key, "-keyout", "rogue.key", "-out", "rogue.crt", "-days", "2",
-             "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", cwd=d)
-    for f in d.glob("*.key"):
-        f.chmod(0o600)
-    return d
+    return make_pki(tmp_path_factory.mktemp("pki"), HOSTNAME)
 
 
-# ---------------------------------------------------------------- a real server
-
-class Server:
-    """ThreadingHTTPServer on 127.0.0.1:0; `respond(handler)` answers every GET; requests are recorded."""
-
-    def __init__(self, respond, tls: ssl.SSLContext | None = None):
-        self.requests: list[dict] = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self):  # noqa: N802 - the stdlib's name
-                outer.requests.append({"path": self.path, "headers": dict(self.headers)})
-                try:
-                    respond(self)
-                except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
-                    pass  # the client stopped reading (size cap, timeout): expected
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        if tls is not None:
-            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
-        self.scheme = "https" if tls else "http"
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
-
-    def url(self, host: str = "127.0.0.1") -> str:
-        return f"{self.scheme}://{host}:{self.port}/pods"
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-def answer(status: int = 200, body: bytes = GOOD, reason: str | None = None, headers: dict | None = None):
-    def respond(h):
-        h.send_response(status, reason)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(body)))
-        for k, v in (headers or {}).items():
-            h.send_header(k, v)
-        h.end_headers()
-        h.wfile.write(body)
-    return respond
+def answer(status: int = 200, body: bytes = GOOD, **kw):
+    return _answer(status, body, **kw)
 
 
 @pytest.fixture
@@ -134,14 +52,7 @@ def serve(pki):
     servers = []
 
     def start(respond=answer(), tls: str | None = "server", client_ca: bool = False) -> Server:
-        ctx = None
-        if tls:
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            ctx.load_cert_chain(pki / f"{tls}.crt", pki / f"{tls}.key")
-            if client_ca:
-                ctx.verify_mode = ssl.CERT_REQUIRED
-                ctx.load_verify_locations(pki / "ca.crt")
-        s = Server(respond, ctx)
+        s = Server(respond, server_context(pki, tls, client_ca) if tls else None)
         servers.append(s)
         return s
 
@@ -158,9 +69,9 @@ def token_file(tmp_path) -> Path:
     return f
 
 
-def source(url: str, **kw) -> KubeletSource:
+def source(url: str, hostname: str = HOSTNAME, **kw) -> KubeletSource:
     kw.setdefault("timeout", 5.0)
-    return KubeletSource(KubeletConfig(url=url, **kw))
+    return KubeletSource(KubeletConfig(url=url, **kw), hostname=lambda: hostname)
 
 
 # ---------------------------------------------------------------- happy paths
@@ -279,6 +190,117 @@ def test_bad_ca_file(serve, tmp_path):
         source(s.url(), ca_file=str(tmp_path / "missing.crt")).fetch()
 
 
+# ---------------------------------------------------------------- a kubeadm node's kubelet
+
+def test_kubeadm_self_signed_kubelet_crt_is_its_own_ca_and_names_the_hostname(serve, pki, token_file):
+    """The shipped config's case: https://127.0.0.1:10250 with caFile /var/lib/kubelet/pki/kubelet.crt.
+    The certificate names only the node's hostname, never 127.0.0.1; verification stays on."""
+    s = serve(tls="kubelet")
+    snap = source(s.url(), ca_file=str(pki / "kubelet.crt"), token_file=str(token_file)).fetch()
+    assert len(snap.pods) == 2 and s.requests[0]["headers"]["Authorization"] == f"Bearer {TOKEN}"
+
+
+def test_kubelet_crt_of_another_name_is_refused_before_the_token_is_sent(serve, pki, token_file):
+    # e.g. a kubelet started with --hostname-override: its certificate names the override.
+    s = serve(tls="kubelet")
+    with pytest.raises(SourceError) as e:
+        source(s.url(), hostname="other-node", ca_file=str(pki / "kubelet.crt"), token_file=str(token_file)).fetch()
+    assert e.value.kind == "tls" and s.requests == []
+    assert str(e.value) == (f"kubelet {s.url()}: TLS: the kubelet's certificate is for {HOSTNAME}, not for 127.0.0.1"
+                            f" or other-node: set kubelet.serverName to the name the kubelet's certificate carries")
+    snap = source(s.url(), hostname="other-node", server_name=HOSTNAME, ca_file=str(pki / "kubelet.crt"),
+                  token_file=str(token_file)).fetch()
+    assert len(snap.pods) == 2
+
+
+def test_server_name_is_the_only_name_accepted_when_set(serve, pki):
+    s = serve()  # server.crt names 127.0.0.1 and localhost
+    with pytest.raises(SourceError) as e:
+        source(s.url(), server_name="node-1", ca_file=str(pki / "ca.crt")).fetch()
+    assert e.value.kind == "tls" and "for 127.0.0.1, localhost, not for node-1" in str(e.value)
+
+
+def test_a_trusted_ca_does_not_make_any_name_good(serve, pki):
+    # Signed by the CA we trust, but for 127.0.0.1/localhost only: not the kubelet of node-7.
+    s = serve()
+    with pytest.raises(SourceError) as e:
+        source(s.url("localhost"), hostname=HOSTNAME, server_name=HOSTNAME, ca_file=str(pki / "ca.crt")).fetch()
+    assert e.value.kind == "tls" and s.requests == []
+
+
+def test_kubelet_crt_against_the_wrong_ca_says_which_ca_to_give(serve, pki):
+    s = serve(tls="kubelet")
+    with pytest.raises(SourceError) as e:
+        source(s.url(), ca_file=str(pki / "ca.crt")).fetch()
+    msg = str(e.value)
+    assert e.value.kind == "tls" and msg.startswith(f"kubelet {s.url()}: TLS certificate not trusted: ")
+    assert f"(caFile {pki / 'ca.crt'} did not verify it)" in msg
+    assert "/var/lib/kubelet/pki/kubelet.crt" in msg and "serverTLSBootstrap" in msg and "/etc/kubernetes/pki/ca.crt" in msg
+
+
+def test_a_missing_ca_file_says_where_the_kubelets_ca_is(serve, tmp_path):
+    s = serve(tls="kubelet")
+    with pytest.raises(SourceError) as e:
+        source(s.url(), ca_file=str(tmp_path / "kubelet.crt")).fetch()
+    assert e.value.kind == "tls"
+    assert f"caFile {tmp_path / 'kubelet.crt'}: cannot load: No such file or directory" in str(e.value)
+    assert "/var/lib/kubelet/pki/kubelet.crt when the kubelet signed its own certificate" in str(e.value)
+
+
+# ---------------------------------------------------------------- the kubelet's authn/authz answers
+
+READER = "system:serviceaccount:memqos-system:memqos-systemd"
+
+
+@pytest.mark.parametrize("fine_grained, allowed", [(True, {"pods"}), (True, {"proxy"}), (False, {"proxy"})])
+def test_a_token_with_the_rbac_rule_reads_pods(serve, pki, token_file, fine_grained, allowed):
+    s = serve(Kubelet(GOOD, {TOKEN: (READER, allowed)}, fine_grained=fine_grained), tls="kubelet")
+    assert len(source(s.url(), ca_file=str(pki / "kubelet.crt"), token_file=str(token_file)).fetch().pods) == 2
+
+
+@pytest.mark.parametrize("token", [None, "expired-or-wrong-token"])
+def test_401_says_the_token_is_missing_expired_or_wrong(serve, pki, tmp_path, token):
+    s = serve(Kubelet(GOOD, {TOKEN: (READER, {"pods"})}), tls="kubelet")
+    kw = {}
+    if token:
+        f = tmp_path / "token"
+        f.write_text(token)
+        f.chmod(0o600)
+        kw["token_file"] = str(f)
+    with pytest.raises(SourceError) as e:
+        source(s.url(), ca_file=str(pki / "kubelet.crt"), **kw).fetch()
+    assert e.value.kind == "http"
+    if token:
+        assert str(e.value) == (f"kubelet {s.url()}: HTTP 401 Unauthorized: the kubelet did not accept the token in"
+                                f" {kw['token_file']} (missing, expired or wrong): put the token of ServiceAccount"
+                                f" memqos-system/memqos-systemd there, mode 0600 (README, 'On a kubeadm node')")
+    else:
+        assert str(e.value) == (f"kubelet {s.url()}: HTTP 401 Unauthorized: the kubelet wants credentials: set"
+                                f" kubelet.tokenFile (or clientCertFile and clientKeyFile)")
+
+
+@pytest.mark.parametrize("fine_grained, subresource", [(True, "pods"), (False, "proxy")])
+def test_403_names_the_rbac_rule_that_is_missing(serve, pki, token_file, fine_grained, subresource):
+    s = serve(Kubelet(GOOD, {TOKEN: (READER, {"log"})}, fine_grained=fine_grained), tls="kubelet")
+    with pytest.raises(SourceError) as e:
+        source(s.url(), ca_file=str(pki / "kubelet.crt"), token_file=str(token_file)).fetch()
+    assert e.value.kind == "http"
+    assert str(e.value) == (f"kubelet {s.url()}: HTTP 403 Forbidden (user={READER}, verb=get, resource=nodes,"
+                            f" subresource={subresource}): this user may not read the kubelet's pods: bind it to"
+                            f" ClusterRole memqos-systemd-pod-reader (get on nodes/pods, deploy/rbac/); a kubelet"
+                            f" before v1.33 checks only nodes/proxy (deploy/rbac/fallback-nodes-proxy.yaml)")
+
+
+def test_a_missing_token_file_says_where_the_token_comes_from(serve, pki, tmp_path):
+    s = serve(tls="kubelet")
+    with pytest.raises(SourceError) as e:
+        source(s.url(), ca_file=str(pki / "kubelet.crt"), token_file=str(tmp_path / "kubelet-token")).fetch()
+    assert e.value.kind == "auth" and s.requests == []
+    assert str(e.value) == (f"kubelet {s.url()}: tokenFile {tmp_path / 'kubelet-token'}: cannot read: No such file or"
+                            f" directory: put the token of ServiceAccount memqos-system/memqos-systemd there, mode"
+                            f" 0600 (README, 'On a kubeadm node')")
+
+
 # ---------------------------------------------------------------- credentials refused
 
 def test_world_readable_token_is_refused(serve, pki, token_file, caplog):
@@ -376,6 +398,12 @@ def test_connection_refused():
         source(f"http://127.0.0.1:{port}/pods").fetch()
     assert e.value.kind == "connect" and "connection refused" in str(e.value)
     assert str(e.value).startswith(f"kubelet http://127.0.0.1:{port}/pods: ")
+    # Plain http refused: most likely the read-only port, which kubeadm turns off; the fix is 10250.
+    assert "connection refused: nothing listens there" in str(e.value) and "read-only port" in str(e.value)
+    assert "https://127.0.0.1:10250/pods with tokenFile and caFile" in str(e.value)
+    with pytest.raises(SourceError) as e:
+        source(f"https://127.0.0.1:{port}/pods").fetch()
+    assert str(e.value).endswith("connection refused (is the kubelet running, is the port right?)")
 
 
 @pytest.mark.parametrize("scheme", ["http", "https"])

@@ -524,3 +524,55 @@ def test_alias_bomb_fails_fast(tmp_path):
 def test_unreadable_path(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path, required=True)  # a directory
+
+
+# ---------------------------------------------------------------- kubelet.serverName
+
+def test_server_name():
+    assert parse_config({}).kubelet.server_name is None
+    cfg = parse_config({"kubelet": {"url": "https://127.0.0.1:10250/pods", "serverName": "node-1"}})
+    assert cfg.kubelet.server_name == "node-1"
+
+
+@pytest.mark.parametrize("value", ["", "two words", "a/b", 5, ["x"]])
+def test_bad_server_name_names_key_and_value(value):
+    with pytest.raises(ConfigError) as e:
+        parse_config({"kubelet": {"serverName": value}}, "config.yaml")
+    assert str(e.value).startswith("config.yaml: kubelet.serverName: ")
+
+
+# ---------------------------------------------------------------- reset with a broken config
+
+def test_unit_names_config_keeps_the_keys_that_name_units_and_drops_the_rest(tmp_path):
+    from memqos_systemd.config import Config, unit_names_config
+
+    f = tmp_path / "config.yaml"
+    f.write_text("cgroupRoot: /custom\nkubeReservedCgroup: /kube.slice\nsystemReservedCgroup: not-a-path\n"
+                 "enforceNodeAllocatable: [pods, kube-reserved]\nmemoryThrottlingFactor: 7\nnoSuchKey: 1\n")
+    with pytest.raises(ConfigError):
+        load_config(f)
+    cfg = unit_names_config(f)
+    assert (cfg.cgroup_root, cfg.kube_reserved_cgroup, cfg.system_reserved_cgroup) == ("/custom", "/kube.slice", None)
+    assert cfg.enforce_node_allocatable == ("pods", "kube-reserved")
+    assert cfg.memory_throttling_factor == Config().memory_throttling_factor
+
+
+def test_unit_names_config_reads_the_kubelets_file_for_what_ours_does_not_say(tmp_path):
+    from memqos_systemd.config import unit_names_config
+
+    kubelet = tmp_path / "kubelet.yaml"
+    kubelet.write_text("kind: KubeletConfiguration\nsystemReservedCgroup: /system.slice\ncgroupRoot: /k\n")
+    f = tmp_path / "config.yaml"
+    f.write_text(f"kubeletConfigFile: {kubelet}\ncgroupRoot: /ours\nhierarchy: flat\n")
+    cfg = unit_names_config(f)
+    assert (cfg.cgroup_root, cfg.system_reserved_cgroup) == ("/ours", "/system.slice")
+
+
+@pytest.mark.parametrize("text", [None, "", "cgroupRoot: [\n", "- a list\n", "\xff\xfe"])
+def test_unit_names_config_of_garbage_is_the_defaults(tmp_path, text):
+    from memqos_systemd.config import Config, unit_names_config
+
+    f = tmp_path / "config.yaml"
+    if text is not None:
+        f.write_bytes(text.encode("latin-1"))
+    assert unit_names_config(f) == Config()

@@ -109,15 +109,29 @@ def test_preflight_without_recursiveprot_warns(tmp_path):
     assert f["cgroup v2"].level == "ok"
 
 
-def test_preflight_hybrid_is_an_error(tmp_path):
-    f = check_node(kernel_release="6.1.0", systemd=252, **fake_node(tmp_path, HYBRID, controllers=None))
-    assert len(f) == 1 and f[0].level == "error" and f[0].what == "cgroup v2"
+def test_preflight_hybrid_is_an_error_and_the_other_checks_still_run(tmp_path):
+    node = fake_node(tmp_path, HYBRID, controllers=None)
+    (node["cgroup_root"] / "unified").mkdir()
+    (node["cgroup_root"] / "unified" / "cgroup.controllers").write_text("\n")  # memory is bound to v1
+    f = check_node(kernel_release="6.1.0", systemd=252, **node)
+    assert [(x.what, x.level) for x in f] == [
+        ("cgroup v2", "error"), ("memory controller", "error"), ("memory_recursiveprot", "warn"),
+        ("kernel", "ok"), ("systemd", "ok"),
+    ]
     assert "hybrid" in f[0].detail and "systemd.unified_cgroup_hierarchy=1" in f[0].detail
+    # Checked on the hybrid's cgroup2 mount, and said where the memory controller went.
+    assert f[1].detail == (f"not in {node['cgroup_root']}/unified/cgroup.controllers: it is bound to cgroup v1 at"
+                           f" {node['cgroup_root']}/memory")
+    assert f[2].detail.startswith(f"{node['cgroup_root']}/unified is mounted without memory_recursiveprot")
 
 
-def test_preflight_v1_is_an_error(tmp_path):
-    f = check_node(kernel_release="6.1.0", **fake_node(tmp_path, V1, controllers=None))
-    assert len(f) == 1 and f[0].level == "error" and "cgroup v1" in f[0].detail
+def test_preflight_v1_is_an_error_and_the_other_checks_still_run(tmp_path):
+    f = check_node(kernel_release="4.19.0", systemd=239, **fake_node(tmp_path, V1, controllers=None))
+    assert [(x.what, x.level) for x in f] == [
+        ("cgroup v2", "error"), ("memory controller", "error"), ("memory_recursiveprot", "warn"),
+        ("kernel", "warn"), ("systemd", "error"),
+    ]
+    assert "cgroup v1" in f[0].detail and "no cgroup2 hierarchy is mounted" in f[1].detail
 
 
 def test_preflight_memory_controller_missing(tmp_path):
@@ -365,3 +379,66 @@ def test_node_module_never_writes_files():
     assert opens and all(args.endswith('"rb"') or ("os.O_RDONLY" in args and not re.search(
         r"O_WRONLY|O_RDWR|O_CREAT|O_TRUNC|O_APPEND", args)) for args in opens), opens
     assert not re.search(r"write_text|write_bytes|os\.write|\.write\(", src)
+
+
+# ---------------------------------------------------------------- systemd node, kubelet's cgroupDriver
+
+def test_systemd_findings_on_a_systemd_node_are_none(tmp_path):
+    booted = tmp_path / "run/systemd/system"
+    booted.mkdir(parents=True)
+    bus = tmp_path / "bus"
+    bus.write_text("")  # stands for the socket: only its presence is checked
+    assert node.systemd_findings(f"unix:path={bus}", booted_dir=booted) == []
+
+
+def test_systemd_not_pid1_and_no_bus_socket_are_said_in_those_words(tmp_path, monkeypatch):
+    (tmp_path / "proc/1").mkdir(parents=True)
+    (tmp_path / "proc/1/comm").write_text("bash\n")
+    monkeypatch.setattr(node, "SYSTEM_BUS_SOCKET", str(tmp_path / "system_bus_socket"))
+    f = node.systemd_findings(None, booted_dir=tmp_path / "run/systemd/system", proc=tmp_path / "proc")
+    assert [(x.level, x.what) for x in f] == [("error", "systemd"), ("error", "system bus")]
+    assert f[0].detail.startswith("systemd is not PID 1 on this machine (PID 1 is 'bash')")
+    assert f[1].detail == (f"the system bus socket {tmp_path}/system_bus_socket is missing: is dbus running?"
+                           f" (systemctl start dbus.socket)")
+
+
+@pytest.mark.parametrize("address, path", [
+    ("unix:path=/run/x/bus", "/run/x/bus"),
+    ("unix:path=/run/x/bus,guid=0123", "/run/x/bus"),
+    ("unix:path=/tmp/a%20b", "/tmp/a b"),
+    ("tcp:host=127.0.0.1,port=1;unix:path=/second", "/second"),
+    ("unix:abstract=/tmp/dbus-x", None),
+    ("tcp:host=127.0.0.1,port=1", None),
+])
+def test_only_the_named_socket_is_checked_when_the_bus_address_is_set(tmp_path, address, path):
+    # PID 1 is not asked about: DBUS_SYSTEM_BUS_ADDRESS says where systemd is.
+    f = node.systemd_findings(address, booted_dir=tmp_path / "absent")
+    if path is None:
+        assert f == []
+    else:
+        assert [x.detail for x in f] == [f"the system bus socket {path} is missing: DBUS_SYSTEM_BUS_ADDRESS names it"]
+
+
+@pytest.mark.parametrize("text, level, needle", [
+    ("kind: KubeletConfiguration\ncgroupDriver: systemd\n", "ok", "systemd ("),
+    ("kind: KubeletConfiguration\ncgroupDriver: cgroupfs\n", "error", "cgroupfs ("),
+    ("kind: KubeletConfiguration\n", "warn", "does not set cgroupDriver: the kubelet then uses cgroupfs"),
+    ("- not a map\n", "warn", "is not a KubeletConfiguration"),
+    ("cgroupDriver: [\n", "warn", "cannot tell:"),
+])
+def test_the_kubelets_cgroup_driver_from_its_config(tmp_path, text, level, needle):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(text)
+    f = node.kubelet_config_findings(str(cfg))
+    assert len(f) == 1 and f[0].what == "kubelet cgroupDriver" and f[0].level == level
+    assert needle in f[0].detail and (str(cfg) in f[0].detail)
+    if level == "error":
+        assert "set cgroupDriver: systemd" in f[0].detail
+
+
+def test_the_kubelets_config_defaults_to_kubeadms_path_and_is_skipped_when_absent(tmp_path):
+    kubeadm = tmp_path / "var/lib/kubelet/config.yaml"
+    assert node.kubelet_config_findings(None, default=str(kubeadm)) == []
+    kubeadm.parent.mkdir(parents=True)
+    kubeadm.write_text("cgroupDriver: systemd\n")
+    assert [x.detail for x in node.kubelet_config_findings(None, default=str(kubeadm))] == [f"systemd ({kubeadm})"]

@@ -31,8 +31,11 @@ def _shipped() -> Path:
 SHIPPED = _shipped()
 # Keys whose default is "unset" and that cannot be written as null: the file shows an example.
 EXAMPLE_ONLY = {"kubeReservedCgroup", "systemReservedCgroup"}
-# Set on purpose in the shipped file (everything else is left at its default).
+# Set on purpose in the shipped file (everything else is left at its default): protection on,
+# and the pods from the kubelet's authenticated port as a kubeadm node serves it.
 SET_ON_PURPOSE = {"memoryReservationPolicy": "TieredReservation"}
+KUBELET_ON_PURPOSE = {"url": "https://127.0.0.1:10250/pods", "tokenFile": "/etc/memqos-systemd/kubelet-token",
+                      "caFile": "/var/lib/kubelet/pki/kubelet.crt"}
 
 _COMMENTED_TOP = re.compile(r"#([A-Za-z][A-Za-z0-9.]*):(\s.*)?$")
 _COMMENTED_NESTED = re.compile(r"#(\s+)([A-Za-z][A-Za-z0-9.]*):(\s.*)?$")
@@ -43,7 +46,8 @@ def _text() -> str:
 
 
 def _uncommented(text: str) -> str:
-    """The file with every "#key: value" setting (and the "#  sub: value" lines of its block) live."""
+    """The file with every "#key: value" setting (and the "#  sub: value" lines of its block,
+    live or commented) live."""
     out, in_block = [], False
     for line in text.splitlines():
         if _COMMENTED_TOP.match(line):
@@ -51,10 +55,20 @@ def _uncommented(text: str) -> str:
             in_block = True
         elif in_block and _COMMENTED_NESTED.match(line):
             out.append(line[1:])
+        elif re.match(r"[A-Za-z][A-Za-z0-9.]*:\s*$", line):  # a live block such as "kubelet:"
+            out.append(line)
+            in_block = True
         else:
             out.append(line)
-            in_block = False
+            in_block = in_block and line.startswith("  ")
     return "\n".join(out) + "\n"
+
+
+def _builtin_but_on_purpose(cfg: Config) -> Config:
+    """`cfg` with the settings the shipped file makes on purpose put back to the built-in defaults."""
+    return dataclasses.replace(cfg, memory_reservation_policy="None", kubelet=KubeletSource(
+        **{f.name: getattr(cfg.kubelet, f.name) for f in dataclasses.fields(KubeletSource)
+           if _norm(f.name) not in {_norm(k) for k in KUBELET_ON_PURPOSE}}))
 
 
 def _mentioned(text: str) -> tuple[set[str], dict[str, set[str]]]:
@@ -76,7 +90,15 @@ def test_shipped_file_parses_with_the_loader_and_turns_on_tiered_reservation():
 
 def test_everything_else_is_left_at_the_builtin_default():
     cfg = load_config(SHIPPED, required=True)
-    assert dataclasses.replace(cfg, memory_reservation_policy="None") == Config()
+    assert _builtin_but_on_purpose(cfg) == Config()
+
+
+def test_asks_the_kubelets_authenticated_port_with_the_documented_token_and_ca():
+    doc = yaml.safe_load(_text())
+    assert doc["kubelet"] == KUBELET_ON_PURPOSE
+    kubelet = load_config(SHIPPED, required=True).kubelet
+    assert kubelet.server_name is None and kubelet.insecure_skip_tls_verify is False
+    assert "mode 0600" in _text() and "serverTLSBootstrap" in _text()
 
 
 def test_says_in_one_line_how_to_go_back_to_throttling_only():
@@ -107,7 +129,7 @@ def test_every_commented_default_is_the_real_default():
     cfg = parse_config(live, str(SHIPPED))
     for key, attr_value in SET_ON_PURPOSE.items():
         assert live[key] == attr_value
-    assert dataclasses.replace(cfg, memory_reservation_policy="None") == Config()
+    assert _builtin_but_on_purpose(cfg) == Config()
     # Every planner key now comes from the file, i.e. the file really wrote each one down.
     assert {k for k, v in cfg.origins.items() if v != "config"} == EXAMPLE_ONLY
 

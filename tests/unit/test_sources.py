@@ -313,6 +313,92 @@ def test_redact_short_secret():
     assert redact("a abc b", "abc") == "a <token> b"
 
 
+# ---------------------------------------------------------------- the service's sandbox
+
+def _unit_file() -> str:
+    from pathlib import Path
+    for d in Path(__file__).resolve().parents:
+        if (d / "units" / "memqos-systemd.service").is_file():
+            return (d / "units" / "memqos-systemd.service").read_text(encoding="utf-8")
+    pytest.fail("units/memqos-systemd.service not found above tests/")
+
+
+def test_the_hidden_directories_are_what_the_unit_hides():
+    from memqos_systemd.sources.file import SANDBOX_HIDDEN
+    lines = _unit_file().splitlines()
+    for _, setting in SANDBOX_HIDDEN:
+        assert setting in lines, setting
+    # And every directory those settings hide is listed (systemd.exec(5)).
+    assert {top for top, _ in SANDBOX_HIDDEN} == {"/home", "/root", "/run/user", "/tmp", "/var/tmp", "/dev/shm"}
+
+
+@pytest.mark.parametrize("path, hidden", [
+    ("/tmp/x.json", "its own, empty /tmp (PrivateTmp=yes"),
+    ("/var/tmp/pods.yaml", "its own, empty /var/tmp (PrivateTmp=yes"),
+    ("/root/pods.json", "no /root (ProtectHome=yes"),
+    ("/home/ops/pods.json", "no /home (ProtectHome=yes"),
+    ("/run/user/1000/pods.json", "no /run/user (ProtectHome=yes"),
+    ("/dev/shm/pods.json", "its own, empty /dev/shm (PrivateDevices=yes"),
+    ("/etc/memqos-systemd/pods.json", None),
+    ("/tmpfoo/pods.json", None),
+    ("/var/lib/memqos/pods.json", None),
+])
+def test_a_pods_file_the_service_cannot_see(path, hidden):
+    from memqos_systemd.sources.file import hidden_from_service
+    got = hidden_from_service(path)
+    if hidden is None:
+        assert got is None
+    else:
+        assert got.startswith(f"the service has {hidden}") and "/etc/memqos-systemd/" in got
+
+
+def test_a_link_into_a_hidden_directory_is_hidden_too(tmp_path):
+    from memqos_systemd.sources.file import hidden_from_service
+    assert str(tmp_path).startswith("/tmp/")  # pytest's tmp_path, as on every machine we run on
+    assert hidden_from_service(tmp_path / "pods.json") is not None
+
+
+def test_the_service_says_why_it_cannot_read_a_pods_file_in_tmp(tmp_path):
+    with pytest.raises(SourceError) as e:
+        FileSource(tmp_path / "gone.json").fetch()
+    assert str(e.value) == (f"file {tmp_path}/gone.json: cannot read: No such file or directory: the service has its"
+                            f" own, empty /tmp (PrivateTmp=yes in memqos-systemd.service): move the file out of"
+                            f" /tmp, e.g. to /etc/memqos-systemd/")
+
+
+# ---------------------------------------------------------------- the kubelet's certificate names
+
+@pytest.mark.parametrize("name, kind, value, ok", [
+    ("node-1", "DNS", "node-1", True),
+    ("node-1", "DNS", "NODE-1", True),
+    ("node-1.example", "DNS", "*.example", True),
+    ("a.node-1.example", "DNS", "*.example", False),   # a wildcard is one label
+    ("example", "DNS", "*.example", False),
+    ("node-1", "DNS", "node-2", False),
+    ("127.0.0.1", "IP Address", "127.0.0.1", True),
+    ("::1", "IP Address", "0:0:0:0:0:0:0:1", True),
+    ("127.0.0.1", "DNS", "127.0.0.1", False),          # an IP is matched by IP SANs only
+    ("node-1", "IP Address", "127.0.0.1", False),
+    ("127.0.0.1", "IP Address", "127.0.0.2", False),
+])
+def test_certificate_name_matching(name, kind, value, ok):
+    from memqos_systemd.sources.kubelet import _name_matches
+    assert _name_matches(name, kind, value) is ok
+
+
+@pytest.mark.parametrize("url, server_name, names", [
+    ("https://127.0.0.1:10250/pods", None, ("127.0.0.1", "node-1")),
+    ("https://[::1]:10250/pods", None, ("::1", "node-1")),
+    ("https://localhost:10250/pods", None, ("localhost", "node-1")),
+    ("https://node-1:10250/pods", None, ("node-1",)),
+    ("https://10.0.0.5:10250/pods", None, ("10.0.0.5",)),
+    ("https://127.0.0.1:10250/pods", "kubelet.example", ("kubelet.example",)),
+])
+def test_names_the_kubelets_certificate_may_carry(url, server_name, names):
+    src = KubeletSource(KubeletConfig(url=url, server_name=server_name), hostname=lambda: "node-1")
+    assert src._names == names
+
+
 # ---------------------------------------------------------------- odd files and URLs
 
 def test_fifo_instead_of_pods_file_does_not_hang(tmp_path):

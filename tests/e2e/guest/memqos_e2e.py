@@ -20,9 +20,17 @@ import time
 CGROUP_ROOT = "/sys/fs/cgroup"
 UINT64_MAX = (1 << 64) - 1
 KUBELET_UNIT = "kubelet.service"
-KUBELET_ADDR = ("127.0.0.1", 10255)
+KUBELET_ADDR = ("127.0.0.1", 10255)       # the read-only port: plain HTTP
+KUBELET_TLS_ADDR = ("127.0.0.1", 10250)   # the authenticated port, as the shipped config asks it
 KUBELET_DIR = "/var/lib/memqos-e2e-kubelet"  # on the root overlay: survives reboot()
 PODS_FILE = os.path.join(KUBELET_DIR, "pods.json")
+# What the stand-in's "API server" knows: token -> {user, allow} (TokenReview + RBAC). The
+# cluster outlives a kubelet: not in KUBELET_DIR, which the driver empties between scenarios.
+CLUSTER_DIR = "/var/lib/memqos-e2e-cluster"
+TOKENS_FILE = os.path.join(CLUSTER_DIR, "tokens.json")
+KUBELET_CERT_DIR = "/var/lib/kubelet/pki"     # where a kubeadm kubelet keeps kubelet.crt
+KUBELET_TOKEN = "/etc/memqos-systemd/kubelet-token"  # the shipped config's tokenFile
+SERVICE_ACCOUNT = "system:serviceaccount:memqos-system:memqos-systemd"
 GUEST_DIR = os.path.dirname(os.path.abspath(__file__))
 CTL_PORT = os.environ.get("MEMQOS_E2E_CTL", "/dev/virtio-ports/org.memqos.e2e.0")
 
@@ -36,6 +44,8 @@ __all__ = [
     "kubelet_stop", "kubelet_restart", "kubelet_get_pods", "kubelet_enable", "kubelet_disable",
     "host_request", "host_qmp", "hotplug_memory", "online_memory_blocks", "reboot",
     "boot_number", "UINT64_MAX", "PODS_FILE", "KUBELET_UNIT",
+    "KUBELET_TLS_ADDR", "KUBELET_CERT_DIR", "KUBELET_TOKEN", "SERVICE_ACCOUNT", "cluster_token",
+    "install_kubelet_token",
 ]
 
 
@@ -544,7 +554,8 @@ def _kubelet_unit_text(stub, note):
 Description=kubelet stand-in (memqos e2e, {note})
 
 [Service]
-ExecStart=/usr/bin/python3 {stub} --pods-file {PODS_FILE} --address {KUBELET_ADDR[0]} --port {KUBELET_ADDR[1]}
+ExecStart=/usr/bin/python3 {stub} --pods-file {PODS_FILE} --address {KUBELET_ADDR[0]} --port {KUBELET_ADDR[1]} \\
+  --tls-port {KUBELET_TLS_ADDR[1]} --cert-dir {KUBELET_CERT_DIR} --tokens {TOKENS_FILE}
 KillMode=mixed
 
 [Install]
@@ -566,6 +577,55 @@ def _write_unit(path, text):
     return True
 
 
+def _listening():
+    """Both of the stand-in's ports answer (the TLS one after it made its certificate)."""
+    return _port_open(KUBELET_ADDR) and _port_open(KUBELET_TLS_ADDR)
+
+
+def cluster_token(user=SERVICE_ACCOUNT, allow=("pods",)):
+    """The token the cluster holds for `user` (what `kubectl -n memqos-system get secret
+    memqos-systemd-token -o jsonpath='{.data.token}' | base64 -d` prints on a real cluster),
+    made on first use; `allow` is what RBAC lets it get on nodes/* (the stand-in asks this file
+    on every request, as the kubelet asks the API server)."""
+    try:
+        with open(TOKENS_FILE) as f:
+            tokens = json.load(f)
+    except (OSError, ValueError):
+        tokens = {}
+    token = next((t for t, who in tokens.items() if who.get("user") == user), None) or \
+        f"e2e.{os.urandom(24).hex()}"
+    tokens[token] = {"user": user, "allow": list(allow)}
+    os.makedirs(CLUSTER_DIR, exist_ok=True)
+    with open(TOKENS_FILE + ".tmp", "w") as f:
+        json.dump(tokens, f)
+    os.replace(TOKENS_FILE + ".tmp", TOKENS_FILE)
+    return token
+
+
+def install_kubelet_token(token=None, path=KUBELET_TOKEN):
+    """README's token step on the node: `... | install -m 0600 /dev/stdin <path>` (there through
+    ssh from a machine with kubectl). `token` defaults to the ServiceAccount's, cluster_token()."""
+    token = cluster_token() if token is None else token
+    subprocess.run(["install", "-m", "0600", "/dev/stdin", path], input=token.encode(), check=True)
+    return token
+
+
+def _ensure_kubelet_token():
+    """A node set up as README says has the ServiceAccount's token in place: put it there when
+    the package is installed and it is missing or another one (a scenario that tests without it
+    changes it afterwards, and one that stopped halfway does not leak into the next)."""
+    if not os.path.isdir(os.path.dirname(KUBELET_TOKEN)):
+        return
+    token = cluster_token()
+    try:
+        with open(KUBELET_TOKEN) as f:
+            if f.read().strip() == token:
+                return
+    except OSError:
+        pass
+    install_kubelet_token(token)
+
+
 def _ensure_pods_file(pods):
     if pods is not None:
         write_pods(pods)
@@ -574,9 +634,11 @@ def _ensure_pods_file(pods):
 
 
 def kubelet_start(pods=None, timeout=30.0):
-    """Run the /pods stand-in on 127.0.0.1:10255 as kubelet.service. If pods is given, write it
-    first; otherwise keep (or create an empty) pods file."""
+    """Run the /pods stand-in on 127.0.0.1:10255 (read-only) and 127.0.0.1:10250 (TLS, tokens)
+    as kubelet.service. If pods is given, write it first; otherwise keep (or create an empty)
+    pods file. Puts the ServiceAccount's token where the shipped config reads it if missing."""
     _ensure_pods_file(pods)
+    _ensure_kubelet_token()
     if unit_exists(KUBELET_UNIT):
         return
     if not os.path.exists(_PERSISTENT_UNIT):  # else the enabled one (kubelet_enable) is used
@@ -587,7 +649,7 @@ def kubelet_start(pods=None, timeout=30.0):
     p = subprocess.run(["systemctl", "start", KUBELET_UNIT], capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemdError(f"systemctl start {KUBELET_UNIT}: {p.stderr.strip()}")
-    if not wait_for(_port_open, timeout):
+    if not wait_for(_listening, timeout):
         raise SystemdError("kubelet stand-in did not start listening")
 
 
@@ -595,6 +657,7 @@ def kubelet_enable(pods=None):
     """Install the stand-in as an enabled kubelet.service (unit file in /etc, stub copied out
     of the payload) so it also starts at boot, e.g. across reboot(); and start it now."""
     _ensure_pods_file(pods)
+    _ensure_kubelet_token()
     os.makedirs(os.path.dirname(_PERSISTENT_STUB), exist_ok=True)
     with open(os.path.join(GUEST_DIR, "kubelet_stub.py")) as src, \
             open(_PERSISTENT_STUB, "w") as dst:
@@ -609,7 +672,7 @@ def kubelet_enable(pods=None):
                        text=True)
     if p.returncode != 0:
         raise SystemdError(f"systemctl enable --now {KUBELET_UNIT}: {p.stderr.strip()}")
-    if not wait_for(_port_open, 30):
+    if not wait_for(_listening, 30):
         raise SystemdError("enabled kubelet stand-in did not start listening")
 
 
@@ -638,7 +701,7 @@ def kubelet_restart(down_seconds=0.0, timeout=30.0):
         kubelet_start(timeout=timeout)
         return
     subprocess.run(["systemctl", "restart", KUBELET_UNIT], check=True)
-    if not wait_for(_port_open, timeout):
+    if not wait_for(_listening, timeout):
         raise SystemdError("kubelet stand-in did not come back after restart")
 
 

@@ -7,8 +7,8 @@ every managed unit holds the plan. After `apt-get remove`: the service is stoppe
 gone, every unit it managed (kubepods, QoS, pod, container and reserved slices) reads
 memory.min 0, memory.low 0, memory.high max in the kernel, the conffile is kept, nothing of the
 package is left under /usr (no __pycache__). After `apt-get purge`: /etc/memqos-systemd is
-gone. Then `apt-get install` of the same .deb: active again, protecting the pods with the
-shipped config. Last of the daemon scenarios: docs/PACKAGING.md items 8 and 9."""
+gone, the kubelet token in it too. Then `apt-get install` of the same .deb and README's token
+step: active again, protecting the pods with the shipped config. Last of the daemon scenarios: docs/PACKAGING.md items 8 and 9."""
 # e2e-timeout: 300
 import os
 import subprocess
@@ -73,7 +73,8 @@ check(all(unit_exists(u) for u in expected if not u.startswith(("kube.", "system
 # --- purge -----------------------------------------------------------------------------------
 p, took = apt("purge", "memqos-systemd")
 check(p.returncode == 0, f"apt-get purge: exit {p.returncode} in {took:.0f} s")
-check(not os.path.exists(os.path.dirname(MEMQOS_CONFIG)), f"{os.path.dirname(MEMQOS_CONFIG)} gone")
+check(not os.path.exists(os.path.dirname(MEMQOS_CONFIG)),
+      f"{os.path.dirname(MEMQOS_CONFIG)} gone, with the kubelet token the operator put there")
 
 # --- install again (leaves the guest as the driver installed it) -------------------------------
 p, took = apt("install", "--no-install-recommends", deb)
@@ -81,6 +82,7 @@ check(p.returncode == 0, f"apt-get install {os.path.basename(deb)} again: exit {
                          f" in {took:.0f} s")
 check_eq(systemctl("is-active", MEMQOS_UNIT).stdout.strip(), "active", "service after reinstall")
 check(os.path.exists(MEMQOS_CONFIG), "a fresh conffile")
+install_kubelet_token()  # README's token step again: the purge took it
 expected = plan_expected(memqos_plan())
 bad, took = wait_kernel(expected, 20)
 check(not bad, f"the reinstalled service protects the pods with the shipped config:"

@@ -1,0 +1,55 @@
+"""Rollback is one story everywhere (issue 15): README, the man page, the package's prerm, the
+CLI's --help and reset's own warning all say `systemctl disable --now memqos-systemd`, then
+`memqos-systemd reset`; none says to stop only (a stopped but enabled service comes back at boot)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from memqos_systemd import cli, commands
+
+STORY = "systemctl disable --now memqos-systemd"
+
+
+def _repo_file(*parts: str) -> Path:
+    for d in Path(__file__).resolve().parents:
+        if (d.joinpath(*parts)).is_file():
+            return d.joinpath(*parts)
+    pytest.fail(f"{'/'.join(parts)} not found above tests/ (debian/pybuild.testfiles copies what tests read)")
+
+
+def _man_text() -> str:
+    # roff: "\-" is a hyphen, "\e" a backslash; fonts and requests do not matter here.
+    text = _repo_file("man", "memqos-systemd.8").read_text(encoding="utf-8").replace("\\-", "-")
+    return "\n".join(line for line in text.splitlines() if not line.startswith(".\\\""))
+
+
+def _help(command: str) -> str:
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    return sub.choices[command].format_help() if command else parser.format_help()
+
+
+@pytest.mark.parametrize("where", ["README.md", "man page", "prerm", "--help", "reset --help"])
+def test_every_rollback_text_disables_then_resets(where):
+    text = {
+        "README.md": lambda: _repo_file("README.md").read_text(encoding="utf-8"),
+        "man page": _man_text,
+        "prerm": lambda: _repo_file("debian", "memqos-systemd.prerm").read_text(encoding="utf-8"),
+        "--help": lambda: _help(""),
+        "reset --help": lambda: _help("reset"),
+    }[where]()
+    flat = " ".join(text.split())
+    assert STORY in flat, where
+    assert flat.index(STORY) < flat.index("memqos-systemd reset", flat.index(STORY)), where
+    # Never the old story: stopping only.
+    assert not re.search(r"systemctl stop memqos-systemd(\.service)?( &&|\s*$|\s*\n)", text, re.M), where
+
+
+def test_resets_own_warning_tells_the_same_story():
+    source = Path(commands.__file__).read_text(encoding="utf-8")
+    warning = next(line for line in source.splitlines() if "will re-apply its plan" in line)
+    assert "systemctl disable --now" in warning

@@ -99,6 +99,7 @@ class Daemon:
         self._settled: tuple | None = None  # what the last round that sent nothing was computed from
         self._oom_group_noted = False  # the first memory.oom.group put back has been logged
         self._foreign_noted: dict[str, float] = {}  # unit -> when its foreign write was last logged
+        self._source_failure: str | None = None  # the pod source's last error, while it fails
         self._wake = asyncio.Event()
         self._stop_event = asyncio.Event()
 
@@ -326,12 +327,16 @@ class Daemon:
         except Exception as e:  # SourceError, and anything a broken source raises
             self.agenda.fetch_ended(self.out.clock(), ok=False)
             self.out.metrics.source_error(getattr(e, "kind", type(e).__name__))
-            if not failing:
+            if not failing or str(e) != self._source_failure:
+                # Once per cause: a failing streak that changes cause (token missing, then 401, then
+                # 403 as the operator fixes things one by one) says each.
                 kept = f"holding the last good snapshot ({len(self.intake.pods)} pods)" if self.intake.snapshot \
                     else "no snapshot yet: only raising values"
                 log.warning("pod source failed: %s; %s", e, kept)
+            self._source_failure = str(e)
             return
         self.agenda.fetch_ended(self.out.clock(), ok=True)
+        self._source_failure = None
         if failing:
             log.info("pod source recovered: %d pods", len(snap.pods))
         self._warn_once("pods", snap.warnings)

@@ -147,6 +147,31 @@ def test_pod_source_failure_lowers_nothing(fake_systemd, tmp_path, failure):
     run(body())
 
 
+def test_a_pod_source_failure_is_logged_once_per_cause(fake_systemd, tmp_path, caplog):
+    """An operator fixing kubelet access one thing at a time (the token file, then the token, then
+    the RBAC rule) sees each new cause in the journal once, not once per poll, nor only the first."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, GCTR)
+    causes = [SourceError("kubelet https://127.0.0.1:10250/pods: HTTP 401 Unauthorized", "http"),
+              SourceError("kubelet https://127.0.0.1:10250/pods: HTTP 403 Forbidden", "http")]
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED]) as h:
+            for cause in (causes[0], causes[0], causes[0], causes[1], causes[1], causes[0]):
+                h.source.items = cause
+                h.fetch_now()
+                await h.settle()
+            h.source.items = [GUARANTEED]
+            h.fetch_now()
+            await h.settle()
+    with caplog.at_level(logging.INFO, logger="memqos_systemd"):
+        run(body())
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("pod source")]
+    assert said == [f"pod source failed: {causes[0]}; holding the last good snapshot (1 pods)",
+                    f"pod source failed: {causes[1]}; holding the last good snapshot (1 pods)",
+                    f"pod source failed: {causes[0]}; holding the last good snapshot (1 pods)",
+                    "pod source recovered: 1 pods"]
+
+
 def test_no_snapshot_at_start_only_raises(fake_systemd, tmp_path):
     """Daemon restarted while the kubelet is down: existing protection must survive."""
     start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD)

@@ -258,9 +258,7 @@ async def _check(cfg: Config) -> int:
                            + (f"; set: {', '.join(set_keys)}" if set_keys else "; all defaults")))
     for f in kubelet_config_findings(cfg.kubelet_config_file):
         findings.append((f.level, f"{f.what}: {f.detail}"))
-    if cfg.kubelet_memory_qos_gate:
-        findings.append(("warn", "kubelet: its MemoryQoS feature gate is on; the kubelet and memqos-systemd will"
-                                 " both write memory.min/memory.high and fight; turn the gate off"))
+    findings += await asyncio.to_thread(_check_kubelet_gate, cfg)
     findings += await _check_pods(cfg)
     for level, text in findings:
         print(f"{level:5} {text}")
@@ -301,6 +299,84 @@ async def _check_pods(cfg: Config) -> list[tuple[str, str]]:
             ("error", "pods: no pod source answers: the service protects no pod until one does")]
 
 
+# The fix, and what keeping the kubelet's own Memory QoS means (e2e 55-foreign-writer measures it).
+GATE_FIX = ("set featureGates: {MemoryQoS: false} in the kubelet's config (kubeadm: /var/lib/kubelet/config.yaml)"
+            " and restart the kubelet")
+GATE_KEPT = ("kept on, the kubelet writes kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow every"
+             " minute (zeros under its default policy) and memqos-systemd puts its own back within about a second,"
+             " each time counted in memqos_foreign_writes_total: protection dips every minute")
+
+
+def kubelet_gate(cfg: Config):
+    """The kubelet's own Memory QoS gate and how we know (kubelet_gate.py), asking its /metrics when
+    the pod source is the kubelet; (gate, why the kubelet's /metrics did not say)."""
+    from .kubelet_gate import memory_qos_gate, parse_kubelet_metrics
+    from .sources import SourceError
+    from .sources.kubelet import KubeletSource
+
+    reported = version = None
+    unasked = "the pod source is a file" if cfg.pods_file else None
+    if not cfg.pods_file:
+        try:
+            gates, version = parse_kubelet_metrics(KubeletSource(cfg.kubelet).metrics_text())
+            reported = gates.get("MemoryQoS")
+        except SourceError as e:
+            unasked = str(e) + (" (the RBAC rule nodes/metrics get lets it be read: deploy/rbac)"
+                                if getattr(e, "kind", "") == "http" and "403" in str(e) else "")
+    gate = memory_qos_gate(reported=reported, version=version, configured=cfg.kubelet_memory_qos_gate,
+                           config_file=cfg.kubelet_config_file)
+    return gate, unasked
+
+
+def _check_kubelet_gate(cfg: Config) -> list[tuple[str, str]]:
+    """The kubelet's own Memory QoS: off (ok), on (warn: the fight, the fix, what keeping it means),
+    or not known (warn: how to find out); and the fight as the service has seen it."""
+    gate, unasked = kubelet_gate(cfg)
+    out = []
+    if gate.on is False:
+        out.append(("ok", f"kubelet: its own Memory QoS is off ({gate.how})"))
+    elif gate.on:
+        out.append(("warn", f"kubelet: its own Memory QoS is on ({gate.how}): two writers fight over kubepods.slice"
+                            f" and kubepods-burstable.slice; fix: {GATE_FIX}; {GATE_KEPT}"))
+    else:
+        out.append(("warn", f"kubelet: cannot tell whether its own Memory QoS is on ({gate.how};"
+                            f" /metrics: {unasked}); it is on by default from v1.37: {GATE_FIX}"))
+    seen = _service_foreign_writes(cfg)
+    if seen:
+        out.append(("warn", "kubelet: the service has put back values someone else wrote: "
+                            + ", ".join(f"{unit} {n:g} time(s)" for unit, n in sorted(seen.items()))
+                            + f" (memqos_foreign_writes_total); the kubelet's own Memory QoS does this: {GATE_FIX}"))
+    return out
+
+
+def _service_foreign_writes(cfg: Config) -> dict[str, float]:
+    """memqos_foreign_writes_total of the running service, by unit, from its metrics endpoint
+    (loopback, no credentials); empty when it does not answer."""
+    import urllib.request
+
+    from .metrics import parse_listen
+
+    if not cfg.metrics.listen:
+        return {}
+    host, port = parse_listen(cfg.metrics.listen)
+    host = "127.0.0.1" if host in ("", "0.0.0.0") else "::1" if host == "::" else host
+    try:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy
+        with opener.open(f"http://{'[' + host + ']' if ':' in host else host}:{port}/metrics", timeout=2) as r:
+            text = r.read(4 << 20).decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return {}
+    found = {}
+    for line in text.splitlines():
+        if line.startswith('memqos_foreign_writes_total{unit="'):
+            unit, _, rest = line[len('memqos_foreign_writes_total{unit="'):].partition('"}')
+            try:
+                found[unit] = float(rest)
+            except ValueError:
+                continue
+    return {u: n for u, n in found.items() if n > 0}
+
+
 # ------------------------------------------------------------------ run
 def run(args, cfg: Config) -> int:
     from .notify import setup_logging
@@ -322,7 +398,8 @@ def run(args, cfg: Config) -> int:
                       metrics=metrics, memory_watcher=_memory_watcher(log), ledger_path=LEDGER_PATH,
                       last_pods_path=LAST_PODS_PATH)
     if cfg.kubelet_memory_qos_gate:
-        log.warning("the kubelet's MemoryQoS feature gate is on: two writers will fight over memory.min/high")
+        log.warning("the kubelet's own Memory QoS is on (featureGates in %s): two writers will fight over"
+                    " kubepods.slice and kubepods-burstable.slice; %s", cfg.kubelet_config_file, GATE_FIX)
     config_path = getattr(args, "config", None) or _default_config_path()
     return asyncio.run(Daemon(config_path, cfg, outside).run())
 

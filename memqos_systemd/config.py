@@ -96,8 +96,9 @@ class Config:
     kubelet_config_file: str | None = None
     metrics: MetricsConfig = MetricsConfig()
     resync_interval: float = 60.0
-    # From the kubelet's config: its own MemoryQoS gate (two writers would fight).
-    kubelet_memory_qos_gate: bool = False
+    # From the kubelet's config: its own MemoryQoS gate as featureGates sets it, None when it does
+    # not (the kubelet's default applies: kubelet_gate.py). Two writers would fight.
+    kubelet_memory_qos_gate: bool | None = None
     # Where each planner value came from, for `check`/logs: key -> "default"|"kubelet"|"config".
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -405,8 +406,9 @@ def read_yaml(path: str | Path, what: str = "config") -> Any:
         raise ConfigError(f"{p}: {e}") from None
 
 
-def kubelet_config_subset(doc: Any, src: str) -> tuple[dict, bool]:
-    """The planner keys (and the MemoryQoS gate) out of a KubeletConfiguration document."""
+def kubelet_config_subset(doc: Any, src: str) -> tuple[dict, bool | None]:
+    """The planner keys, and the MemoryQoS gate as its featureGates set it (None: not set; the
+    kubelet's default then applies, see kubelet_gate.py), out of a KubeletConfiguration document."""
     if not isinstance(doc, dict):
         raise ConfigError(f"{src}: not a KubeletConfiguration (expected a map, got {type(doc).__name__})")
     kind = doc.get("kind")
@@ -417,8 +419,8 @@ def kubelet_config_subset(doc: Any, src: str) -> tuple[dict, bool]:
     # is as good as absent: it must not turn into our `null` (no MemoryHigh) or into an error.
     subset = {k: doc[k] for k in _KUBELET_KEYS if k in doc and doc[k] is not None and doc[k] != ""}
     gates = doc.get("featureGates") or {}
-    gate = bool(isinstance(gates, dict) and gates.get("MemoryQoS") is True)
-    return subset, gate
+    gate = gates.get("MemoryQoS") if isinstance(gates, dict) else None
+    return subset, gate if isinstance(gate, bool) else None
 
 
 def parse_config(data: Any, src: str = "config", kubelet_doc: Any = None, kubelet_src: str = "") -> Config:
@@ -438,7 +440,7 @@ def parse_config(data: Any, src: str = "config", kubelet_doc: Any = None, kubele
 
     values: dict[str, Any] = {}
     origins: dict[str, str] = {k: "default" for k in known}
-    gate = False
+    gate = None
     if kubelet_doc is not None:
         subset, gate = kubelet_config_subset(kubelet_doc, kubelet_src)
         for k, v in subset.items():

@@ -14,6 +14,8 @@
   "Unauthorized"; a known token whose user may not `get` `nodes/pods` (nor the `nodes/proxy`
   the kubelet falls back to, KEP-2862) is 403 with one "Forbidden (user=..., verb=get,
   resource=nodes, subresource=...)" line per subresource it checked; otherwise the pods.
+  `/metrics` (what a kubelet says of itself: its feature gates, its version) likewise, as
+  `nodes/metrics`.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ class Server:
 
     def __init__(self, respond, tls: ssl.SSLContext | None = None):
         self.requests: list[dict] = []
+        self.respond = respond  # (the test may change what it answers)
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -146,9 +149,11 @@ class Kubelet:
     """`/pods` behind a kubelet's bearer-token authentication and webhook authorization.
     `tokens`: token -> (user name, the nodes/* subresources RBAC lets it get)."""
 
-    def __init__(self, pods: bytes, tokens: dict[str, tuple[str, set[str]]], fine_grained: bool = True):
+    def __init__(self, pods: bytes, tokens: dict[str, tuple[str, set[str]]], fine_grained: bool = True,
+                 metrics: bytes = b""):
         self.pods = pods
         self.tokens = tokens
+        self.metrics = metrics  # /metrics, authorized as nodes/metrics
         # KubeletFineGrainedAuthz: /pods is checked as nodes/pods, then nodes/proxy; before it,
         # as nodes/proxy only.
         self.subresources = ("pods", "proxy") if fine_grained else ("proxy",)
@@ -159,8 +164,12 @@ class Kubelet:
         if token not in self.tokens:
             return answer(401, b"Unauthorized", reason="Unauthorized", content_type="text/plain")(h)
         user, allowed = self.tokens[token]
-        if not allowed & set(self.subresources):
+        metrics = h.path.split("?", 1)[0] == "/metrics"
+        subresources = ("metrics",) if metrics else self.subresources
+        if not allowed & set(subresources):
             body = "".join(f"Forbidden (user={user}, verb=get, resource=nodes, subresource={s})\n"
-                           for s in self.subresources)
+                           for s in subresources)
             return answer(403, body.encode(), reason="Forbidden", content_type="text/plain")(h)
+        if metrics:
+            return answer(200, self.metrics, content_type="text/plain; version=0.0.4")(h)
         return answer(200, self.pods)(h)

@@ -176,13 +176,27 @@ class KubeletSource:
         self._last_good = (digest, token, snapshot)
         return snapshot
 
-    def _get(self, token: str | None) -> bytes:
+    def metrics_text(self) -> str:
+        """The kubelet's /metrics (the URL's last path element /pods replaced), as text, for what
+        it says of itself (kubelet_gate.py). Same credentials and checks as the pods; SourceError
+        otherwise (a 403 means the RBAC rule `nodes/metrics` get is missing)."""
+        if self._url_error:
+            raise SourceError(f"{self.name}: {self._url_error}", "connect")
+        token = self._read_token()
+        path = self._path.split("?", 1)[0]
+        path = (path[: -len("/pods")] if path.endswith("/pods") else path.rstrip("/")) + "/metrics"
+        try:
+            return self._get(token, path, accept="text/plain").decode("utf-8", "replace")
+        except SourceError as e:
+            raise SourceError(redact(str(e), token) if token else str(e), e.kind) from None
+
+    def _get(self, token: str | None, path: str | None = None, accept: str = "application/json") -> bytes:
         """One GET. The whole exchange is bounded by `timeout`: besides the per-operation
         socket timeout, a timer shuts the socket down at the deadline, so a server that
         trickles headers or body a byte at a time cannot hold the fetch (and the daemon
         waiting on it) forever."""
         timeout = self.config.timeout
-        headers = {"Accept": "application/json", "User-Agent": "memqos-systemd"}
+        headers = {"Accept": accept, "User-Agent": "memqos-systemd"}
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
         conn: http.client.HTTPConnection
@@ -212,7 +226,7 @@ class KubeletSource:
                 raise TimeoutError
             if self._https and not self.config.insecure_skip_tls_verify:
                 self._check_name(conn.sock)
-            conn.request("GET", self._path, headers=headers)
+            conn.request("GET", path or self._path, headers=headers)
             resp = conn.getresponse()
             if resp.status != 200:
                 raise SourceError(self._status_message(resp, token), "http")

@@ -645,7 +645,7 @@ def test_check_off_cgroup_v2_goes_on_with_the_remaining_checks(node):
     whats = [text.split(":", 1)[0] for _, text in findings(p)]
     # cgroup v2 failed, and every check after it still ran and said something.
     assert whats[whats.index("cgroup v2"):] == ["cgroup v2", "memory controller", "memory_recursiveprot", "kernel",
-                                                "systemd", "config", "pods", "pods"]
+                                                "systemd", "config", "kubelet", "pods", "pods"]
     assert any(e.startswith("cgroup v2: ") and "systemd.unified_cgroup_hierarchy=1" in e for e in errors(p))
 
 
@@ -664,7 +664,8 @@ def test_check_warns_about_the_kubelets_memoryqos_gate(node):
                               "cgroupDriver: systemd\nfeatureGates: {MemoryQoS: true}\n")
     config = node.write_config("gate.yaml", kubeletConfigFile=str(kubelet_config))
     warns = [text for level, text in findings(node.cli("check", config=config)) if level == "warn"]
-    assert any("MemoryQoS feature gate is on" in w and "fight" in w for w in warns), warns
+    assert any(f"its own Memory QoS is on (featureGates in {kubelet_config})" in w and "fight" in w
+               and "featureGates: {MemoryQoS: false}" in w and "kept on" in w for w in warns), warns
 
 
 # ---------------------------------------------------------------------- check: the pod source
@@ -745,6 +746,56 @@ def test_check_says_why_the_kubelet_did_not_answer_and_exits_1(node, kubelet, ku
     for needle in needles:
         assert needle in problem, (needle, problem)
     assert GOOD_TOKEN not in p.stdout and OTHER_TOKEN not in p.stdout
+
+
+GATE_METRICS = ('kubernetes_build_info{git_version="v1.37.1",major="1",minor="37"} 1\n'
+                'kubernetes_feature_enabled{name="MemoryQoS",stage="BETA"} %d\n')
+
+
+@pytest.mark.parametrize("case", ["on by default (v1.37, nothing in its config)", "off", "metrics forbidden"])
+def test_check_asks_the_kubelet_whether_its_own_memory_qos_is_on(node, kubelet, kubelet_pki, case):
+    """The running kubelet says it in /metrics (kubernetes_feature_enabled), defaults included;
+    without the RBAC rule nodes/metrics get, check says it cannot tell, and what to do."""
+    kubelet.respond.metrics = (GATE_METRICS % (0 if case == "off" else 1)).encode()
+    if case != "metrics forbidden":
+        kubelet.respond.tokens = {GOOD_TOKEN: (READER, {"pods", "metrics"})}
+    p = node.cli("check", config=kubeadm_config(node, kubelet, kubelet_pki))
+    lines = [(level, text) for level, text in findings(p) if text.startswith("kubelet: ")]
+    assert p.returncode == 0, p.stdout  # a warning, not an error: the service still protects
+    if case == "off":
+        assert lines == [("ok", "kubelet: its own Memory QoS is off (the kubelet's /metrics (kubernetes_feature_enabled))")]
+    elif case.startswith("on"):
+        (level, text), = lines
+        assert level == "warn" and "its own Memory QoS is on (the kubelet's /metrics" in text
+        assert "featureGates: {MemoryQoS: false}" in text and "kept on, the kubelet writes" in text
+    else:
+        (level, text), = lines
+        assert level == "warn" and "cannot tell whether its own Memory QoS is on" in text
+        assert "HTTP 403" in text and "nodes/metrics get" in text and "on by default from v1.37" in text
+
+
+def test_check_names_the_fight_the_service_has_seen(node, kubelet, kubelet_pki):
+    """The running service's memqos_foreign_writes_total (its metrics endpoint) is the fight as it
+    happened: check names the units and the kubelet's gate as the usual cause."""
+    from memqos_systemd.metrics import Metrics
+
+    service = Metrics()
+    server = service.serve("127.0.0.1:0")
+    try:
+        for _ in range(3):
+            service.foreign_write("kubepods.slice")
+        service.foreign_write("kubepods-burstable.slice")
+        config = kubeadm_config(node, kubelet, kubelet_pki)
+        doc = yaml.safe_load(config.read_text())
+        config.write_text(yaml.safe_dump({**doc, "metrics": {"listen": f"127.0.0.1:{server.port}"}}))
+        p = node.cli("check", config=config)
+    finally:
+        server.close()
+    fight = [text for level, text in findings(p) if level == "warn" and "put back values someone else wrote" in text]
+    assert fight == ["kubelet: the service has put back values someone else wrote: kubepods-burstable.slice 1 time(s),"
+                     " kubepods.slice 3 time(s) (memqos_foreign_writes_total); the kubelet's own Memory QoS does this:"
+                     " set featureGates: {MemoryQoS: false} in the kubelet's config (kubeadm: /var/lib/kubelet/config.yaml)"
+                     " and restart the kubelet"]
 
 
 def test_check_fails_on_the_kubelets_cgroupfs_driver(node, kubelet, kubelet_pki):

@@ -51,7 +51,7 @@ def test_defaults(doc):
     assert c.kube_reserved_cgroup is None and c.system_reserved_cgroup is None
     # Spec silent on the evictionHard default: the kubelet's own (memory.available 100Mi).
     assert c.eviction_hard_memory.resolve(64 * Gi) == 100 * Mi
-    assert c.kubelet_memory_qos_gate is False
+    assert c.kubelet_memory_qos_gate is None
     assert c.protection_headroom.resolve(100 * Gi) > 0  # "a sane default"
 
 
@@ -374,8 +374,8 @@ def test_kubelet_null_and_empty_fields_mean_unset():
 
 
 @pytest.mark.parametrize("gates, expected", [
-    ("{MemoryQoS: true}", True), ("{MemoryQoS: false}", False), ("{}", False), ("{Other: true}", False),
-    ("null", False), ("[MemoryQoS]", False), ("{MemoryQoS: 'true'}", False),
+    ("{MemoryQoS: true}", True), ("{MemoryQoS: false}", False), ("{}", None), ("{Other: true}", None),
+    ("null", None), ("[MemoryQoS]", None), ("{MemoryQoS: 'true'}", None),
 ])
 def test_memory_qos_gate_detected(gates, expected):
     assert merged("{}", f"kind: KubeletConfiguration\nfeatureGates: {gates}\n").kubelet_memory_qos_gate is expected

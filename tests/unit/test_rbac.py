@@ -65,7 +65,7 @@ def test_the_kustomization_makes_exactly_the_least_privilege_objects():
 
 def test_the_role_grants_get_on_nodes_pods_and_nothing_else():
     role = kustomized()[("ClusterRole", ROLE)]
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes/pods"], "verbs": ["get"]}]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes/pods", "nodes/metrics"], "verbs": ["get"]}]
 
 
 def test_the_binding_gives_the_role_to_the_service_account():

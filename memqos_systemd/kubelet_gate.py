@@ -1,0 +1,78 @@
+"""Whether the kubelet's own Memory QoS is on, and how we know. Pure.
+
+The kubelet writes kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow itself when its
+`MemoryQoS` feature gate is on: every minute (its QoS manager's UpdateCgroups), explicit zeros
+under its default policy. That gate is Beta and **on by default from v1.37**
+(../shared/notes/kubelet-2026.md), so a kubelet config that says nothing means "on" there. Two
+writers then fight; memqos-systemd puts its values back within about a second (daemon.py's watch,
+e2e 55-foreign-writer), but the fix is to turn the kubelet's off.
+
+How we learn it, most reliable first, without spawning anything:
+1. **The kubelet says so.** Its `/metrics` (the same port and credentials as `/pods`, RBAC
+   `nodes/metrics` get) has `kubernetes_feature_enabled{name="MemoryQoS"}` 1 or 0: the gate as
+   the running kubelet resolved it, defaults included, and `kubernetes_build_info{git_version}`.
+2. **Its config file** (`kubeletConfigFile`) sets `featureGates: {MemoryQoS: true|false}`.
+3. **Its version's default**: on from v1.37, off before.
+Nothing else is known for sure: the version alone needs the metrics too (the read-only /pods does
+not carry it, and the binary is not ours to run).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["Gate", "DEFAULT_ON_FROM", "memory_qos_gate", "parse_kubelet_metrics", "parse_version"]
+
+DEFAULT_ON_FROM = (1, 37)
+_FEATURE = re.compile(r'^kubernetes_feature_enabled\{([^}]*)\}\s+([0-9.eE+-]+)\s*$')
+_BUILD = re.compile(r'^kubernetes_build_info\{([^}]*)\}\s+')
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?")
+
+
+@dataclass(frozen=True)
+class Gate:
+    on: bool | None  # None: not known
+    how: str  # where that came from, for people
+
+
+def parse_version(text: str | None) -> tuple[int, int] | None:
+    """"v1.37.2" (or "1.37", "v1.37.0-rc.1+abc") -> (1, 37); None for anything else."""
+    m = _VERSION.match(text or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def parse_kubelet_metrics(text: str) -> tuple[dict[str, bool], str | None]:
+    """({feature gate: enabled}, the kubelet's git version) out of its /metrics text. Lines that
+    do not parse are skipped: the rest of a large exposition is not ours to judge."""
+    gates: dict[str, bool] = {}
+    version = None
+    for line in text.splitlines():
+        if line.startswith("kubernetes_feature_enabled{"):
+            m = _FEATURE.match(line)
+            if m:
+                labels = dict(_LABEL.findall(m.group(1)))
+                try:
+                    gates[labels["name"]] = float(m.group(2)) != 0
+                except (KeyError, ValueError):
+                    continue
+        elif line.startswith("kubernetes_build_info{") and version is None:
+            m = _BUILD.match(line)
+            if m:
+                version = dict(_LABEL.findall(m.group(1))).get("git_version")
+    return gates, version
+
+
+def memory_qos_gate(*, reported: bool | None = None, version: str | None = None, configured: bool | None = None,
+                    config_file: str | None = None) -> Gate:
+    """The gate from what is known: `reported` by the kubelet's /metrics, `configured` in its
+    config file, the `version` it reported."""
+    if reported is not None:
+        return Gate(reported, "the kubelet's /metrics (kubernetes_feature_enabled)")
+    if configured is not None:
+        return Gate(configured, f"featureGates in {config_file or 'the kubelet config'}")
+    parsed = parse_version(version)
+    if parsed is not None:
+        return Gate(parsed >= DEFAULT_ON_FROM, f"the default of kubelet {version}")
+    return Gate(None, "not known: the kubelet's /metrics did not say, and its config file sets no MemoryQoS gate")

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from . import __version__
 from .documents import DocumentError, decode
@@ -119,13 +119,16 @@ def _check_names(cfg: Config, src: str) -> None:
             raise UsageError(f"{src}: {key}: {path!r}: {e}") from None
 
 
-def plan_to_json(p: Plan) -> dict:
-    """The `plan --output json` document (a contract: see `issues show 2`)."""
+def plan_to_json(p: Plan, pending: Mapping[str, str] | None = None) -> dict:
+    """The `plan --output json` document (a contract: see `issues show 2`). `pending`: pod key ->
+    the reason of a resize the kubelet has not allocated (`resizePending` on the pod's unit)."""
     units = []
     for u in p.units:
         entry: dict[str, Any] = {"unit": u.unit, "level": u.level}
         if u.pod is not None:
             entry["pod"] = u.pod
+        if u.level == "pod" and pending and u.pod in pending:
+            entry["resizePending"] = pending[u.pod]
         entry["MemoryMin"] = u.memory_min
         entry["MemoryLow"] = u.memory_low
         entry["MemoryHigh"] = "infinity" if u.memory_high == INFINITY else u.memory_high
@@ -162,8 +165,16 @@ def _tree_order(p: Plan) -> list[tuple[int, UnitPlan]]:
     return out
 
 
-def plan_to_table(p: Plan, cfg: Config) -> str:
-    rows = [("  " * d + _short_unit(u.unit), u.level, u.pod or "", _show_bytes(u.memory_min),
+def _pod_cell(u: UnitPlan, pending: Mapping[str, str] | None) -> str:
+    """The POD column; a pod's own row says when a resize of it is pending (planned from what
+    the kubelet allocated, not from the spec)."""
+    if u.level == "pod" and pending and u.pod in pending:
+        return f"{u.pod} (resize pending: {pending[u.pod]})"
+    return u.pod or ""
+
+
+def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None) -> str:
+    rows = [("  " * d + _short_unit(u.unit), u.level, _pod_cell(u, pending), _show_bytes(u.memory_min),
              _show_bytes(u.memory_low), _show_bytes(u.memory_high)) for d, u in _tree_order(p)]
     header = ("UNIT", "LEVEL", "POD", "MemoryMin", "MemoryLow", "MemoryHigh")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
@@ -190,12 +201,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     node = NodeFacts(capacity=_node_memory(args.node_memory), page_size=_page_size(args.page_size))
     result = plan(pods, node, cfg)
     result = Plan(result.capacity, result.allocatable, result.units, tuple(pod_warnings) + result.warnings)
+    pending = {pod.key: pod.resize_pending for pod in pods if pod.resize_pending}
     output = args.output or ("table" if sys.stdout.isatty() else "json")
     if output == "json":
-        json.dump(plan_to_json(result), sys.stdout, indent=2)
+        json.dump(plan_to_json(result, pending), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(plan_to_table(result, cfg))
+        print(plan_to_table(result, cfg, pending))
     return EXIT_OK
 
 

@@ -39,7 +39,11 @@ VERSION = 1
 MAX_BYTES = 4 * 2**20
 
 _KINDS = ("app", "init", "sidecar")
-_POD_FIELDS = tuple(f.name for f in fields(Pod))
+# A remembered pod only keeps its place while its slice runs, with the values it had: whether a
+# resize of it was pending then is of no use, and leaving it out keeps the file of VERSION 1 the
+# same for daemons before and after that field.
+_NOT_KEPT = ("resize_pending",)
+_POD_FIELDS = tuple(f.name for f in fields(Pod) if f.name not in _NOT_KEPT)
 _CONTAINER_FIELDS = tuple(f.name for f in fields(Container))
 
 

@@ -156,6 +156,9 @@ def _check_contract(doc: dict) -> None:
             want.add("pod")
             ns, _, name = u["pod"].partition("/")
             assert ns and name and "/" not in name, u
+        if u["level"] == "pod" and "resizePending" in u:  # added by issue 16: a pod's pending resize
+            want.add("resizePending")
+            assert isinstance(u["resizePending"], str) and u["resizePending"], u
         assert set(u) == want, u
         assert type(u["unit"]) is str
         for key in ("MemoryMin", "MemoryLow"):
@@ -276,6 +279,36 @@ def test_rejected_pods_are_warnings_and_exit_0(tmp_path):
     _check_contract(doc)
     assert len(doc["warnings"]) == 1 and "ns/odd" in doc["warnings"][0] and "not-a-uuid" in doc["warnings"][0]
     assert not any("not_a_uuid" in u["unit"] or u["level"] == "pod" for u in doc["units"])
+
+
+# ====================================================================== in-place resize (issue 16)
+RESIZE_PODS = Path(__file__).parent / "data" / "kubelet-pods-resize-v1.35.json"
+PENDING = {"resize/deferred": "Deferred", "resize/infeasible": "Infeasible",
+           "resize/pending-in-progress": "Infeasible", "resize/sidecar-deferred": "Deferred",
+           "resize/pod-level": "Infeasible"}
+
+
+def test_a_pending_resize_is_marked_in_the_json_and_planned_from_what_was_allocated():
+    doc = ok_json("--pods", str(RESIZE_PODS), *NODE)
+    _check_contract(doc)
+    assert {u["pod"]: u["resizePending"] for u in doc["units"] if "resizePending" in u} == PENDING
+    assert sorted(w.split(":")[0] for w in doc["warnings"] if "resize pending" in w) == sorted(
+        f"pod {key}" for key in PENDING)
+    # resize/infeasible asks for 64Gi/96Gi; the kubelet allocated 512Mi/1Gi, and so do we.
+    scope = next(u for u in doc["units"] if u["level"] == "container" and u["pod"] == "resize/infeasible")
+    assert scope["MemoryHigh"] == _high(512 * Mi, Gi)
+
+
+def test_a_pending_resize_is_marked_on_the_pods_row_of_the_table():
+    p = cli("plan", "--pods", str(RESIZE_PODS), *NODE, "--output", "table")
+    assert p.returncode == 0, p.stderr
+    rows = p.stdout.decode().splitlines()
+    for key, reason in PENDING.items():
+        marked = [r for r in rows if f"{key} (resize pending: {reason})" in r]
+        assert len(marked) == 1 and " pod " in marked[0], key  # the pod slice's row, not its containers'
+        assert sum(f" {key} " in r for r in rows) >= 1  # its containers, unmarked
+    assert not any("resize pending" in r for r in rows if "resize/running" in r or "resize/in-progress" in r)
+    assert sum("resize pending (" in r for r in rows[rows.index("warnings:"):]) == len(PENDING)
 
 
 # ====================================================================== table

@@ -91,6 +91,7 @@ QUANTITY_TEXT = [
 KEYS = ["kind", "items", "metadata", "spec", "status", "name", "uid", "namespace", "containers",
         "initContainers", "resources", "requests", "limits", "memory", "cpu", "phase", "qosClass",
         "containerStatuses", "initContainerStatuses", "containerID", "state", "running", "restartPolicy",
+        "allocatedResources", "conditions", "reason", "resize", "PodResizePending",
         "overhead", "x"]
 
 
@@ -191,7 +192,22 @@ def statuses(draw, names: list, h: int):
         state = draw(st.sampled_from([{"running": {"startedAt": "x"}}, {"running": {}}, {"running": {}},
                                       {"waiting": {}}, {"terminated": {}}, {}]))
         _put(s, "state", _pick(draw, st.just(state), junk, h))
+        if draw(st.integers(0, 2)) == 0:  # what the kubelet allocated and enacted (in-place resize)
+            _put(s, "allocatedResources", _pick(draw, resource_lists(h), junk, h))
+            _put(s, "resources", _pick(draw, st.fixed_dictionaries({"requests": resource_lists(h),
+                                                                     "limits": resource_lists(h)}), junk, h))
         out.append(s)
+    return out
+
+
+@st.composite
+def resize_conditions(draw, h: int):
+    """Pod conditions as a v1.33+ kubelet reports them, resize ones included."""
+    out = [{"type": "Ready", "status": "True"}]
+    for kind in draw(st.lists(st.sampled_from(["PodResizePending", "PodResizeInProgress"]), max_size=2)):
+        c: dict = {"type": kind, "status": draw(st.sampled_from(["True", "True", "False", "Unknown"]))}
+        _put(c, "reason", _pick(draw, st.sampled_from(["Deferred", "Infeasible", "Error", ""]), junk, h))
+        out.append(c)
     return out
 
 
@@ -229,6 +245,15 @@ def pod_items(draw, i: int, hostile_names: bool, h: int):
     _put(status, "containerStatuses", _pick(draw, statuses(names, h), junk, h))
     if init_names:
         _put(status, "initContainerStatuses", _pick(draw, statuses(init_names, h), junk, h))
+    if draw(st.integers(0, 2)) == 0:  # a resize: conditions, the older status.resize, pod-level values
+        _put(status, "conditions", _pick(draw, resize_conditions(h), junk, h))
+        if draw(st.booleans()):
+            _put(status, "resize", _pick(draw, st.sampled_from(["Proposed", "InProgress", "Deferred", "Infeasible", ""]),
+                                         junk, h))
+        if draw(st.booleans()):
+            _put(status, "allocatedResources", _pick(draw, resource_lists(h), junk, h))
+            _put(status, "resources", _pick(draw, st.fixed_dictionaries({"requests": resource_lists(h),
+                                                                          "limits": resource_lists(h)}), junk, h))
     item: dict = {"apiVersion": "v1", "kind": "Pod"}
     _put(item, "metadata", _pick(draw, st.just(meta), junk, h // 3))
     _put(item, "spec", _pick(draw, st.just(spec), junk, h // 3))

@@ -50,11 +50,26 @@ def test_round_trip_keeps_every_field_and_leaves_one_private_file(tmp_path, warn
 
 
 def test_the_file_holds_exactly_the_fields_of_pod_and_container_and_a_version():
-    """A field added to Pod or Container must reach the file (and then bump VERSION)."""
+    """A field added to Pod or Container must reach the file (and then bump VERSION), unless it
+    is of no use to a remembered pod (last_pods._NOT_KEPT)."""
     d = doc()
     assert set(d) == {"version", "pods"} and d["version"] == last_pods.VERSION == 1
-    assert set(d["pods"][0]) == {f.name for f in dataclasses.fields(Pod)}
+    assert set(d["pods"][0]) == {f.name for f in dataclasses.fields(Pod)} - {"resize_pending"}
     assert set(d["pods"][0]["containers"][0]) == {f.name for f in dataclasses.fields(Container)}
+
+
+def test_a_pending_resize_is_not_remembered_and_the_file_of_an_earlier_daemon_still_reads(tmp_path):
+    # A remembered pod keeps the values it had while its slice runs; whether a resize of it was
+    # pending is of no use then. The file stays as daemons before that field wrote it.
+    path = tmp_path / "last-pods.json"
+    assert last_pods.write(path, (dataclasses.replace(POD_B, resize_pending="Infeasible"),))
+    assert last_pods.read(path) == (POD_B,)
+    before = {"version": 1, "pods": [{"uid": POD_C.uid, "namespace": "web", "name": "idle", "qos": "BestEffort",
+                                      "overhead": 0, "pod_request": None, "pod_limit": None, "containers": [
+                                          {"name": "c", "kind": "app", "request": 0, "limit": None,
+                                           "container_id": None}]}]}
+    path.write_text(json.dumps(before))
+    assert last_pods.read(path) == (POD_C,)
 
 
 def test_a_missing_file_remembers_nothing_without_a_word(tmp_path, warnings):

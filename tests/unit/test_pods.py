@@ -2,6 +2,7 @@
 
 - Input: a PodList, a single Pod, or a list of Pods (JSON or YAML).
 - Container request = requests.memory; only limits.memory -> the request defaults to the limit.
+  (As the kubelet allocated it, during an in-place resize: tests/unit/test_resize.py.)
 - Pod request = max(sum app + sum sidecars, max over init of (its request + sidecars declared
   before it)) + overhead.memory; pod-level spec.resources.requests.memory replaces the
   container part.

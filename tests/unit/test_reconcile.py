@@ -194,3 +194,83 @@ def test_a_unit_whose_values_were_not_read_is_never_taken_for_an_orphan():
     p = tree(512 * MI, 256 * MI)
     stray = NAMING.pod_slice("Burstable", "00000000-0000-4000-8000-000000000001")
     assert diff(p, {**held(p), stray: UNREAD}, NAMING) == []
+
+
+# ---- in-place resize (issue 16): the diff of two plans of the same pod, as the kubelet reports it
+
+def _resize_pod_list(**changes) -> list:
+    """The pod "running" of a real v1.35 /pods answer (512Mi/1Gi, allocated and enacted), with
+    its container's spec and status replaced by `changes`, beside a pod that stays as it is."""
+    import copy
+    import json
+    from pathlib import Path
+
+    with open(Path(__file__).parent / "data" / "kubelet-pods-resize-v1.35.json") as f:
+        items = {i["metadata"]["name"]: i for i in json.load(f)["items"]}
+    pod = copy.deepcopy(items["running"])
+    c, cs = pod["spec"]["containers"][0], pod["status"]["containerStatuses"][0]
+    c["resources"] = changes.get("spec", c["resources"])
+    cs["allocatedResources"] = changes.get("allocated", cs["allocatedResources"])
+    cs["resources"] = changes.get("enacted", cs["resources"])
+    pod["status"]["conditions"] += changes.get("conditions", [])
+    return [pod, items["done"]]  # "done": 768Mi, a neighbour in the same QoS slice
+
+
+def _resize_plan(**changes) -> Plan:
+    from memqos_systemd.config import parse_config
+    from memqos_systemd.plan import NodeFacts, plan
+    from memqos_systemd.pods import parse_pods
+
+    pods, _ = parse_pods(_resize_pod_list(**changes))
+    return plan(pods, NodeFacts(16 << 30, 4096), parse_config({"memoryReservationPolicy": "TieredReservation"}))
+
+
+RESIZE_POD = NAMING.pod_slice("Burstable", "5d1c9a0e-7b3f-4c2a-9e61-000000000002")
+IN_PROGRESS = [{"type": "PodResizeInProgress", "status": "True", "observedGeneration": 2}]
+GROWN = {"spec": {"requests": {"cpu": "250m", "memory": "768Mi"}, "limits": {"cpu": "500m", "memory": "1536Mi"}},
+         "allocated": {"cpu": "250m", "memory": "768Mi"}}
+# memory.high = floor((req + 0.9 × (limit − req)) / 4 KiB) × 4 KiB:
+HIGH_512 = 1020051456   # 512Mi + 0.9 × 512Mi = 972.8Mi = 1020054732.8 bytes -> 249036 pages
+HIGH_768 = 1530081280   # 768Mi + 0.9 × 768Mi = 1459.2Mi = 1530082508.8 bytes -> 373555 pages
+
+
+def _scope_of(p: Plan) -> str:
+    return next(u.unit for u in p.units if u.level == "container" and u.parent == RESIZE_POD)
+
+
+def test_a_resize_in_progress_grows_parents_first():
+    before = _resize_plan()
+    after = _resize_plan(**GROWN, conditions=IN_PROGRESS)  # allocated 768Mi; still enacted 512Mi/1Gi
+    changes = diff(after, held(before), NAMING)
+    scope = _scope_of(after)
+    # kubepods and burstable: 512Mi + 768Mi -> 768Mi + 768Mi (the neighbour "done" holds 768Mi)
+    assert [(c.unit, dict(c.props), c.direction) for c in changes] == [
+        ("kubepods.slice", {"MemoryLow": 1536 * MI}, "grow"),
+        ("kubepods-burstable.slice", {"MemoryLow": 1536 * MI}, "grow"),
+        (RESIZE_POD, {"MemoryLow": 768 * MI}, "grow"),
+        (scope, {"MemoryLow": 768 * MI, "MemoryHigh": HIGH_768}, "grow"),
+    ]
+    assert held(before)[scope] == {"MemoryMin": 0, "MemoryLow": 512 * MI, "MemoryHigh": HIGH_512}
+    assert held(before)["kubepods.slice"]["MemoryLow"] == 1280 * MI
+
+
+def test_a_resize_back_down_shrinks_children_first():
+    grown = _resize_plan(**GROWN, enacted={"requests": {"cpu": "250m", "memory": "768Mi"},
+                                           "limits": {"cpu": "500m", "memory": "1536Mi"}})
+    after = _resize_plan(conditions=IN_PROGRESS, enacted=GROWN["spec"])  # back to 512Mi, allocated
+    changes = diff(after, held(grown), NAMING)
+    assert [(c.unit, dict(c.props), c.direction) for c in changes] == [
+        (_scope_of(after), {"MemoryLow": 512 * MI, "MemoryHigh": HIGH_512}, "shrink"),
+        (RESIZE_POD, {"MemoryLow": 512 * MI}, "shrink"),
+        ("kubepods-burstable.slice", {"MemoryLow": 1280 * MI}, "shrink"),
+        ("kubepods.slice", {"MemoryLow": 1280 * MI}, "shrink"),
+    ]
+
+
+def test_a_pending_resize_changes_nothing():
+    before = _resize_plan()
+    for reason in ("Deferred", "Infeasible"):
+        pending = [{"type": "PodResizePending", "status": "True", "reason": reason, "observedGeneration": 2}]
+        huge = {"requests": {"cpu": "250m", "memory": "64Gi"}, "limits": {"cpu": "500m", "memory": "96Gi"}}
+        assert diff(_resize_plan(spec=huge, conditions=pending), held(before), NAMING) == []
+        assert diff(_resize_plan(spec=GROWN["spec"], conditions=pending), held(before), NAMING) == []

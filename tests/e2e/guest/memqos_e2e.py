@@ -1372,6 +1372,20 @@ def runc_delete_all():
         runc_delete(cid)
 
 
+def runc_pod(name, request, limit, *, current=True):
+    """A Burstable pod made as the kubelet and containerd make it: its slice (MemoryMax = the pod's
+    limit), its pause container, and one app container (`request`/`limit` in MiB) configured as a
+    current kubelet does (KUBELET_UNIFIED) or an older one (swap = limit, no unified map), all run
+    by runc. Returns (the pod as /pods lists it, {'slice', 'pause', 'app', 'id'})."""
+    mib = 1 << 20
+    pod = make_pod(name, [{"name": "app", "requests": {"memory": f"{request}Mi"}, "limits": {"memory": f"{limit}Mi"}}])
+    slice_name = create_pod_slice(pod["metadata"]["uid"], "burstable", MemoryMax=limit * mib)
+    pause = runc_run(slice_name)
+    cid = pod["status"]["containerStatuses"][0]["containerID"].split("://")[1]
+    app = runc_run(slice_name, cid, limit=limit * mib, swap=limit * mib, unified=KUBELET_UNIFIED if current else None)
+    return pod, {"slice": slice_name, "pause": pause["scope"], "app": app["scope"], "id": cid}
+
+
 def cgroup_settings(unit):
     """Every setting file of the unit's cgroup as the kernel shows it now: {file: text}. Settings
     are the writable files of the controllers (cpu.*, io.*, memory.*, pids.*, ...), not cgroup.*
@@ -1397,4 +1411,4 @@ def cgroup_settings(unit):
 
 
 __all__ += ["RUNC", "KUBELET_UNIFIED", "runc_run", "runc_update", "runc_delete", "runc_delete_all",
-            "cgroup_settings"]
+            "runc_pod", "cgroup_settings"]

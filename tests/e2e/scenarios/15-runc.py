@@ -13,17 +13,25 @@ memory.swap.max; systemd 252 rewrites both from its own state whenever it re-app
   listed   pods listed after their containers started (the kubelet's order): every unit of the
            plan lands in the kernel, and every container's memory.oom.group / memory.swap.max is
            what runc set; no other setting file of any container or pod slice changed
-  resize   `runc update --resources` of a container (limit and the kubelet's unified map, as
-           containerd sends a resize) and the pod list moving its limit: MemoryHigh follows, the
-           runtime's settings stay
+  update   `runc update` with the same values (the kubelet's resource resync): our values survive
+           it, and a daemon-reload after it (issue 16)
+  resize   played end to end as the kubelet does it: /pods first reports the resize allocated
+           (allocatedResources, status resources), then `runc update --resources` (limit and the
+           kubelet's unified map, as containerd sends a resize): memory.low and memory.high follow,
+           the runtime's settings stay
+  pending  a resize in the spec only, reported Infeasible (PodResizePending): nothing moves
   drift    a third party's MemoryLow on a container (which itself resets oom.group): corrected by
            the full timer resync, oom.group back to 1
   reload   `systemctl daemon-reload` resets oom.group everywhere; the daemon puts the runtime's 1
            back on the containers it writes; swap.max stays (systemd holds it since our first write)
+  delete   a pod's containers deleted by runc and its slice stopped: nothing of it is left (no
+           unit, transient file, drop-in or cgroup)
   reset    `systemctl stop` + `memqos-systemd reset`: every container at 0/0/max, the runtime's
            settings kept; a daemon-reload after it (no daemon) keeps swap.max, and oom.group goes
            to 0 as it would on any node (documented)"""
 # e2e-timeout: 300
+import json
+import os
 import subprocess
 import time
 
@@ -42,24 +50,27 @@ def runtime(unit):
     return {f: read_cgroup_file(unit, f) for f in RUNTIME_FILES}
 
 
-def burstable_pod(name, request, limit, *, current):
-    """A pod slice as the kubelet makes it (MemoryMax = the pod's limit), its pause container, and
-    one app container run as a current (unified map) or an older kubelet would configure it."""
-    pod = make_pod(name, [{"name": "app", "requests": {"memory": f"{request}Mi"}, "limits": {"memory": f"{limit}Mi"}}])
-    slice_name = create_pod_slice(pod["metadata"]["uid"], "burstable", MemoryMax=limit * MIB)
-    pause = runc_run(slice_name)
-    cid = pod["status"]["containerStatuses"][0]["containerID"].split("://")[1]
-    app = runc_run(slice_name, cid, limit=limit * MIB, swap=limit * MIB,
-                   unified=KUBELET_UNIFIED if current else None)
-    return pod, {"slice": slice_name, "pause": pause["scope"], "app": app["scope"], "id": cid}
+def reported(pod, request, limit, *, spec=None, pending=None):
+    """`pod` as the kubelet reports it after an in-place resize: allocated `request`, enacted
+    `limit` (status), and the spec asking `spec` (request, limit) when a resize is pending."""
+    pod = json.loads(json.dumps(pod))
+    c, st = pod["spec"]["containers"][0], pod["status"]["containerStatuses"][0]
+    asked = spec or (request, limit)
+    c["resources"] = {"requests": {"memory": f"{asked[0]}Mi"}, "limits": {"memory": f"{asked[1]}Mi"}}
+    st["allocatedResources"] = {"memory": f"{request}Mi"}
+    st["resources"] = {"requests": {"memory": f"{request}Mi"}, "limits": {"memory": f"{limit}Mi"}}
+    if pending:
+        pod["status"]["conditions"] = [{"type": "PodResizePending", "status": "True", "reason": pending,
+                                        "message": f"Node didn't have enough capacity: memory, requested: {asked[0]}Mi"}]
+    return pod
 
 
 # ---- facts: what runc 1.1 leaves, and what a bare write of ours did before the fix ------------------
-cur, cur_units = burstable_pod("cur", 64, 128, current=True)
-old, old_units = burstable_pod("old", 32, 96, current=False)
-ctl, ctl_units = burstable_pod("ctl", 16, 64, current=True)  # never listed: a control
-ctl_old, ctl_old_units = burstable_pod("ctl-old", 16, 64, current=False)
-quiet, quiet_units = burstable_pod("quiet", 16, 64, current=True)  # never listed, never written
+cur, cur_units = runc_pod("cur", 64, 128, current=True)
+old, old_units = runc_pod("old", 32, 96, current=False)
+ctl, ctl_units = runc_pod("ctl", 16, 64, current=True)  # never listed: a control
+ctl_old, ctl_old_units = runc_pod("ctl-old", 16, 64, current=False)
+quiet, quiet_units = runc_pod("quiet", 16, 64, current=True)  # never listed, never written
 containers = {u["app"]: u for u in (cur_units, old_units)}
 pauses = [cur_units["pause"], old_units["pause"]]
 set_by_runc = {s: runtime(s) for s in [*containers, *pauses, ctl_units["app"], ctl_old_units["app"]]}
@@ -114,20 +125,41 @@ check(not changed, f"listed: no other setting file of {len(before)} containers a
 swap_held = show(old_units["app"], "MemorySwapMax").get("MemorySwapMax")
 check_eq(swap_held, "0", "listed: systemd now holds the older container's MemorySwapMax (carried in our write)")
 
-# ---- resize: runc update and the pod list moving the limit --------------------------------------------
-mark = journal_cursor()
-runc_update(cur_units["id"], limit=192 * MIB, swap=192 * MIB, unified=KUBELET_UNIFIED)
-set_by_runc[cur_units["app"]] = runtime(cur_units["app"])
-resized = make_pod("cur", [{"name": "app", "id": cur_units["id"], "requests": {"memory": "64Mi"},
-                            "limits": {"memory": "192Mi"}}], uid=cur["metadata"]["uid"])
-write_pods([resized, old])
+# ---- update: the kubelet's resource resync runs runc update with the same values --------------------
+app = cur_units["app"]
+runc_update(cur_units["id"], limit=128 * MIB, swap=128 * MIB, unified=KUBELET_UNIFIED)
+held = read_memory(app)
+check((held["low"], held["high"]) == (plan[app]["low"], plan[app]["high"]),
+      f"update: runc update (same values) leaves our memory.low/high: {held}")
+systemctl("daemon-reload")
+time.sleep(2)
+held = read_memory(app)
+check((held["low"], held["high"]) == (plan[app]["low"], plan[app]["high"]),
+      f"update: and a daemon-reload after it: {held}")
+runtime_kept("update")
+
+# ---- resize: /pods reports it allocated, then runc update ------------------------------------------
+before = dict(plan[app])
+write_pods([reported(cur, 96, 192), old])  # the kubelet's status moves first
 plan = plan_expected(memqos_plan())
+runc_update(cur_units["id"], limit=192 * MIB, swap=192 * MIB, unified=KUBELET_UNIFIED)
+set_by_runc[app] = runtime(app)
 bad, took = wait_kernel(plan, 30)
-check(not bad and plan[cur_units["app"]]["high"] > 128 * MIB,
-      f"resize: kernel = plan {took:.1f} s after the pod list moved (container memory.high"
-      f" {fmt_bytes(plan[cur_units['app']]['high'])}) {bad}")
+check(not bad and plan[app]["low"] == 96 * MIB and plan[app]["high"] > before["high"],
+      f"resize: memory.low {fmt_bytes(before['low'])} -> {fmt_bytes(plan[app]['low'])}, memory.high"
+      f" {fmt_bytes(before['high'])} -> {fmt_bytes(plan[app]['high'])}: kernel = plan {took:.1f} s after {bad}")
 runtime_kept("resize")
-check_eq(read_cgroup_file(cur_units["app"], "memory.max"), str(192 * MIB), "resize: memory.max is runc's new limit")
+check_eq(read_cgroup_file(app, "memory.max"), str(192 * MIB), "resize: memory.max is runc's new limit")
+
+# ---- pending: a resize the kubelet cannot admit moves nothing ---------------------------------------
+mark = journal_cursor()
+write_pods([reported(cur, 96, 192, spec=(65536, 131072), pending="Infeasible"), old])
+time.sleep(3)  # three polls
+bad = compare_kernel(plan)
+noted = [m for m in journal_since(mark) if "resize pending (Infeasible)" in m]
+check(not bad and len(noted) == 1, f"pending: an Infeasible resize to 64Gi moves nothing {bad}; logged once:"
+                                   f" {[m[:120] for m in noted]}")
+write_pods([reported(cur, 96, 192), old])
 
 # ---- drift: a third party writes a container; the full timer resync puts it right ------------------
 set_unit_properties(old_units["app"], MemoryLow=1 * MIB)
@@ -153,6 +185,17 @@ check(now >= restored + 1, f"memqos_oom_group_restores_total{{result=ok}}: {rest
                            f" {now:g} after")
 lines = [m for m in journal_since(mark) if "memory.oom.group" in m]
 log(f"journal: {lines}")
+
+# ---- delete: a pod goes, as the kubelet and containerd remove it -------------------------------------
+gone = [quiet_units["app"], quiet_units["pause"], quiet_units["slice"]]
+for unit in gone[:2]:
+    runc_delete(unit[len("cri-containerd-"):-len(".scope")])
+stop_unit(quiet_units["slice"])
+left = {u: [p for p in (f"/run/systemd/transient/{u}", f"/run/systemd/transient/{u}.d",
+                        f"/run/systemd/system.control/{u}.d") if os.path.exists(p)] + (["loaded"] if unit_loaded(u) else [])
+        for u in gone}
+check(not any(left.values()) and not os.path.exists(slice_cgroup_dir(quiet_units["slice"])),
+      f"delete: nothing of the deleted pod is left (unit, transient file, drop-in, cgroup): {left}")
 
 # ---- reset: the daemon stopped, every container back to 0/0/max, the runtime's settings kept ---------
 systemctl("stop", MEMQOS_UNIT)

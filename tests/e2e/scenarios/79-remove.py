@@ -6,7 +6,8 @@ On the sample node with TieredReservation, kube.slice and system.slice reserved 
 every managed unit holds the plan. After `apt-get remove`: the service is stopped and its unit
 gone, every unit it managed (kubepods, QoS, pod, container and reserved slices) reads
 memory.min 0, memory.low 0, memory.high max in the kernel, the conffile is kept, nothing of the
-package is left under /usr (no __pycache__). After `apt-get purge`: /etc/memqos-systemd is
+package is left under /usr (no __pycache__), and a container run by runc keeps the
+memory.oom.group and memory.swap.max runc set (issue 21). After `apt-get purge`: /etc/memqos-systemd is
 gone, the kubelet token in it too. Then `apt-get install` of the same .deb and README's token
 step: active again, protecting the pods with the shipped config. Last of the daemon scenarios: docs/PACKAGING.md items 8 and 9."""
 # e2e-timeout: 300
@@ -22,6 +23,10 @@ ENV = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
 
 pods = sample_pods()
 start_sample_node(pods, reserved=True)
+# And a pod whose containers the real runtime runs (runc, as containerd does: 15-runc).
+runc_web, runc_units = runc_pod("runc-web", 32, 96)
+write_pods([*pods, runc_web])
+set_by_runc = {f: read_cgroup_file(runc_units["app"], f) for f in ("memory.oom.group", "memory.swap.max")}
 memqos_write_config(sample_config())
 check(memqos_reload(), "config: TieredReservation, reserved kube.slice and system.slice")
 expected = plan_expected(memqos_plan())
@@ -51,6 +56,8 @@ defaults = {"min": 0, "low": 0, "high": UINT64_MAX}
 not_reset = [f"{u}: {v}" for u, v in observed.items() if v != defaults]
 check(not not_reset, f"every managed unit ({len(observed)}: kubepods, QoS, pods, containers, kube.slice,"
                      f" system.slice) at memory.min 0, memory.low 0, memory.high max {not_reset}")
+after = {f: read_cgroup_file(runc_units["app"], f) for f in set_by_runc}
+check(after == set_by_runc, f"the runc container's memory.oom.group and memory.swap.max are what runc set: {after}")
 kept = {}
 for base in ("/run/systemd/system.control", "/run/systemd/transient"):
     d = f"{base}/kubepods.slice.d"

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .agenda import KERNEL_WATCH_INTERVAL, Agenda
+from .agenda import Agenda
 from .applier import Applier, name_changes, summarize
 from .cgroupfs import Cgroupfs, read_events_file
 from .config import Config, ConfigError, load_config
@@ -184,7 +184,7 @@ class Daemon:
             loop.add_reader(self.out.memory_watcher.fileno(), self.on_memory_event)
         wd = watchdog_interval()
         tasks = [asyncio.create_task(self._every(THROTTLE_READ_INTERVAL, self.read_throttle_events, thread=True)),
-                 asyncio.create_task(self._every(KERNEL_WATCH_INTERVAL, self.watch_upper_slices))]
+                 asyncio.create_task(self._watch_loop())]
         if wd:
             tasks.append(asyncio.create_task(self._every(wd, self.notifier.watchdog, first=True)))
         backoff = 1.0
@@ -250,6 +250,11 @@ class Daemon:
             else:
                 work()
             await asyncio.sleep(interval)
+
+    async def _watch_loop(self) -> None:
+        while not self.stopping:
+            await asyncio.sleep(self.agenda.watch_interval(self.out.clock()))
+            self.watch_upper_slices()
 
     async def _sleep(self, seconds: float) -> None:
         # An event that arrived while we worked has already set the flag: return at once.
@@ -504,13 +509,13 @@ class Daemon:
                      " such container from now on (memqos_oom_group_restores_total)", unit)
 
     def watch_upper_slices(self) -> None:
-        """Every KERNEL_WATCH_INTERVAL: a node, QoS or reserved slice whose cgroup no longer shows
+        """Every agenda.watch_interval: a node, QoS or reserved slice whose cgroup no longer shows
         what systemd held for it at our last read or write was written by someone else; read it
         again (the next round puts ours back, and the read names the writer)."""
         if self.applier is None or self.agenda.due(self.out.clock()).quiet:
             return
         if self.out.cgroupfs.watch(self.applier.upper_values(), self.out.page_size):
-            self.agenda.kernel_drift()
+            self.agenda.kernel_drift(self.out.clock())
             self.wake()
 
     def _on_foreign_write(self, unit: str, before: dict[str, int], now: dict[str, int]) -> None:
@@ -518,6 +523,7 @@ class Daemon:
         unit, named (the kubelet when it is the kubelet's pattern); the next round puts ours back."""
         self.out.metrics.foreign_write(unit)
         clock = self.out.clock()
+        self.agenda.foreign_write(clock)
         if clock < self._foreign_noted.get(unit, float("-inf")) + FOREIGN_LOG_EVERY:
             return
         self._foreign_noted[unit] = clock

@@ -330,3 +330,24 @@ def test_resync_now_brings_the_timer_round_at_the_next_step():
     assert s.a.due(1.0) == Due(resync=True, refresh=Refresh.TIMER_LIGHT)
     s.step(1.0)
     assert not s.a.due(2.0).resync
+
+
+def test_the_upper_slices_are_watched_closely_only_while_a_writer_is_about():
+    """Every wake of the watch costs the loop; close (every second) only after a foreign write was
+    found, or right after the kubelet started (it writes its zeros as it starts)."""
+    s = steady()
+    assert s.a.watch_interval(10.0) == agenda_mod.KERNEL_WATCH_IDLE
+    s.a.foreign_write(10.0)
+    assert s.a.watch_interval(11.0) == agenda_mod.KERNEL_WATCH_INTERVAL
+    assert s.a.watch_interval(10.0 + agenda_mod.KERNEL_WATCH_ALERT) == agenda_mod.KERNEL_WATCH_IDLE
+    s.a.kubelet_started(5000.0)
+    assert s.a.watch_interval(5001.0) == agenda_mod.KERNEL_WATCH_INTERVAL
+    assert s.a.watch_interval(5000.0 + agenda_mod.KERNEL_WATCH_AFTER_KUBELET_START) == agenda_mod.KERNEL_WATCH_IDLE
+
+
+def test_a_drift_in_the_kernel_re_reads_the_upper_slices_from_systemd_and_watches_closely():
+    s = steady()
+    s.a.kernel_drift(1.0)
+    assert s.a.due(1.0) == Due(refresh=Refresh.LIGHT)
+    assert s.a.watch_interval(2.0) == agenda_mod.KERNEL_WATCH_INTERVAL
+    assert s.a.watch_interval(1.0 + agenda_mod.KERNEL_WATCH_AFTER_DRIFT) == agenda_mod.KERNEL_WATCH_IDLE

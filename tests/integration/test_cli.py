@@ -820,8 +820,9 @@ def test_check_fails_on_a_pods_file_the_service_cannot_see_and_not_on_one_it_can
     assert errors(p)[0].startswith(f"pods: file {node.pods_path} answered 6 pods here, but not in the service: the"
                                    f" service has its own, empty /tmp (PrivateTmp=yes")
     # The same file where the service can read it: outside /tmp, /var/tmp, /home, /root, /dev/shm
-    # (next to the code under test, which is none of those on the machines we run on).
-    with tempfile.TemporaryDirectory(dir=CODE_ROOT, prefix=".check-pods-") as d:
+    # (/run is read-only to the service, not hidden; the checkout itself may be under /tmp, as a
+    # CI clone is).
+    with tempfile.TemporaryDirectory(dir="/run", prefix="memqos-check-pods-") as d:
         visible = Path(d) / "pods.json"
         visible.write_text(node.pods_path.read_text())
         p = node.cli("check", config=node.write_config("visible.yaml", podsFile=str(visible)))

@@ -72,8 +72,9 @@ SOURCE_WATCH_INTERVAL = 1.0
 # gate off it writes the same zeros once as it starts. So the cgroups are read every
 # KERNEL_WATCH_INTERVAL while such a writer may be about: for KERNEL_WATCH_ALERT after a foreign
 # write was found, for KERNEL_WATCH_AFTER_KUBELET_START after the kubelet started, and for
-# KERNEL_WATCH_AFTER_DRIFT after a cgroup differed; otherwise every KERNEL_WATCH_IDLE. Found within that, put back within a round (issue 15's goals: below the plan
-# at most 5 % of the time; back within 2 s of a kubelet's start). Each wake costs the loop ~0.1 ms:
+# KERNEL_WATCH_AFTER_DRIFT after a cgroup differed; otherwise every KERNEL_WATCH_IDLE. Found within
+# that, put back within a round (issue 15's goals: below the plan at most 5 % of the time; back
+# within 2 s of a kubelet's start). Each wake costs the loop ~0.1 ms:
 # every second for good was +0.9 CPU s an hour idle (bench/idle_profile.py), a quarter of the budget.
 KERNEL_WATCH_INTERVAL = 1.0
 KERNEL_WATCH_IDLE = 5.0

@@ -872,5 +872,5 @@ def test_run_on_a_host_without_unified_cgroup_v2_exits_1_with_one_log_line(node)
     p = node.cli("run")
     no_traceback(p)
     assert p.returncode == 1
-    assert p.stderr.strip().splitlines() == [f"error: preflight: cgroup v2: {problem.detail}"]
+    assert p.stderr.strip().splitlines() == [f"memqos-systemd: error: preflight: cgroup v2: {problem.detail}"]
     assert node.fake.writes == []

@@ -8,6 +8,7 @@ fails here too, so the sentence and its test move together.
 from __future__ import annotations
 
 import re
+import subprocess
 from fractions import Fraction
 from pathlib import Path
 
@@ -15,25 +16,22 @@ import pytest
 
 from memqos_systemd import agenda
 from memqos_systemd.config import Config
-from prereq import require
 
 
-def _top() -> Path | None:
-    # A checkout, or pybuild's build directory (which copies etc/ next to tests/, not docs/).
-    for d in Path(__file__).resolve().parents:
-        if (d / "etc" / "config.yaml").is_file():
-            return d
-    return None
-
-
-TOP = _top()
 DEFAULT = Config()
 
 
+def _find(rel: str) -> Path:
+    # Each file from the nearest ancestor that has it: in pybuild's build directory etc/ is copied
+    # next to tests/ (debian/pybuild.testfiles), the rest is found in the source tree above.
+    for d in Path(__file__).resolve().parents:
+        if (d / rel).is_file():
+            return d / rel
+    pytest.fail(f"{rel} not found above tests/")
+
+
 def _text(rel: str) -> str:
-    if TOP is None or not (TOP / rel).is_file():
-        require(False, f"{rel} not found above tests/")
-    text = (TOP / rel).read_text()
+    text = _find(rel).read_text(encoding="utf-8")
     # the man page's escapes and fonts, and line breaks, out of the way
     return re.sub(r"\s+", " ", text.replace("\\-", "-").replace("\n.BR ", " ").replace("\n.B ", " "))
 
@@ -76,3 +74,16 @@ def test_readme_defaults_as_quoted():
 def test_shipped_config_resync_default_as_quoted():
     for interval in _all(r"#resyncInterval: (\d+)s", _text("etc/config.yaml"), "etc/config.yaml"):
         assert int(interval) == DEFAULT.resync_interval
+
+
+def test_readme_names_the_fast_targets_and_the_makefile_has_them():
+    readme, makefile = _text("README.md"), _find("Makefile").read_text()
+    for target in ("test-unit", "test-integration"):
+        assert f"make {target}" in readme and f"\n{target}:" in makefile
+
+
+def test_make_clean_says_how_to_drop_the_e2e_cache():
+    p = subprocess.run(["make", "-s", "-n", "clean"], cwd=_find("Makefile").parent, capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert "rm -rf /var/cache/memqos-e2e" in p.stdout

@@ -337,7 +337,10 @@ def _daemon_command(name: str):
     def run(args: argparse.Namespace) -> int:
         from . import commands
 
-        return getattr(commands, name)(args, _config(args.config, default_path=True))
+        try:
+            return getattr(commands, name)(args, _config(args.config, default_path=True))
+        except PlanError as e:  # e.g. reservations above the node's memory: the file that set them
+            raise UsageError(f"{args.config or DEFAULT_CONFIG_PATH}: {e}") from None
     return run
 
 

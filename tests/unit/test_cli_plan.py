@@ -437,7 +437,8 @@ def test_table_is_the_default_on_a_terminal(example_args):
 
 # ====================================================================== --help
 SUBCOMMANDS = {
-    "plan": ["--pods", "--config", "--node-memory", "--page-size", "--output", "stdin", "never systemd"],
+    "plan": ["--pods", "--config", "--node-memory", "--page-size", "--output", "stdin", "never systemd",
+             "https://$(hostname):10250/pods", "the installed config"],
     "apply": ["--config", "--once", "--dry-run", "SetUnitProperties"],
     "run": ["--config", "SIGTERM", "SIGHUP"],
     "status": ["--config", "--output", "DRIFT"],
@@ -454,6 +455,7 @@ def test_help_of_each_subcommand(command):
     assert out.startswith(f"usage: memqos-systemd {command}")
     for word in SUBCOMMANDS[command]:
         assert word in out, (command, word)
+    assert "10255" not in out  # the read-only port, off on kubeadm nodes: not the example to copy
     assert p.stderr == b""
 
 

@@ -7,8 +7,8 @@ import io
 import json
 import os
 import sys
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from . import __version__

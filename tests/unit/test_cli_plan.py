@@ -640,9 +640,10 @@ def test_a_reader_that_stops_early_is_no_error():
 def test_a_non_ascii_pods_file_under_a_non_utf8_locale_is_one_line(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("podsFile: /srv/pöds€.json\n", encoding="utf-8")
-    # plan reads the config the same way check and the service do (config.py).
-    line = one_error_line(cli("plan", "--pods", str(EXAMPLES / "pods.json"), *NODE, "--config", str(config), env=ASCII))
-    assert "podsFile" in line and "file name encoding" in line and "UTF-8 locale" in line
+    # check raised UnicodeEncodeError in sources/file.py; plan reads the config the same way (config.py).
+    for argv in (["check"], ["plan", "--pods", str(EXAMPLES / "pods.json"), *NODE]):
+        line = one_error_line(cli(*argv, "--config", str(config), env=ASCII))
+        assert "podsFile" in line and "file name encoding (ascii)" in line and "UTF-8 locale" in line, line
 
 
 # ====================================================================== issue 20: which config plan used

@@ -458,7 +458,7 @@ _VALUE_OPTIONS = ("--node-memory", "--page-size")
 def _join_values(argv: Sequence[str]) -> list[str]:
     out: list[str] = []
     for arg in argv:
-        if out and out[-1] in _VALUE_OPTIONS and arg.startswith("-") and arg != "-":
+        if out and out[-1] in _VALUE_OPTIONS and len(arg) > 1 and arg[0] == "-" and (arg[1].isdigit() or arg[1] == "."):
             out[-1] = f"{out[-1]}={arg}"
         else:
             out.append(arg)

@@ -46,7 +46,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation --disable-pip-version-check -e .
 	touch $@
 
-# The e2e guest image (about 1.1 GB on disk) and the VM runs' logs are kept outside the tree, on purpose.
+# The e2e guest images (about 750 MB on disk each) and the VM runs' logs are kept outside the tree, on purpose.
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache
 	@echo "kept: the e2e guest image in /var/cache/memqos-e2e ($$(du -sh /var/cache/memqos-e2e 2>/dev/null | cut -f1 || echo absent))" \

@@ -54,6 +54,10 @@ def cli(*args: str, stdin: bytes | None | object = None, timeout: float = 30, en
     env = dict(os.environ, COLUMNS="100", **(env or {}),
                PYTHONPATH=os.pathsep.join(filter(None, [str(CODE_ROOT), os.environ.get("PYTHONPATH")])))
     closed = stdin is CLOSED
+    if args and args[0] == "plan" and "--config" not in args and "--help" not in args:
+        # Not this machine's installed config (plan reads it when it exists): the built-in
+        # defaults, as an empty file gives them. The tests of that choice call main() in-process.
+        args = (*args, "--config", os.devnull)
     argv = [sys.executable, "-m", "memqos_systemd", *map(str, args)]
     if closed:  # the shell's `<&-`: exec with descriptor 0 closed
         argv = ["/bin/sh", "-c", 'exec "$@" <&-', "sh", *argv]
@@ -278,10 +282,9 @@ def test_node_memory_quantity_forms(example_args):
     assert ok_json(*args)["node"]["capacityBytes"] == CAPACITY
 
 
-def test_no_config_means_builtin_defaults(example_doc, tmp_path):
-    path = tmp_path / "pods.json"
-    path.write_text(json.dumps(example_doc))
-    doc = ok_json("--pods", str(path), *NODE)
+def test_no_config_means_builtin_defaults(monkeypatch, capsys, tmp_path):
+    # No --config and no installed config (whatever this machine has at the real path).
+    doc = json.loads(_plan_in_process(monkeypatch, capsys, tmp_path / "absent.yaml", "--output", "json"))
     _check_contract(doc)
     # defaults: policy None (no protection), evictionHard 100Mi, no reserved slices
     assert doc["node"] == {"capacityBytes": CAPACITY, "allocatableBytes": CAPACITY - 100 * Mi}

@@ -13,6 +13,7 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/memqos-systemd plan $(EXAMPLE_ARGS) --output table
 
 # The whole test suite: unit, integration (private dbus-daemon), e2e (real systemd in qemu).
+# About 25 minutes, as root; the e2e part prints a line per finished scenario as the VM runs.
 test: $(VENV)/.installed deps-test
 	scripts/install-deps.sh deb e2e
 	DEB_BUILD_OPTIONS=nocheck $(MAKE) deb   # the suite below runs the package's tests anyway
@@ -45,5 +46,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation --disable-pip-version-check -e .
 	touch $@
 
+# The e2e guest images (about 750 MB on disk each) and the VM runs' logs are kept outside the tree, on purpose.
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache
+	@echo "kept: the e2e guest image in /var/cache/memqos-e2e ($$(du -sh /var/cache/memqos-e2e 2>/dev/null | cut -f1 || echo absent))" \
+	  "and the VM runs' logs in /var/tmp/memqos-e2e-runs; drop them with: sudo rm -rf /var/cache/memqos-e2e /var/tmp/memqos-e2e-runs"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -13,7 +15,7 @@ from . import __version__
 from .documents import DocumentError, decode
 from .config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
 from .plan import INFINITY, MAX_PAGE_SIZE, NodeFacts, Plan, PlanError, UnitPlan, plan
-from .pods import PodsError, parse_pods
+from .pods import PodsError, count_finished, one_line, parse_pods
 from .quantity import QuantityError, format_bytes, parse_bytes
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -43,11 +45,71 @@ class UsageError(Exception):
     """Bad input from the command line or a file it names (exit 2)."""
 
 
+class OutputError(Exception):
+    """Standard output cannot be written (closed, disk full, ...): one line, exit 1."""
+
+
+class _Stdout:
+    """Standard output as the commands see it: the one place where a failed write (`> /dev/full`,
+    `>&-`) becomes OutputError, which main() reports in one line. A closed pipe (`| head`) stays
+    BrokenPipeError: the reader has all it wanted."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._do("write", text)
+
+    def flush(self) -> None:
+        if self._stream is not None:
+            self._do("flush")
+
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()
+
+    def _do(self, what: str, *args):
+        if self._stream is None:
+            raise OutputError("standard output is closed")
+        try:
+            return getattr(self._stream, what)(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise OutputError(e.strerror or str(e)) from None
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _tolerant(stream):
+    """A text stream that writes what its encoding cannot hold (a pod name under LANG=C or
+    PYTHONIOENCODING=ascii) as backslash escapes instead of raising."""
+    if isinstance(stream, io.TextIOWrapper) and stream.errors in ("strict", "surrogateescape"):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (ValueError, OSError):  # already written to in another mode: leave it
+            pass
+    return stream
+
+
+def _silence_stdout() -> None:
+    """After a failed write, what is still buffered must not fail again at exit ("Exception
+    ignored ..."): the descriptor goes to /dev/null."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())
+        os.close(devnull)
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
 def _read_pods(arg: str) -> Any:
     import yaml
 
     try:
         if arg == "-":
+            if sys.stdin is None:  # `<&-`
+                raise UsageError("--pods -: standard input is closed (pipe the pods in, or name a file)")
             data = sys.stdin.buffer.read(MAX_PODS_INPUT + 1)
             where = "standard input"
         else:
@@ -72,6 +134,8 @@ def _node_memory(arg: str | None) -> int:
             return read_meminfo()
         except (OSError, ValueError) as e:
             raise UsageError(f"cannot read node memory from /proc/meminfo ({e}); pass --node-memory") from None
+    if arg.startswith("-"):
+        raise UsageError(f"--node-memory: {arg!r} must be a positive memory quantity (e.g. 16Gi)")
     try:
         value = parse_bytes(arg)
     except QuantityError:
@@ -121,12 +185,15 @@ def _check_names(cfg: Config, src: str) -> None:
 
 def plan_to_json(p: Plan, pending: Mapping[str, str] | None = None) -> dict:
     """The `plan --output json` document (a contract: see `issues show 2`). `pending`: pod key ->
-    the reason of a resize the kubelet has not allocated (`resizePending` on the pod's unit)."""
+    the reason of a resize the kubelet has not allocated (`resizePending` on the pod's unit).
+    A container's unit also names the container (`container`, issue 20)."""
     units = []
     for u in p.units:
         entry: dict[str, Any] = {"unit": u.unit, "level": u.level}
         if u.pod is not None:
             entry["pod"] = u.pod
+        if u.container is not None:
+            entry["container"] = u.container
         if u.level == "pod" and pending and u.pod in pending:
             entry["resizePending"] = pending[u.pod]
         entry["MemoryMin"] = u.memory_min
@@ -135,14 +202,6 @@ def plan_to_json(p: Plan, pending: Mapping[str, str] | None = None) -> dict:
         units.append(entry)
     return {"node": {"capacityBytes": p.capacity, "allocatableBytes": p.allocatable},
             "units": units, "warnings": list(p.warnings)}
-
-
-def _short_unit(name: str) -> str:
-    # Container scopes carry 64 hex digits; 12 identify them for a person.
-    head, sep, rest = name.rpartition("-")
-    if sep and rest.endswith(".scope") and len(rest) == 64 + len(".scope"):
-        return f"{head}-{rest[:12]}….scope"
-    return name
 
 
 def _show_bytes(n: int) -> str:
@@ -166,40 +225,101 @@ def _tree_order(p: Plan) -> list[tuple[int, UnitPlan]]:
 
 
 def _pod_cell(u: UnitPlan, pending: Mapping[str, str] | None) -> str:
-    """The POD column; a pod's own row says when a resize of it is pending (planned from what
-    the kubelet allocated, not from the spec)."""
+    """A pod's name; its own row says when a resize of it is pending (planned from what the
+    kubelet allocated, not from the spec)."""
+    name = one_line(u.pod or "")
     if u.level == "pod" and pending and u.pod in pending:
-        return f"{u.pod} (resize pending: {pending[u.pod]})"
-    return u.pod or ""
+        return f"{name} (resize pending: {pending[u.pod]})"
+    return name
 
 
-def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None) -> str:
-    rows = [("  " * d + _short_unit(u.unit), u.level, _pod_cell(u, pending), _show_bytes(u.memory_min),
-             _show_bytes(u.memory_low), _show_bytes(u.memory_high)) for d, u in _tree_order(p)]
-    header = ("UNIT", "LEVEL", "POD", "MemoryMin", "MemoryLow", "MemoryHigh")
+def _name_cell(u: UnitPlan, pending: Mapping[str, str] | None) -> str:
+    """What a person looks for on a row: the slice's name for the slices of the node, the
+    pod's name for a pod slice, the container's name for a container scope. The unit names of
+    pods and containers (up to 72 characters) are never cut: `--output wide` and JSON give them."""
+    if u.level == "pod":
+        return _pod_cell(u, pending)
+    if u.level == "container":
+        return one_line(u.container) if u.container is not None else u.unit
+    return u.unit
+
+
+@dataclass(frozen=True)
+class TableContext:
+    """Where a plan's inputs came from, for the table's header and footer."""
+    config: str = "built-in defaults"
+    capacity_from: str = "MemTotal of /proc/meminfo"
+    finished_pods: int = 0
+
+
+LEGEND = "legend: MemoryMin is never reclaimed, MemoryLow is reclaimed last, MemoryHigh throttles above it"
+NEXT = "next, on a node: memqos-systemd check; then memqos-systemd apply --once --dry-run"
+
+
+def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None, *,
+                  context: TableContext = TableContext(), wide: bool = False) -> str:
+    """The plan for a person: a tree by name (pod, container) that fits 100 columns for an
+    ordinary node, with where its inputs came from, a legend, totals and what to run next.
+    `wide` adds the full unit name of every row."""
+    header = ("SLICE / POD / CONTAINER", "LEVEL", "MemoryMin", "MemoryLow", "MemoryHigh") + (("UNIT",) if wide else ())
+    rows = [("  " * d + _name_cell(u, pending), u.level, _show_bytes(u.memory_min), _show_bytes(u.memory_low),
+             _show_bytes(u.memory_high)) + ((u.unit,) if wide else ()) for d, u in _tree_order(p)]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     factor = "off" if cfg.memory_throttling_factor is None else f"{cfg.memory_throttling_factor:g}"
     lines = [
-        f"node: capacity {format_bytes(p.capacity)}, allocatable {format_bytes(p.allocatable)};"
-        f" policy {cfg.memory_reservation_policy}, hierarchy {cfg.hierarchy}, throttling factor {factor}",
+        f"node: capacity {format_bytes(p.capacity)} ({context.capacity_from}), allocatable {format_bytes(p.allocatable)}",
+        f"config: {context.config}",
+        f"  policy {cfg.memory_reservation_policy}, hierarchy {cfg.hierarchy}, throttling factor {factor}",
         "",
     ]
     for r in [header, *rows]:
-        lines.append("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+        lines.append("  ".join(c.ljust(w) if i in (0, 1, 5) else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+    lines += ["", LEGEND]
+    top = [u for u in p.units if u.level == "node"]
+    node = top[-1] if top else None
+    protected = node.memory_min + node.memory_low if node else 0
+    reserved = sum(u.memory_min for u in p.units if u.level == "reserved")
+    pods = sum(1 for u in p.units if u.level == "pod")
+    lines.append(f"total: protects {_show_bytes(protected)} of {format_bytes(p.allocatable)} allocatable for {pods} pod(s)"
+                 + (f" (MemoryMin {_show_bytes(node.memory_min)}, MemoryLow {_show_bytes(node.memory_low)})" if node else ""))
+    if reserved:
+        lines.append(f"       and {format_bytes(reserved)} of MemoryMin for the reserved slices")
+    if context.finished_pods:
+        lines.append(f"skipped: {context.finished_pods} finished pod(s) (Succeeded or Failed), which hold no memory")
     if p.warnings:
         lines += ["", "warnings:"] + [f"  - {w}" for w in p.warnings]
+    if not wide:
+        lines.append("full unit names (for systemctl show): --output wide, or json")
+    lines += ["", NEXT]
     return "\n".join(lines)
 
 
+def _plan_config(arg: str | None) -> tuple[Config, str | None, str]:
+    """`plan`'s config, its file (None: built-in defaults) and how the table names it: --config,
+    else the installed config when it exists (what the service and every other command read),
+    else the built-in defaults, said loudly."""
+    if arg is not None:
+        return _config(arg, default_path=False), arg, arg
+    if Path(DEFAULT_CONFIG_PATH).exists():
+        return (_config(None, default_path=True), DEFAULT_CONFIG_PATH,
+                f"{DEFAULT_CONFIG_PATH} (the installed config; --config for another)")
+    return (_config(None, default_path=False), None,
+            f"NONE: built-in defaults, which protect nothing (no {DEFAULT_CONFIG_PATH}; pass --config)")
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
-    cfg = _config(args.config, default_path=False)
+    cfg, cfg_file, cfg_source = _plan_config(args.config)
     doc = _read_pods(args.pods)
     try:
         pods, pod_warnings = parse_pods(doc)
     except PodsError as e:
         raise UsageError(f"--pods {args.pods}: {e}") from None
     node = NodeFacts(capacity=_node_memory(args.node_memory), page_size=_page_size(args.page_size))
-    result = plan(pods, node, cfg)
+    try:
+        result = plan(pods, node, cfg)
+    except PlanError as e:
+        raise UsageError(f"{cfg_file or 'built-in defaults'}: {e}") from None
     result = Plan(result.capacity, result.allocatable, result.units, tuple(pod_warnings) + result.warnings)
     pending = {pod.key: pod.resize_pending for pod in pods if pod.resize_pending}
     output = args.output or ("table" if sys.stdout.isatty() else "json")
@@ -207,7 +327,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         json.dump(plan_to_json(result, pending), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(plan_to_table(result, cfg, pending))
+        context = TableContext(cfg_source, "--node-memory" if args.node_memory else "MemTotal of /proc/meminfo",
+                               count_finished(doc))
+        print(plan_to_table(result, cfg, pending, context=context, wide=output == "wide"))
     return EXIT_OK
 
 
@@ -215,7 +337,10 @@ def _daemon_command(name: str):
     def run(args: argparse.Namespace) -> int:
         from . import commands
 
-        return getattr(commands, name)(args, _config(args.config, default_path=True))
+        try:
+            return getattr(commands, name)(args, _config(args.config, default_path=True))
+        except PlanError as e:  # e.g. reservations above the node's memory: the file that set them
+            raise UsageError(f"{args.config or DEFAULT_CONFIG_PATH}: {e}") from None
     return run
 
 
@@ -254,13 +379,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("plan", "show the unit properties a node should hold; touches nothing",
             "Print the MemoryMin/MemoryLow/MemoryHigh every unit should hold for the given pods.\n"
             "Pure: reads the files named, never systemd or the kubelet.\n\n"
-            "example:\n  curl -s http://127.0.0.1:10255/pods | memqos-systemd plan --pods - --config config.yaml")
+            "Without --config it reads the installed config (%s)\n"
+            "when it exists, as every other command does; the table's header says which config it used.\n\n"
+            "examples:\n"
+            "  memqos-systemd plan --pods pods.json --output table\n"
+            "  curl -s --cacert /var/lib/kubelet/pki/kubelet.crt --resolve \"$(hostname):10250:127.0.0.1\" \\\n"
+            "    -H \"Authorization: Bearer $(cat /etc/memqos-systemd/kubelet-token)\" \\\n"
+            "    \"https://$(hostname):10250/pods\" | memqos-systemd plan --pods -\n"
+            "  (the kubelet's authenticated port, as the packaged config reads it; README, \"On a kubeadm node\")"
+            % DEFAULT_CONFIG_PATH)
     p.add_argument("--pods", required=True, metavar="PODS",
                    help="a PodList, a Pod, or a list of Pods as JSON or YAML (as the kubelet's /pods serves); - for stdin")
-    p.add_argument("--config", metavar="CONFIG", help="the config file (default: built-in defaults)")
+    p.add_argument("--config", metavar="CONFIG", help=config_help)
     p.add_argument("--node-memory", metavar="QTY", help="node memory capacity, e.g. 16Gi (default: MemTotal of /proc/meminfo)")
     p.add_argument("--page-size", metavar="BYTES", help="page size for MemoryHigh rounding (default: the OS page size)")
-    p.add_argument("--output", choices=("json", "table"), help="table for people (default on a terminal) or json")
+    p.add_argument("--output", choices=("json", "table", "wide"),
+                   help="table for people (default on a terminal), wide (the table with every full unit name) or json")
     p.set_defaults(func=cmd_plan)
 
     p = add("apply", "reconcile once: send systemd what differs from the plan",
@@ -316,18 +450,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Options whose value may start with "-" (a negative quantity is bad input to name, not argparse's
+# "expected one argument").
+_VALUE_OPTIONS = ("--node-memory", "--page-size")
+
+
+def _join_values(argv: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in _VALUE_OPTIONS and len(arg) > 1 and arg[0] == "-" and (arg[1].isdigit() or arg[1] == "."):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    sys.stderr = _tolerant(sys.stderr)
+    saved = sys.stdout
+    sys.stdout = _Stdout(_tolerant(saved) if saved is not None else None)
     try:
-        return args.func(args)
-    except (UsageError, ConfigError, PlanError) as e:
-        print(f"memqos-systemd: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        return EXIT_OK
+        parser = build_parser()
+        args = parser.parse_args(_join_values(sys.argv[1:] if argv is None else argv))
+        try:
+            code = args.func(args)
+            sys.stdout.flush()
+            return code
+        except (UsageError, ConfigError, PlanError) as e:
+            print(f"memqos-systemd: error: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        except OutputError as e:
+            _silence_stdout()
+            print(f"memqos-systemd: error: cannot write the output: {e}", file=sys.stderr)
+            return EXIT_FAILURE
+        except KeyboardInterrupt:
+            return 130
+        except BrokenPipeError:
+            _silence_stdout()
+            return EXIT_OK
+    finally:
+        sys.stdout = saved
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
+import sys
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -253,11 +255,8 @@ def _eviction_hard(src, key, value) -> Reserve:
         if name not in _EVICTION_SIGNALS:
             raise _fail(src, f"{key}.{name}", threshold, f"is not an eviction signal ({', '.join(_EVICTION_SIGNALS)})")
         if not isinstance(threshold, (str, int, float)) or isinstance(threshold, bool):
-            raise _fail(src, f"{key}.{name}", threshold, "must be a quantity or a percentage")
-        try:
-            _bytes_or_percent(src, f"{key}.{name}", threshold)
-        except ConfigError:
-            raise _fail(src, f"{key}.{name}", threshold, "must be a quantity or a percentage") from None
+            raise _fail(src, f"{key}.{name}", threshold, "must be a quantity (e.g. 100Mi) or a percentage in [0%, 100%)")
+        _bytes_or_percent(src, f"{key}.{name}", threshold)  # its error says what is allowed
     if "memory.available" not in value:
         # The kubelet drops its defaults for every signal once evictionHard is set.
         return Reserve()
@@ -294,6 +293,13 @@ def _optional_path(src, key, value) -> str | None:
     value = _str(src, key, value)
     if not value.startswith("/"):
         raise _fail(src, key, value, "must be an absolute path")
+    if "\0" in value:
+        raise _fail(src, key, value, "contains a NUL character")
+    try:
+        os.fsencode(value)
+    except UnicodeEncodeError:
+        raise _fail(src, key, value, f"cannot be named in this system's file name encoding"
+                                     f" ({sys.getfilesystemencoding()}): rename the file, or run under a UTF-8 locale") from None
     return value
 
 

@@ -79,8 +79,10 @@ class _JournalFormatter(logging.Formatter):
 
 
 class _PlainFormatter(logging.Formatter):
+    """On a terminal, the prefix every other command uses (`memqos-systemd: error: ...`)."""
+
     def format(self, record: logging.LogRecord) -> str:
-        return f"{record.levelname.lower()}: {record.getMessage()}"
+        return f"memqos-systemd: {record.levelname.lower()}: {record.getMessage()}"
 
 
 def setup_logging(verbose: bool = False) -> logging.Logger:

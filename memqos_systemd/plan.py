@@ -53,6 +53,7 @@ class UnitPlan:
     memory_low: int = 0
     memory_high: int = INFINITY
     pod: str | None = None  # "namespace/name" for pod and container levels
+    container: str | None = None  # the container's name (spec.containers[].name), container level only
 
     def properties(self) -> dict[str, int]:
         return {"MemoryMin": self.memory_min, "MemoryLow": self.memory_low, "MemoryHigh": self.memory_high}
@@ -89,8 +90,9 @@ def allocatable(config: Config, capacity: int) -> int:
     value = capacity - config.kube_reserved - config.system_reserved - eviction
     if value < 0:
         raise PlanError(
-            f"allocatable memory is negative: capacity {capacity} - kubeReserved {config.kube_reserved}"
-            f" - systemReserved {config.system_reserved} - evictionHard {eviction} = {value}")
+            f"allocatable memory is negative: capacity {format_bytes(capacity)} - kubeReserved"
+            f" {format_bytes(config.kube_reserved)} - systemReserved {format_bytes(config.system_reserved)}"
+            f" - evictionHard {format_bytes(eviction)} = {format_bytes(value)}")
     return value
 
 
@@ -155,6 +157,7 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
     held = {"Guaranteed": [0, 0], "Burstable": [0, 0], "BestEffort": [0, 0]}
     requested = {"Guaranteed": 0, "Burstable": 0, "BestEffort": 0}
     seen_units: set[str] = set()
+    pods_requests: list[tuple[str, int]] = []  # (pod, its request) of every planned pod
 
     for pod in sorted(pods, key=lambda p: (p.namespace, p.name, p.uid)):
         try:
@@ -171,6 +174,9 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
         request = pod.request
         children: list[UnitPlan] = []
         for c in pod.containers:
+            if c.kind != "init" and c.limit is not None and c.request > c.limit:
+                warnings.append(f"pod {pod.display} container {one_line(c.name)!r}: request {format_bytes(c.request)}"
+                                f" is above its limit {format_bytes(c.limit)}; planned from the request, not throttled")
             # Only running app containers and sidecars get a scope; an init container never does.
             if c.container_id is None or c.kind == "init":
                 continue
@@ -185,7 +191,7 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
             seen_units.add(scope)
             cmin, clow = _amounts(kind, c.request)
             high = INFINITY if pod.qos == "Guaranteed" else memory_high(c.request, c.limit, alloc, factor, node.page_size)
-            children.append(UnitPlan(scope, "container", pod_unit, cmin, clow, high, pod.key))
+            children.append(UnitPlan(scope, "container", pod_unit, cmin, clow, high, pod.key, c.name))
         pmin, plow = _amounts(kind, request)
         if effective:
             # A pod slice must hold at least what its containers hold, or theirs is worth less.
@@ -196,6 +202,9 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
                                 f" pod slice raised to cover them")
                 pmin, plow = max(pmin, need_min), max(plow, need_low)
         phigh = INFINITY
+        if pod.pod_limit is not None and request > pod.pod_limit + pod.overhead:
+            warnings.append(f"pod {pod.display}: request {format_bytes(request)} is above its pod-level limit"
+                            f" {format_bytes(pod.pod_limit + pod.overhead)}; planned from the request")
         if pod.qos != "Guaranteed" and pod.pod_limit is not None:
             phigh = memory_high(request, pod.pod_limit + pod.overhead, alloc, factor, node.page_size)
         pod_units.append(UnitPlan(pod_unit, "pod", naming.qos_slice(pod.qos), pmin, plow, phigh, pod.key))
@@ -203,6 +212,14 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
         held[pod.qos][0] += pmin
         held[pod.qos][1] += plow
         requested[pod.qos] += request
+        pods_requests.append((pod.display, request))
+
+    total = sum(requested.values())
+    if total > alloc:
+        biggest = max(pods_requests, key=lambda kv: kv[1])
+        warnings.append(f"pods request {format_bytes(total)} in total, more than the node's allocatable"
+                        f" {format_bytes(alloc)} (capacity {format_bytes(node.capacity)}); the largest: pod"
+                        f" {biggest[0]} with {format_bytes(biggest[1])}")
 
     qos_units = [
         UnitPlan(naming.qos_slice("Burstable"), "qos", node_slice, *held["Burstable"]),

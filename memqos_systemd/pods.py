@@ -477,9 +477,20 @@ def parse_pods(doc: Any) -> tuple[list[Pod], list[str]]:
     return pods, warnings
 
 
+def count_finished(doc: Any) -> int:
+    """How many pods of a pods document have finished (phase Succeeded or Failed): they hold no
+    memory and get nothing; `plan` says how many it left out. 0 for a document parse_pods refuses."""
+    try:
+        items = _items(doc)
+    except PodsError:
+        return 0
+    return sum(1 for obj in items if isinstance(obj, dict) and isinstance(obj.get("status"), dict)
+               and obj["status"].get("phase") in _DONE_PHASES)
+
+
 def _ident(obj: Any, i: int) -> str:
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     if isinstance(meta, dict) and isinstance(meta.get("name"), str):
         ns = meta.get("namespace") if isinstance(meta.get("namespace"), str) else "default"
-        return repr(f"{ns}/{meta['name']}"[:120])
+        return one_line(f"{ns}/{meta['name']}", 120)  # as Pod.display writes it: unquoted
     return f"#{i}"

@@ -99,6 +99,8 @@ def parse_bytes(value: object) -> int:
 
 def format_bytes(n: int) -> str:
     """Short human form for tables: 512Mi, 1.5Gi, 972.8Mi, 4Ki, 100 (two decimals at most)."""
+    if n < 0:
+        return "-" + format_bytes(-n)
     for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
         if n >= size:
             value = n / size

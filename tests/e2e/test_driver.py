@@ -121,3 +121,33 @@ def test_unavailable_skips_or_fails_under_ci(monkeypatch):
     monkeypatch.setenv("CI", "false")
     with pytest.raises(pytest.skip.Exception):
         test_e2e._unavailable("no qemu")
+
+
+def test_each_finished_scenario_is_one_line_the_host_passes_on(tmp_path):
+    """`make test` streams a line per finished scenario: the host follows the serial log
+    (vm._Follower) and passes on the driver's lines that FINISHED_RE matches."""
+    payload = tmp_path / "payload"
+    (payload / "scenarios").mkdir(parents=True)
+    for name in ("00-pass.sh", "01-checkfail.sh", "03-skip.sh"):
+        (payload / "scenarios" / name).write_text(SCENARIOS[name])
+    os.symlink(os.path.join(HERE, "guest"), payload / "guest")
+    (payload / "run.json").write_text(json.dumps({"cleanup": False}))
+    p = subprocess.run([sys.executable, os.path.join(HERE, "guest", "run-scenarios"), "--payload", str(payload),
+                        "--results", str(tmp_path / "results")], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, MEMQOS_E2E_CTL="/nonexistent"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    serial = tmp_path / "serial.log"
+    seen = []
+    follower = e2e_vm._Follower(str(serial), lambda line: seen.extend(
+        m.group(1) for m in [e2e_vm.FINISHED_RE.search(line)] if m))
+    follower.poll()  # no file yet: nothing, no error
+    text = "".join(f"[ {i}.0] memqos-e2e-boot[279]: {line}\r\n" for i, line in enumerate((p.stdout + p.stderr).splitlines()))
+    cut = len(text) // 2
+    serial.write_text(text[:cut])  # half a line at the end: held back until the rest comes
+    follower.poll()
+    with open(serial, "a") as f:
+        f.write(text[cut:])
+    follower.poll()
+    assert [s.split(":")[0] for s in seen] == ["=== 00-pass", "=== 01-checkfail", "=== 03-skip"], seen
+    assert seen[0].startswith("=== 00-pass: passed (exit 0, ") and seen[1].startswith("=== 01-checkfail: failed")
+    assert seen[2].startswith("=== 03-skip: skipped")

@@ -5,6 +5,7 @@
 
 Without qemu/debootstrap/root the tests are skipped, or fail when CI=true. See README.md.
 """
+import contextlib
 import json
 import os
 import re
@@ -69,10 +70,25 @@ def e2e_run(request):
     if missing:
         _unavailable("; ".join(missing))
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capman = request.config.pluginmanager.get_plugin("capturemanager")
+    started = []
 
     def say(msg):
-        if reporter:
+        # Past pytest's output capture (which would keep these lines until the run ends, or for
+        # ever): `make test` shows them as they come, on lines of their own.
+        if not reporter:
+            return
+        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+            if not started:
+                reporter.write("\n")
+                started.append(True)
             reporter.write_line(f"[e2e] {msg}")
+
+    def on_serial_line(line):
+        # The guest driver's line for each finished scenario (run-scenarios, say()).
+        m = e2e_vm.FINISHED_RE.search(line)
+        if m:
+            say(m.group(1))
 
     selected = _selected(request.session)
     if not cached:
@@ -90,7 +106,7 @@ def e2e_run(request):
         say(f"booting the VM for {len(selected)} scenario(s), debs: {debs or 'none'}, "
             f"timeout {timeout} s")
         try:
-            results = e2e_vm.run_vm(payload, timeout, image=image)
+            results = e2e_vm.run_vm(payload, timeout, image=image, on_serial_line=on_serial_line)
             error = None
         except e2e_vm.VMError as e:
             results, error = e.results_dir, str(e)

@@ -12,6 +12,7 @@ Also a command line: `python3 tests/e2e/vm.py [--keep] [--transport disk|9p] [SC
 """
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -27,6 +28,10 @@ BUILD_SCRIPT = os.path.join(HERE, "build-image.sh")
 CTL_PORT_NAME = "org.memqos.e2e.0"
 SHARE_LABEL = "MQSHARE"
 MAX_BOOTS = 10
+FOLLOW_EVERY = 2.0  # seconds between looks at the serial log for on_serial_line
+# The guest driver's line for a finished scenario (run-scenarios, say()), as the serial log has it:
+# `... run-scenarios: === 00-smoke: passed (exit 0, 12.3 s, 20 checks, 0 failed)`; group 1 from ===.
+FINISHED_RE = re.compile(r"run-scenarios: (=== \S+: (?:passed|failed|timeout|skipped|error|driver error)\b.*)$")
 DEFAULT_APPEND = ("root=/dev/vda rw console=ttyS0 panic=1 quiet loglevel=4 "
                   "systemd.unified_cgroup_hierarchy=1 systemd.show_status=error")
 
@@ -317,16 +322,39 @@ def _runs_root():
     return os.environ.get("MEMQOS_E2E_RUNS", "/var/tmp/memqos-e2e-runs")
 
 
+class _Follower:
+    """The lines appended to a file since the last look (the serial log, across boots)."""
+
+    def __init__(self, path, on_line):
+        self.path, self.on_line = path, on_line
+        self.offset, self.partial = 0, b""
+
+    def poll(self):
+        if self.on_line is None:
+            return
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        for line in lines:
+            self.on_line(line.decode("utf-8", "replace").rstrip("\r"))
+
+
 def run_vm(payload_dir, timeout, memory="1G,slots=2,maxmem=2G", qmp=True, on_booted=None, *,
            image=None, smp=2, transport=None, run_dir=None, keep=None, handlers=None,
-           append=""):
+           append="", on_serial_line=None):
     """Boot the guest with payload_dir as its payload; return the results directory.
 
     timeout: hard limit in seconds for the whole VM run (all boots); on expiry qemu is killed and
     VMTimeout is raised (partial results, if any, are in e.results_dir). on_booted(vm) runs in a
     thread each time the guest driver started (vm.boots tells which boot; vm.qmp(...),
     vm.hotplug_memory(...)). handlers: {op: fn(vm, msg)}
-    for extra guest requests. transport: 'disk' (default, MEMQOS_E2E_TRANSPORT) or '9p'.
+    for extra guest requests. on_serial_line(line) sees each line of the guest's serial console
+    while it runs (checked every FOLLOW_EVERY s). transport: 'disk' (default, MEMQOS_E2E_TRANSPORT) or '9p'.
     keep: keep the overlay and share images (default: MEMQOS_E2E_KEEP=1).
     """
     image = image or build_image()
@@ -392,6 +420,7 @@ def run_vm(payload_dir, timeout, memory="1G,slots=2,maxmem=2G", qmp=True, on_boo
 
     vm = VM(run_dir, results_dir, serial_log, None)
     vm.timing = timing
+    follower = _Follower(serial_log, on_serial_line)
     t0 = time.monotonic()
     deadline = t0 + timeout
     timed_out = False
@@ -409,10 +438,18 @@ def run_vm(payload_dir, timeout, memory="1G,slots=2,maxmem=2G", qmp=True, on_boo
             control = _Control(ctl_sock, vm, proc, on_booted, handlers or {}, t0)
             control.start()
             try:
-                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+                while True:  # wait for qemu, passing on the serial console's new lines meanwhile
+                    try:
+                        proc.wait(timeout=max(0.1, min(FOLLOW_EVERY, deadline - time.monotonic())))
+                        break
+                    except subprocess.TimeoutExpired:
+                        follower.poll()
+                        if time.monotonic() >= deadline:
+                            raise
             except subprocess.TimeoutExpired:
                 timed_out = True
             finally:
+                follower.poll()
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)
                     try:

@@ -121,7 +121,8 @@ class Node:
         path.write_text(yaml.safe_dump({**self.base_config, **changes}))
         return path
 
-    def cli(self, *args, config: Path | None = None, address: str | None = None) -> subprocess.CompletedProcess:
+    def cli(self, *args, config: Path | None = None, address: str | None = None,
+            stdout: int | None = None) -> subprocess.CompletedProcess:
         env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=address or self.address, MEMQOS_CGROUP_FS=str(self.cgroup),
                    MEMQOS_LEDGER=str(self.tmp / "ledger"), MEMQOS_LAST_PODS=str(self.tmp / "last-pods.json"),
                    PYTHONPATH=os.pathsep.join(filter(None, [str(CODE_ROOT), os.environ.get("PYTHONPATH")])))
@@ -130,8 +131,8 @@ class Node:
         argv = [sys.executable, "-m", "memqos_systemd", *map(str, args)]
         if config is not None or (args and args[0] != "plan"):
             argv += ["--config", str(config or self.config)]
-        return subprocess.run(argv, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
-                              timeout=60, cwd=str(self.tmp))
+        return subprocess.run(argv, stdout=subprocess.PIPE if stdout is None else stdout, stderr=subprocess.PIPE,
+                              text=True, env=env, stdin=subprocess.DEVNULL, timeout=60, cwd=str(self.tmp))
 
     def plan(self) -> dict[str, dict]:
         """unit -> the properties `plan` says it should hold on this machine (MemTotal, OS page size),
@@ -649,6 +650,17 @@ def test_check_off_cgroup_v2_goes_on_with_the_remaining_checks(node):
     assert any(e.startswith("cgroup v2: ") and "systemd.unified_cgroup_hierarchy=1" in e for e in errors(p))
 
 
+@pytest.mark.parametrize("command", [["check"], ["apply", "--once", "--dry-run"], ["status", "--output", "json"]])
+def test_output_that_cannot_be_written_is_one_line_and_exit_1(node, command):
+    """issue 20: `check > /dev/full` raised OSError; now one line on stderr, exit 1, and nothing sent."""
+    with open("/dev/full", "w") as full:
+        p = node.cli(*command, stdout=full.fileno())
+    assert "Traceback" not in p.stderr, p.stderr
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.splitlines()[-1] == "memqos-systemd: error: cannot write the output: No space left on device"
+    assert node.fake.writes == []
+
+
 def test_check_with_systemd_unreachable_names_the_missing_socket_and_exits_1(tmp_path):
     node = Node(None, tmp_path)
     p = node.cli("check")
@@ -860,6 +872,19 @@ def test_bad_config_is_exit_2_for_the_daemon_commands(node, changes, commands, n
     assert node.fake.calls == []
 
 
+def test_reservations_above_the_node_are_exit_2_naming_the_file_in_human_units(node):
+    """issue 20: the plan cannot be made; the line names the file that set the reservations and
+    shows them in human units. Nothing is written (systemd was read, to diff)."""
+    node.start_applied(node.plan())
+    node.fake.clear_calls()
+    config = node.write_config("big.yaml", podsFile=str(node.pods_path), kubeReserved={"memory": "64Pi"})
+    for command in ("apply", "status"):
+        line = one_error_line(node.cli(command, config=config), 2)
+        assert line.startswith(f"memqos-systemd: error: {config}: allocatable memory is negative: capacity "), line
+        assert " - kubeReserved 65536Ti - " in line, line
+    assert node.fake.writes == []
+
+
 # ====================================================================== run
 def _this_host_cgroup_error():
     return next((f for f in check_node() if f.what == "cgroup v2" and f.level == "error"), None)
@@ -872,5 +897,5 @@ def test_run_on_a_host_without_unified_cgroup_v2_exits_1_with_one_log_line(node)
     p = node.cli("run")
     no_traceback(p)
     assert p.returncode == 1
-    assert p.stderr.strip().splitlines() == [f"error: preflight: cgroup v2: {problem.detail}"]
+    assert p.stderr.strip().splitlines() == [f"memqos-systemd: error: preflight: cgroup v2: {problem.detail}"]
     assert node.fake.writes == []

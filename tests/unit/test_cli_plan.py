@@ -44,13 +44,26 @@ needs_examples = pytest.mark.skipif(EXAMPLES is None and os.environ.get("CI") !=
 NODE = ["--node-memory", "16Gi", "--page-size", "4096"]
 
 
-def cli(*args: str, stdin: bytes | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
-    """Run the command line as an operator would; stdout/stderr as text, stdin a pipe or /dev/null."""
-    env = dict(os.environ, COLUMNS="100",
+CLOSED = object()  # stdin=CLOSED: the command runs with descriptor 0 closed (`<&-`)
+
+
+def cli(*args: str, stdin: bytes | None | object = None, timeout: float = 30, env: dict | None = None,
+        stdout: int = subprocess.PIPE) -> subprocess.CompletedProcess:
+    """Run the command line as an operator would; stdout/stderr as bytes, stdin a pipe, /dev/null
+    or closed."""
+    env = dict(os.environ, COLUMNS="100", **(env or {}),
                PYTHONPATH=os.pathsep.join(filter(None, [str(CODE_ROOT), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-m", "memqos_systemd", *map(str, args)], input=stdin,
-                          stdin=None if stdin is not None else subprocess.DEVNULL, capture_output=True,
-                          env=env, timeout=timeout, cwd=str(CODE_ROOT))
+    closed = stdin is CLOSED
+    if args and args[0] == "plan" and "--config" not in args and "--help" not in args:
+        # Not this machine's installed config (plan reads it when it exists): the built-in
+        # defaults, as an empty file gives them. The tests of that choice call main() in-process.
+        args = (*args, "--config", os.devnull)
+    argv = [sys.executable, "-m", "memqos_systemd", *map(str, args)]
+    if closed:  # the shell's `<&-`: exec with descriptor 0 closed
+        argv = ["/bin/sh", "-c", 'exec "$@" <&-', "sh", *argv]
+    return subprocess.run(argv, input=None if closed else stdin,
+                          stdin=subprocess.DEVNULL if stdin is None else None, stdout=stdout,
+                          stderr=subprocess.PIPE, env=env, timeout=timeout, cwd=str(CODE_ROOT))
 
 
 def ok_json(*args: str, stdin: bytes | None = None) -> dict:
@@ -156,6 +169,9 @@ def _check_contract(doc: dict) -> None:
             want.add("pod")
             ns, _, name = u["pod"].partition("/")
             assert ns and name and "/" not in name, u
+        if u["level"] == "container":  # added by issue 20: the container's name
+            want.add("container")
+            assert isinstance(u["container"], str) and u["container"], u
         if u["level"] == "pod" and "resizePending" in u:  # added by issue 16: a pod's pending resize
             want.add("resizePending")
             assert isinstance(u["resizePending"], str) and u["resizePending"], u
@@ -167,6 +183,13 @@ def _check_contract(doc: dict) -> None:
         assert high == "infinity" or (type(high) is int and 0 < high < 2**64 - 1), u
     names = [u["unit"] for u in doc["units"]]
     assert len(names) == len(set(names)), "a unit is listed twice"
+
+
+# The container of each scope, by name (examples/pods.json's spec.containers[].name).
+CONTAINERS = {
+    "71b91629faef": "postgres", "84532b306f25": "envoy", "d737056eff78": "api", "70fa78e5ae55": "indexer",
+    "05eeec2d7084": "thumbnailer", "c38cbd92fce4": "etcd", "e93a4cf7dd38": "server", "df182948e11b": "cache",
+}
 
 
 def _as_table(doc: dict) -> dict:
@@ -194,6 +217,8 @@ def test_json_contract_on_the_example_node(example_args):
     assert doc["node"] == {"capacityBytes": CAPACITY, "allocatableBytes": ALLOCATABLE}
     assert doc["warnings"] == []
     assert _as_table(doc) == EXPECTED
+    assert {u["unit"][len("cri-containerd-"):][:12]: u["container"] for u in doc["units"]
+            if u["level"] == "container"} == CONTAINERS
     # The Succeeded pod (batch/report-...) and the finished init container 'migrate' get nothing.
     listed = json.dumps(doc)
     assert "0e1f2a3b" not in listed and "report-29154650" not in listed
@@ -257,10 +282,9 @@ def test_node_memory_quantity_forms(example_args):
     assert ok_json(*args)["node"]["capacityBytes"] == CAPACITY
 
 
-def test_no_config_means_builtin_defaults(example_doc, tmp_path):
-    path = tmp_path / "pods.json"
-    path.write_text(json.dumps(example_doc))
-    doc = ok_json("--pods", str(path), *NODE)
+def test_no_config_means_builtin_defaults(monkeypatch, capsys, tmp_path):
+    # No --config and no installed config (whatever this machine has at the real path).
+    doc = json.loads(_plan_in_process(monkeypatch, capsys, tmp_path / "absent.yaml", "--output", "json"))
     _check_contract(doc)
     # defaults: policy None (no protection), evictionHard 100Mi, no reserved slices
     assert doc["node"] == {"capacityBytes": CAPACITY, "allocatableBytes": CAPACITY - 100 * Mi}
@@ -313,16 +337,23 @@ def test_a_pending_resize_is_marked_on_the_pods_row_of_the_table():
 
 # ====================================================================== table
 def _table_mentions_every_unit(text: str, doc: dict) -> None:
+    """The table names every row by what a person looks for: the slices of the node by unit name,
+    a pod by its name, a container by its name; never a cut unit name."""
     for u in doc["units"]:
-        name = u["unit"]
-        if name.endswith(".scope"):
-            # 64-hex container IDs are shortened to 12 for people
-            head, _, rest = name.rpartition("-")
-            assert f"{head}-{rest[:12]}" in text, name
+        if u["level"] == "container":
+            assert f" {u['container']} " in text, u
+        elif u["level"] == "pod":
+            assert u["pod"] in text, u
         else:
-            assert name in text, name
-        if "pod" in u:
-            assert u["pod"] in text
+            assert u["unit"] in text, u
+    assert "…" not in text and "..." not in text
+
+
+def _demo(*extra: str) -> str:
+    p = cli("plan", "--pods", str(EXAMPLES / "pods.json"), "--config", str(EXAMPLES / "config.yaml"),
+            "--node-memory", "16Gi", *extra)
+    assert p.returncode == 0 and p.stderr == b"", p.stderr
+    return p.stdout.decode()
 
 
 def test_table_lists_every_unit(example_args):
@@ -330,11 +361,50 @@ def test_table_lists_every_unit(example_args):
     assert p.returncode == 0, p.stderr
     text = p.stdout.decode()
     _table_mentions_every_unit(text, ok_json(*example_args))
-    assert text.startswith("node: capacity 16Gi, allocatable ")
+    assert text.startswith("node: capacity 16Gi (--node-memory), allocatable 14.4Gi\n")
     assert "policy TieredReservation" in text
-    for column in ("UNIT", "LEVEL", "POD", "MemoryMin", "MemoryLow", "MemoryHigh"):
+    for column in ("SLICE / POD / CONTAINER", "LEVEL", "MemoryMin", "MemoryLow", "MemoryHigh"):
         assert column in text
     assert "{" not in text  # not JSON
+
+
+def test_the_demo_table_teaches(example_args):
+    """issue 20: what `make demo` prints fits 100 columns and says where its inputs came from,
+    what the columns mean, what it all adds up to, what was left out, and what to run next."""
+    text = _demo("--output", "table")
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 100, max(lines, key=len)
+    assert f"config: {EXAMPLES / 'config.yaml'}" in lines
+    assert lines[0] == "node: capacity 16Gi (--node-memory), allocatable 14.4Gi"
+    assert any(line.startswith("legend: MemoryMin ") for line in lines)
+    # kubepods.slice: MemoryMin 2Gi (ledger-db-0) + MemoryLow 2.91Gi (the Burstable pods), by hand above
+    assert "total: protects 4.91Gi of 14.4Gi allocatable for 6 pod(s) (MemoryMin 2Gi, MemoryLow 2.91Gi)" in lines
+    assert "       and 1.5Gi of MemoryMin for the reserved slices" in lines
+    # batch/report-29154650-abcde has Succeeded
+    assert "skipped: 1 finished pod(s) (Succeeded or Failed), which hold no memory" in lines
+    assert lines[-1] == "next, on a node: memqos-systemd check; then memqos-systemd apply --once --dry-run"
+    row = next(line for line in lines if line.strip().startswith("envoy "))
+    assert row.split() == ["envoy", "container", "0", "128Mi", "243.2Mi"]
+
+
+def test_wide_table_gives_every_full_unit_name(example_args):
+    text = _demo("--output", "wide")
+    for u in ok_json(*example_args)["units"]:
+        row = next(line for line in text.splitlines() if line.endswith("  " + u["unit"]))
+        assert _show(u["MemoryMin"]) in row.split() and _show(u["MemoryHigh"]) in row.split(), (u, row)
+    assert "UNIT" in text.splitlines()[4]
+
+
+def _show(n) -> str:
+    return n if n == "infinity" else "0" if n == 0 else (
+        next(f"{n / s:.2f}".rstrip("0").rstrip(".") + u for u, s in (("Gi", Gi), ("Mi", Mi), ("Ki", 1024), ("", 1))
+             if n >= s))
+
+
+def test_the_capacity_source_is_named(tmp_path):
+    p = cli("plan", "--pods", str(EXAMPLES / "pods.json"), "--config", str(EXAMPLES / "config.yaml"), "--output", "table")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.decode().startswith("node: capacity ") and "(MemTotal of /proc/meminfo)" in p.stdout.decode()
 
 
 def test_table_is_the_default_on_a_terminal(example_args):
@@ -363,14 +433,15 @@ def test_table_is_the_default_on_a_terminal(example_args):
         os.close(master)
         if slave >= 0:
             os.close(slave)
-    text = b"".join(chunks).decode()
+    text = b"".join(chunks).decode().replace("\r\n", "\n")
     assert text.startswith("node: capacity 16Gi")
     _table_mentions_every_unit(text, ok_json(*example_args))
 
 
 # ====================================================================== --help
 SUBCOMMANDS = {
-    "plan": ["--pods", "--config", "--node-memory", "--page-size", "--output", "stdin", "never systemd"],
+    "plan": ["--pods", "--config", "--node-memory", "--page-size", "--output", "stdin", "never systemd",
+             "https://$(hostname):10250/pods", "the installed config"],
     "apply": ["--config", "--once", "--dry-run", "SetUnitProperties"],
     "run": ["--config", "SIGTERM", "SIGHUP"],
     "status": ["--config", "--output", "DRIFT"],
@@ -387,6 +458,7 @@ def test_help_of_each_subcommand(command):
     assert out.startswith(f"usage: memqos-systemd {command}")
     for word in SUBCOMMANDS[command]:
         assert word in out, (command, word)
+    assert "10255" not in out  # the read-only port, off on kubeadm nodes: not the example to copy
     assert p.stderr == b""
 
 
@@ -427,6 +499,14 @@ def _bad_cases(tmp_path: Path) -> dict:
                                 ["c.yaml", "not valid YAML", "line"]),
         "node memory 12Q": (["--pods", pods, "--node-memory", "12Q", "--page-size", "4096"], ["--node-memory", "12Q"]),
         "node memory 0": (["--pods", pods, "--node-memory", "0", "--page-size", "4096"], ["--node-memory", "'0'"]),
+        "node memory -16Gi": (["--pods", pods, "--node-memory", "-16Gi", "--page-size", "4096"],
+                              ["--node-memory", "'-16Gi'", "positive"]),
+        "page size -4096": (["--pods", pods, "--node-memory", "16Gi", "--page-size", "-4096"],
+                            ["--page-size", "-4096", "power of two"]),
+        "stdin closed": (["--pods", "-", *NODE], ["--pods -", "standard input is closed"]),
+        "eviction threshold 150%": (["--pods", pods, *NODE, "--config",
+                                     _write(tmp_path, "e.yaml", "evictionHard: {memory.available: '150%'}\n")],
+                                    ["evictionHard.memory.available", "'150%'", "[0%, 100%)"]),
         "page size 3000": (["--pods", pods, "--node-memory", "16Gi", "--page-size", "3000"],
                            ["--page-size", "3000", "power of two"]),
         "page size abc": (["--pods", pods, "--node-memory", "16Gi", "--page-size", "abc"], ["--page-size", "'abc'"]),
@@ -447,7 +527,7 @@ def _bad_cases(tmp_path: Path) -> dict:
                          ["kind", "Deployment"]),
         "reservations bigger than the node": (["--pods", pods, *NODE, "--config", _write(
             tmp_path, "big.yaml", "kubeReserved: {memory: 10Gi}\nsystemReserved: {memory: 6Gi}\n")],
-            ["allocatable", "negative", "kubeReserved 10737418240", "systemReserved 6442450944"]),
+            ["big.yaml: allocatable", "negative", "kubeReserved 10Gi", "systemReserved 6Gi", "= -100Mi"]),
         "empty stdin": (["--pods", "-", *NODE], ["--pods", "standard input", "empty"]),
         "JSON nested too deeply": (["--pods", _write(tmp_path, "deep.json", "[" * 100_000 + "]" * 100_000), *NODE],
                                    ["--pods", "deep.json", "nested too deeply"]),
@@ -461,12 +541,13 @@ def _bad_cases(tmp_path: Path) -> dict:
                             ["items"]),
         "example config with the example pods, too small a node": (
             ["--pods", pods, "--config", cfg, "--node-memory", "1Gi", "--page-size", "4096"],
-            ["allocatable", "negative", "capacity 1073741824"]),
+            ["config.yaml: allocatable", "negative", "capacity 1Gi", "= -612Mi"]),
     }
 
 
 BAD_CASES = ["missing pods file", "missing config file", "invalid YAML pods", "invalid YAML config", "node memory 12Q",
-             "node memory 0", "page size 3000", "page size abc", "throttling factor 1.5", "unknown config key",
+             "node memory 0", "node memory -16Gi", "page size -4096", "stdin closed", "eviction threshold 150%",
+             "page size 3000", "page size abc", "throttling factor 1.5", "unknown config key",
              "config key in the wrong case", "wrong policy", "a Deployment", "reservations bigger than the node",
              "empty stdin", "JSON nested too deeply", "reserved cgroup that is kubepods.slice", "cgroupRoot with ..",
              "pods not a list", "example config with the example pods, too small a node"]
@@ -476,7 +557,10 @@ BAD_CASES = ["missing pods file", "missing config file", "invalid YAML pods", "i
 @pytest.mark.parametrize("case", BAD_CASES)
 def test_bad_input_exits_2_with_one_line_naming_field_and_value(case, tmp_path):
     argv, needles = _bad_cases(tmp_path)[case]
-    line = one_error_line(cli("plan", *argv, stdin=b"" if "-" in argv else None))
+    if case == "stdin closed":
+        line = one_error_line(cli("plan", *argv, stdin=CLOSED))
+    else:
+        line = one_error_line(cli("plan", *argv, stdin=b"" if "-" in argv else None))
     for needle in needles:
         assert needle in line, (case, needle, line)
 
@@ -500,3 +584,113 @@ def test_usage_errors_exit_2_without_traceback(argv):
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("memqos-systemd")
     assert "error:" in err
+
+
+# ====================================================================== issue 20: no traceback, ever
+ASCII = {"LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"}  # a non-UTF-8 locale
+
+
+def _odd_pod(name: str, request: str = "1Gi", limit: str | None = None) -> dict:
+    resources: dict = {"requests": {"memory": request}}
+    if limit:
+        resources["limits"] = {"memory": limit}
+    return {"metadata": {"name": name, "namespace": "ns", "uid": "0b6a3c2e-1f4d-4e8a-9b7c-5d6e7f8a9b0c"},
+            "spec": {"containers": [{"name": "c", "resources": resources}]},
+            "status": {"phase": "Running", "qosClass": "Burstable", "containerStatuses": [
+                {"name": "c", "containerID": "containerd://" + "ab" * 32}]}}
+
+
+@pytest.mark.parametrize("env", [ASCII, {"PYTHONIOENCODING": "ascii"}, {"PYTHONIOENCODING": "latin-1"}],
+                         ids=["LC_ALL=C", "PYTHONIOENCODING=ascii", "PYTHONIOENCODING=latin-1"])
+def test_table_and_warnings_under_a_non_utf8_locale(env, tmp_path):
+    # A pod name no Latin-1 can hold, and one too long for a log line (cut with an ellipsis).
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps({"kind": "PodList", "items": [
+        dict(_odd_pod("ünïcødé-€-" + "x" * 200), spec={"containers": [{"name": "c", "resources": "bad"}]})]}))
+    for output in ("table", "json", "wide"):
+        p = cli("plan", "--pods", str(path), *NODE, "--output", output, env=env)
+        err = p.stderr.decode()
+        assert p.returncode == 0 and "Traceback" not in err, err
+        out = p.stdout.decode("ascii" if env.get("PYTHONIOENCODING") != "latin-1" else "latin-1")
+        assert "pod skipped" in out and "\\u20ac" in out, out  # the warning, escaped, not an exception
+    p = cli("plan", *["--pods", str(EXAMPLES / "pods.json"), *NODE, "--output", "table"], env=env)
+    assert p.returncode == 0 and b"Traceback" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_output_that_cannot_be_written_is_one_line_and_exit_1(output):
+    with open("/dev/full", "wb") as full:
+        p = cli("plan", "--pods", str(EXAMPLES / "pods.json"), *NODE, "--output", output, stdout=full.fileno())
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.decode().splitlines() == ["memqos-systemd: error: cannot write the output: No space left on device"]
+
+
+def test_stdout_closed_is_one_line_and_exit_1():
+    p = subprocess.run(["/bin/sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "memqos_systemd", "plan",
+                        "--pods", str(EXAMPLES / "pods.json"), *NODE], stderr=subprocess.PIPE, cwd=str(CODE_ROOT),
+                       env=dict(os.environ, PYTHONPATH=str(CODE_ROOT)), timeout=30)
+    assert p.returncode == 1
+    assert p.stderr.decode().splitlines() == ["memqos-systemd: error: cannot write the output: standard output is closed"]
+
+
+def test_a_reader_that_stops_early_is_no_error():
+    p = subprocess.run(f'{sys.executable} -m memqos_systemd plan --pods {EXAMPLES / "pods.json"} --node-memory 16Gi'
+                       f' --output json | head -c 10 >/dev/null', shell=True, stderr=subprocess.PIPE,
+                       cwd=str(CODE_ROOT), env=dict(os.environ, PYTHONPATH=str(CODE_ROOT)), timeout=30)
+    assert p.returncode == 0 and p.stderr == b"", p.stderr
+
+
+def test_a_non_ascii_pods_file_under_a_non_utf8_locale_is_one_line(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("podsFile: /srv/pöds€.json\n", encoding="utf-8")
+    # check raised UnicodeEncodeError in sources/file.py; plan reads the config the same way (config.py).
+    for argv in (["check"], ["plan", "--pods", str(EXAMPLES / "pods.json"), *NODE]):
+        line = one_error_line(cli(*argv, "--config", str(config), env=ASCII))
+        assert "podsFile" in line and "file name encoding (ascii)" in line and "UTF-8 locale" in line, line
+
+
+# ====================================================================== issue 20: which config plan used
+def _plan_in_process(monkeypatch, capsys, config_path: Path, *argv: str) -> str:
+    from memqos_systemd import cli as cli_module
+
+    monkeypatch.setattr(cli_module, "DEFAULT_CONFIG_PATH", str(config_path))
+    assert cli_module.main(["plan", "--pods", str(EXAMPLES / "pods.json"), *NODE, *argv]) == 0
+    return capsys.readouterr().out
+
+
+def test_plan_reads_the_installed_config_and_says_so(monkeypatch, capsys, tmp_path):
+    installed = tmp_path / "config.yaml"
+    installed.write_text((EXAMPLES / "config.yaml").read_text())
+    text = _plan_in_process(monkeypatch, capsys, installed, "--output", "table")
+    assert f"config: {installed} (the installed config; --config for another)" in text.splitlines()
+    assert "policy TieredReservation" in text
+    assert json.loads(_plan_in_process(monkeypatch, capsys, installed, "--output", "json")) == ok_json(
+        "--pods", str(EXAMPLES / "pods.json"), *NODE, "--config", str(EXAMPLES / "config.yaml"))
+
+
+def test_plan_without_any_config_says_so_loudly(monkeypatch, capsys, tmp_path):
+    text = _plan_in_process(monkeypatch, capsys, tmp_path / "absent.yaml", "--output", "table")
+    assert "config: NONE: built-in defaults, which protect nothing" in text
+    assert "policy None" in text
+
+
+# ====================================================================== issue 20: warnings that name the pod
+def test_a_request_above_its_limit_and_requests_above_the_node_warn_naming_the_pod(tmp_path):
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps({"kind": "PodList", "items": [_odd_pod("greedy", "40Gi", "2Gi")]}))
+    doc = ok_json("--pods", str(path), *NODE)
+    assert "pod ns/greedy container 'c': request 40Gi is above its limit 2Gi; planned from the request," \
+           " not throttled" in doc["warnings"]
+    assert "pods request 40Gi in total, more than the node's allocatable 15.9Gi (capacity 16Gi); the largest:" \
+           " pod ns/greedy with 40Gi" in doc["warnings"]
+
+
+def test_one_quoting_style_for_pod_names_in_warnings(tmp_path):
+    """`pod ns/name: ...` whether the pod was planned or refused (before issue 20: 'ns/name' quoted)."""
+    refused = dict(_odd_pod("refused"), spec={"containers": [{"name": "c", "resources": "bad"}]})
+    over = _odd_pod("over", "2Gi", "1Gi")
+    over["metadata"] = dict(over["metadata"], uid="1b6a3c2e-1f4d-4e8a-9b7c-5d6e7f8a9b0c")
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps({"kind": "PodList", "items": [refused, over]}))
+    warnings = ok_json("--pods", str(path), *NODE)["warnings"]
+    assert [w.split(":")[0].split(" container")[0] for w in warnings] == ["pod ns/refused", "pod ns/over"], warnings

@@ -410,7 +410,7 @@ def check_values(unit: str, props) -> None:
     describe_call(unit, dict(props))
 
 
-REJECTION = re.compile(r"^pod (#\d+|'[^\n]*'|\S+): .*(; pod skipped|; later copy skipped|; not planned)$", re.S)
+REJECTION = re.compile(r"^pod (#\d+|[^\n]+?): .*(; pod skipped|; later copy skipped|; not planned)$", re.S)
 
 
 def _name_of(item):
@@ -420,8 +420,7 @@ def _name_of(item):
 
 def _rejections_of(warnings, i: int) -> list[str]:
     token = f"tok{i}z"
-    heads = (f"pod #{i}: ", *(f"pod '{ns}/{token}': " for ns in ("ns", "default")),
-             *(f"pod {ns}/{token}: " for ns in ("ns", "default")))
+    heads = (f"pod #{i}: ", *(f"pod {ns}/{token}: " for ns in ("ns", "default")))
     return [w for w in warnings if REJECTION.match(w) and w.startswith(heads)]
 
 
@@ -497,7 +496,7 @@ def check_pipeline(doc, items, config: Config, node: NodeFacts, observed_extra=N
         accounted = 0
         # A pod named "" is reported as 'ns/': those are counted as a group.
         unnamed = [i for i, item in enumerate(items) if _name_of(item) == ""]
-        anonymous = [w for w in warnings if REJECTION.match(w) and w.startswith(("pod 'ns/': ", "pod 'default/': "))]
+        anonymous = [w for w in warnings if REJECTION.match(w) and w.startswith(("pod ns/: ", "pod default/: "))]
         assert len(anonymous) == len(unnamed), (unnamed, anonymous)
         accounted += len(anonymous)
         for i, item in enumerate(items):

@@ -478,8 +478,11 @@ def test_capacity_guard_caps_kubepods_and_says_by_how_much():
     got = props(p)
     assert got["kubepods.slice"] == (4080218931, 0, INF)
     assert got[pod_unit(1, "Guaranteed")][0] == got[pod_unit(2, "Guaranteed")][0] == 2 * Gi
-    assert len(p.warnings) == 1
-    w = p.warnings[0]
+    # Both said: the requests above allocatable (naming the largest pod), and the cap.
+    assert len(p.warnings) == 2
+    assert p.warnings[0] == ("pods request 4Gi in total, more than the node's allocatable 3.9Gi (capacity 4Gi);"
+                             " the largest: pod default/g1 with 2Gi")
+    w = p.warnings[1]
     assert "kubepods.slice" in w and "4294967296" in w and "4080218931" in w
     assert "214748365" in w  # by how much, in bytes
 
@@ -522,7 +525,22 @@ def test_capacity_guard_in_kubelet_mode_too():
     p = run(pods, capacity=4 * Gi, memoryReservationPolicy="TieredReservation", hierarchy="kubelet")
     assert props(p)["kubepods.slice"][:2] == (4080218931, 0)
     assert props(p)["kubepods-burstable.slice"][:2] == (0, 4 * Gi)
-    assert len(p.warnings) == 1 and "kubepods.slice" in p.warnings[0]
+    assert len(p.warnings) == 2 and p.warnings[0].startswith("pods request 4Gi in total")
+    assert "kubepods.slice" in p.warnings[1]
+
+
+def test_requests_within_allocatable_say_nothing_and_above_it_name_the_largest_pod():
+    pods = [P("small", "Burstable", 1, C("c", Gi, None, id_=1)), P("big", "Burstable", 2, C("c", 3 * Gi, None, id_=2))]
+    assert run(pods[:1], capacity=4 * Gi).warnings == ()
+    assert run(pods, capacity=4 * Gi).warnings == (
+        "pods request 4Gi in total, more than the node's allocatable 3.9Gi (capacity 4Gi); the largest: pod default/big"
+        " with 3Gi",)
+
+
+def test_a_request_above_its_own_limit_warns_naming_pod_and_container():
+    p = run([P("odd", "Burstable", 1, C("c", 2 * Gi, Gi, id_=1))], capacity=16 * Gi)
+    assert p.warnings == ("pod default/odd container 'c': request 2Gi is above its limit 1Gi; planned from the"
+                          " request, not throttled",)
 
 
 # ================================================================== what is never planned

@@ -310,7 +310,7 @@ def test_a_malformed_status_field_skips_the_pod_with_a_warning_naming_pod_and_fi
     pods, warnings = parse_pods([doc, good])
     assert [p.key for p in pods] == ["ok/good"]
     assert len(warnings) == 1
-    assert warnings[0].startswith(f"pod 'ns/p': {field}:") or warnings[0].startswith(f"pod 'ns/p': {field} is"), \
+    assert warnings[0].startswith(f"pod ns/p: {field}:") or warnings[0].startswith(f"pod ns/p: {field} is"), \
         warnings
     assert warnings[0].endswith("; pod skipped") and "\n" not in warnings[0]
 

@@ -1,0 +1,89 @@
+"""The numbers the shipped config, the man page, the README and DESIGN quote, read from the
+code's constants (issue 20: etc/config.yaml said "every 10th resync" long after the code said 15).
+
+Each quote is found by a pattern; a quote that is reworded so the pattern no longer finds it
+fails here too, so the sentence and its test move together.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from memqos_systemd import agenda
+from memqos_systemd.config import Config
+
+
+DEFAULT = Config()
+
+
+def _find(rel: str) -> Path:
+    # Each file from the nearest ancestor that has it: in pybuild's build directory etc/ is copied
+    # next to tests/ (debian/pybuild.testfiles), the rest is found in the source tree above.
+    for d in Path(__file__).resolve().parents:
+        if (d / rel).is_file():
+            return d / rel
+    pytest.fail(f"{rel} not found above tests/")
+
+
+def _text(rel: str) -> str:
+    text = _find(rel).read_text(encoding="utf-8")
+    # the man page's escapes and fonts, and line breaks, out of the way
+    return re.sub(r"\s+", " ", text.replace("\\-", "-").replace("\n.BR ", " ").replace("\n.B ", " "))
+
+
+def _all(pattern: str, text: str, where: str) -> list[str]:
+    found = re.findall(pattern, text)
+    assert found, f"{where}: no quote matches {pattern!r} any more; reword the test with the text"
+    return found
+
+
+@pytest.mark.parametrize("where, pattern", [
+    ("etc/config.yaml", r"every (\d+)th resync"),
+    ("etc/config.yaml", r"within (\d+) resyncIntervals"),
+    ("man/memqos-systemd.8", r"every (\d+)th time"),
+    ("docs/DESIGN.md", r"every unit every (\d+)th time"),
+])
+def test_full_resync_cadence_as_quoted(where, pattern):
+    for number in _all(pattern, _text(where), where):
+        assert int(number) == agenda.FULL_RESYNC_EVERY, (where, pattern)
+
+
+def test_full_resync_in_minutes_as_quoted():
+    for minutes, interval in _all(r"\((\d+) min at (\d+)s\)", _text("etc/config.yaml"), "etc/config.yaml"):
+        assert int(interval) == DEFAULT.resync_interval
+        assert int(minutes) * 60 == agenda.FULL_RESYNC_EVERY * DEFAULT.resync_interval
+
+
+def test_readme_defaults_as_quoted():
+    readme = _text("README.md")
+    for factor in _all(r"`memoryThrottlingFactor` \(default ([0-9.]+)\)", readme, "README.md"):
+        assert float(factor) == DEFAULT.memory_throttling_factor
+    for pct in _all(r"`protectionHeadroom` \(default (\d+)%\)", readme, "README.md"):
+        assert Fraction(int(pct), 100) == DEFAULT.protection_headroom.fraction and DEFAULT.protection_headroom.bytes == 0
+    for listen in _all(r"(127\.0\.0\.1:\d+)/metrics", readme, "README.md"):
+        assert listen == DEFAULT.metrics.listen
+    for policy in _all(r"built-in default is `(\w+)`", readme, "README.md"):
+        assert policy == DEFAULT.memory_reservation_policy
+
+
+def test_shipped_config_resync_default_as_quoted():
+    for interval in _all(r"#resyncInterval: (\d+)s", _text("etc/config.yaml"), "etc/config.yaml"):
+        assert int(interval) == DEFAULT.resync_interval
+
+
+def test_readme_names_the_fast_targets_and_the_makefile_has_them():
+    readme, makefile = _text("README.md"), _find("Makefile").read_text()
+    for target in ("test-unit", "test-integration"):
+        assert f"make {target}" in readme and f"\n{target}:" in makefile
+
+
+def test_make_clean_says_how_to_drop_the_e2e_cache():
+    p = subprocess.run(["make", "-s", "-n", "clean"], cwd=_find("Makefile").parent, capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert "rm -rf /var/cache/memqos-e2e" in p.stdout

@@ -39,6 +39,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.samples import Sample
 
 from . import __version__
 from .cgroupfs import read_memory_events, read_pressure, read_value
@@ -118,7 +119,8 @@ class _Dynamic:
 
 
 class _Cgroups:
-    """Collector for the pod and QoS slices' kernel signals, read from their cgroups at each scrape."""
+    """Collector for the pod and QoS slices' kernel signals, read from their cgroups at each scrape.
+    Each series' labels are made once per plan (_cgroup_view): a scrape only reads and appends."""
 
     def __init__(self, owner: "Metrics"):
         self._owner = owner
@@ -142,26 +144,27 @@ class _Cgroups:
         protected = GaugeMetricFamily("memqos_pod_memory_protected_bytes",
                                       "What the plan protects of a pod slice: MemoryMin (min) and MemoryLow (low)",
                                       labels=pod_labels + ["kind"])
-        for namespace, pod, qos, where, memory_min, memory_low in pods:
-            labels = [namespace, pod, qos]
+        add_event, add_stall = events.samples.append, pressure.samples.append
+        add_usage, add_protected = usage.samples.append, protected.samples.append
+        for where, event_labels, stall_labels, labels, protections in pods:
             try:
                 counts = read_memory_events(where)
             except OSError:
                 counts = {}
             if not counts:
                 continue  # the cgroup is gone (or not made yet): no series for it
-            protected.add_metric(labels + ["min"], memory_min)
-            protected.add_metric(labels + ["low"], memory_low)
-            for event in _POD_EVENTS:
+            for prot_labels, value in protections:
+                add_protected(Sample("memqos_pod_memory_protected_bytes", prot_labels, value))
+            for event, event_label in event_labels:
                 if event in counts:
-                    events.add_metric(labels + [event], counts[event])
+                    add_event(Sample("memqos_pod_memory_events_total", event_label, counts[event]))
             current = read_value(where + "/memory.current")
             if current is not None:
-                usage.add_metric(labels, current)
+                add_usage(Sample("memqos_pod_memory_usage_bytes", labels, current))
             stalls = read_pressure(where)
-            for kind in ("some", "full"):
+            for kind, stall_label in stall_labels:
                 if kind in stalls:
-                    pressure.add_metric(labels + [kind], stalls[kind]["total"])
+                    add_stall(Sample("memqos_pod_memory_pressure_seconds_total", stall_label, stalls[kind]["total"]))
         yield from (events, pressure, usage, protected)
         qos_pressure = CounterMetricFamily("memqos_qos_memory_pressure_seconds",
                                            "memory.pressure total of a QoS slice, and of kubepods.slice as"
@@ -175,13 +178,20 @@ class _Cgroups:
 
 
 def _cgroup_view(plan: Any, cgroupfs: Any) -> tuple:
-    """(pods: (namespace, pod, QoS class, cgroup dir, MemoryMin, MemoryLow), QoS slices: (class, dir))."""
+    """What _Cgroups reads and labels: per pod slice (its cgroup dir, its series' labels, what the
+    plan protects), and the QoS slices (class, dir), kubepods.slice as "all"."""
     pods, qos_slices = [], []
     node = plan.node_unit().unit
     for u in plan.units:
         if u.level == "pod":
             namespace, _, name = (u.pod or "/").partition("/")
-            pods.append((namespace, name, _qos_of(u), str(cgroupfs.dir_of(u.unit)), u.memory_min, u.memory_low))
+            labels = {"namespace": namespace, "pod": name, "qos_class": _qos_of(u)}
+            pods.append((str(cgroupfs.dir_of(u.unit)),
+                         tuple((e, {**labels, "event": e}) for e in _POD_EVENTS),
+                         tuple((k, {**labels, "kind": k}) for k in ("some", "full")),
+                         labels,
+                         (({**labels, "kind": "min"}, float(u.memory_min)),
+                          ({**labels, "kind": "low"}, float(u.memory_low)))))
         elif u.level == "qos" or u.unit == node:
             qos = "all" if u.unit == node else "BestEffort" if u.unit.endswith("-besteffort.slice") else "Burstable"
             qos_slices.append((qos, str(cgroupfs.dir_of(u.unit))))

@@ -89,26 +89,3 @@ def test_pod_and_qos_signals_are_read_at_each_scrape_and_go_with_the_pod(fake_sy
             finally:
                 server.close()
     run(body())
-
-
-def test_holding_and_the_units_it_holds_back_are_counted(fake_systemd, tmp_path):
-    """A first answer of no pods while a pod slice runs: the daemon holds, and the units whose
-    lowering it holds back are drifted; once the slice is gone both go to 0."""
-    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD)
-    for unit in ("kubepods.slice", "kubepods-burstable.slice", BPOD):
-        fake_systemd.remove_unit(unit)
-        fake_systemd.add_unit(unit, memory={"MemoryLow": 256 * MI})
-
-    async def body():
-        async with Harness(fake_systemd, tmp_path, []) as h:
-            server = h.metrics.serve("127.0.0.1:0")
-            try:
-                s = scrape(server)
-                assert s["memqos_holding"][()] == 1
-                assert s["memqos_units_drifted"][()] == 3  # kubepods, its Burstable slice, the pod slice
-                fake_systemd.remove_unit(BPOD)
-                await until(lambda: scrape(server)["memqos_holding"][()] == 0)
-                await until(lambda: scrape(server)["memqos_units_drifted"][()] == 0)
-            finally:
-                server.close()
-    run(body())

@@ -414,8 +414,8 @@ class Daemon:
 
     async def _read_and_diff(self, desired: Plan) -> tuple[list[Change], int, set[str]] | None:
         """Read what this round needs from systemd, then the changes to send, the cache
-        generation they were computed from and the units held back; None when the round is dropped (the cache came into
-        doubt while it read)."""
+        generation they were computed from and the units held back; None when the round is
+        dropped (the cache came into doubt while it read)."""
         # Taken before awaiting: a UnitNew or JobRemoved that arrives while we read stays queued.
         new, started = self.agenda.take_units()
         if self.intake.holding is None:

@@ -12,12 +12,12 @@ tests and a reloaded daemon can each have their own. The daemon calls:
     m.throttle_events(scope_unit, memory_events["high"])
     m.set_plan(plan, cgroupfs)            # with the cgroups: the pod and QoS slice series
     m.round_state(drifted, holding)       # after every round
+    server = m.serve(config.metrics.listen); ...; server.close()
 
 The pod and QoS slices' memory.events, memory.pressure and memory.current are read at each
 scrape (`_Cgroups`, through cgroupfs.py), never in between: no scraper, no reads (see
 docs/BENCHMARKS.md, "Protection signals"). A pod's series go when the plan drops the pod or its
 cgroup is gone.
-    server = m.serve(config.metrics.listen); ...; server.close()
 
 Values that are replaced wholesale (the plan's units, the throttle counts, the
 snapshot age) are served by one custom collector from immutable snapshots, so a
@@ -51,9 +51,9 @@ log = logging.getLogger(__name__)
 
 QOS_CLASSES = ("Guaranteed", "Burstable", "BestEffort")
 _PROPERTIES = (("MemoryMin", "memory_min"), ("MemoryLow", "memory_low"), ("MemoryHigh", "memory_high"))
-# Reconciles are a handful of D-Bus calls: milliseconds normally, seconds when systemd is slow.
 # memory.events keys exported per pod (the kernel's file also has oom_group_kill on newer kernels).
 _POD_EVENTS = ("low", "high", "max", "oom", "oom_kill")
+# Reconciles are a handful of D-Bus calls: milliseconds normally, seconds when systemd is slow.
 _RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 

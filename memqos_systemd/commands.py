@@ -168,9 +168,10 @@ def status(args, cfg: Config) -> int:
 async def _status(cfg: Config, output: str) -> int:
     from .sources import SourceError
 
-    snapshot, source_error = None, None
+    snapshot, source_error, desired = None, None, None
     try:
         snapshot = await asyncio.to_thread(_fetch, cfg)
+        desired = _desired(cfg, snapshot)
     except SourceError as e:
         source_error = str(e)
         _warn(f"{e}; showing what systemd and the kernel hold only")
@@ -181,7 +182,7 @@ async def _status(cfg: Config, output: str) -> int:
         return EXIT_FAILURE
     try:
         applier = Applier(systemd, Naming.for_config(cfg))
-        await applier.refresh_all(applier.naming.reserved_slices())  # every unit of ours, and those not made yet
+        await applier.refresh_all(u.unit for u in desired.units) if desired else await applier.refresh_all()
     except SystemdError as e:
         _err(f"systemd: {e}")
         return EXIT_FAILURE
@@ -191,10 +192,10 @@ async def _status(cfg: Config, output: str) -> int:
     # runs is still protected, and a first empty answer while slices run is held.
     intake = PodIntake(LAST_PODS_PATH, write=False)
     intake.recall()
-    desired = None
     if snapshot is not None:
         intake.accept(snapshot, applier.live_pod_uids())
-        desired = _desired(cfg, intake.snapshot or snapshot)
+        if intake.snapshot is not None and intake.snapshot.pods != snapshot.pods:
+            desired = _desired(cfg, intake.snapshot)  # with the pods carried over
     rows = _unit_rows(desired, applier.observed)
     doc = {"node": None, "holding": None if snapshot is None or intake.holding is None else str(intake.holding),
            "podSource": source_error, "pods": [], "units": rows, "drift": sum(r["drift"] for r in rows)}

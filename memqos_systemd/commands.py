@@ -300,8 +300,9 @@ def _table(rows: list[list[str]], *, words_last: bool = False) -> list[str]:
 
 
 def status_lines(doc: dict) -> list[str]:
-    """`status` for people: the node's units and the pods, one line each (drift marked `!`, its
-    reason at the end), then a summary of protection against allocatable and holding."""
+    """`status` for people: the node's slices (drift marked `!`, with its reason) and the pods with
+    their containers (drift marked `!`), one line each, then a summary: protection against
+    allocatable, and holding."""
     lines = []
     upper = [r for r in doc["units"] if r["level"] in ("node", "qos", "reserved")]
     if upper:

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark: the daemon's CPU while idle on a node of 110 pods, natively, with a profile.
 
-    python3 bench/idle_profile.py [--idle 120] [--speed 1] [--profile-idle 60] [--json out.json]
+    python3 bench/idle_profile.py [--idle 120] [--speed 1] [--profile-idle 60] [--scrape 15]
+                                  [--no-pod-signals] [--json out.json]
     python3 bench/idle_profile.py --render out.json   # the report again, from saved results
 
 (with dbus-next importable: e.g. `.venv/bin/python bench/idle_profile.py`; needs dbus-daemon.)
@@ -26,6 +27,13 @@ No VM. Two processes, so that only the daemon's CPU is counted:
 The intervals are the defaults (pollInterval 5 s, resyncInterval 60 s, memory.events every 15 s);
 `--speed K` divides all three by K and the window's CPU is then reported per hour at the
 defaults (divided by K). Prints CPU seconds per hour idle and % of one core.
+
+A Prometheus stand-in in this process scrapes the daemon's /metrics every `--scrape` seconds
+(divided by K; 0: never), from the start. The pod and QoS slices have the files the protection
+signals are read from at each scrape (memory.events, memory.pressure, memory.current);
+`--no-pod-signals` runs the same daemon without them (its plan handed to the metrics without the
+cgroups), for the figure side by side. The scrapes' CPU in the daemon (the request threads:
+collect and render) is its own activity.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -170,6 +179,34 @@ def serve_pods(body: bytes) -> http.server.ThreadingHTTPServer:
     return httpd
 
 
+def kernel_files(fake, units: list[tuple[str, str]]) -> None:
+    """What the kernel shows in the slices' files the protection signals read (metrics.py)."""
+    for i, (unit, _) in enumerate(units):
+        if not unit.startswith("kubepods") or not unit.endswith(".slice"):
+            continue
+        d = fake.cgroup_dir(unit)
+        os.makedirs(d, exist_ok=True)
+        files = {"memory.events": f"low {i * 37}\nhigh {i}\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
+                 "memory.current": f"{(100 + i) << 20}\n",
+                 "memory.pressure": f"some avg10=0.00 avg60=0.00 avg300=0.00 total={i * 1234567}\n"
+                                    f"full avg10=0.00 avg60=0.00 avg300=0.00 total={i * 234567}\n"}
+        for name, text in files.items():
+            with open(os.path.join(d, name), "w") as f:
+                f.write(text)
+
+
+def scraper(port: int, every: float, stop: threading.Event, seen: dict) -> None:
+    """Prometheus: GET /metrics every `every` seconds, from when the endpoint answers."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    while not stop.wait(every):
+        try:
+            with opener.open(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                seen["bytes"] = len(r.read())
+                seen["scrapes"] = seen.get("scrapes", 0) + 1
+        except OSError:
+            pass
+
+
 def parent(args) -> int:
     from fakesystemd import PADDING_FOR_SYSTEMD_252, DBusDaemon, FakeSystemd, find_dbus_daemon
 
@@ -203,16 +240,28 @@ def parent(args) -> int:
         units = units_of(pods)
         for u, parent in units:
             fake.add_unit(u, slice=parent)
+        kernel_files(fake, units)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        stop, seen = threading.Event(), {}
+        if args.scrape > 0:
+            threading.Thread(target=scraper, args=(port, args.scrape / args.speed, stop, seen), daemon=True).start()
         out = os.path.join(work, "result.json")
         cmd = [sys.executable, os.path.abspath(__file__), "--child", "--bus", fake.address,
                "--url", f"http://127.0.0.1:{httpd.server_address[1]}/pods", "--idle", str(args.idle),
                "--profile-idle", str(args.profile_idle), "--speed", str(args.speed), "--out", out,
-               "--cgroup", os.path.join(work, "cgroup")]
+               "--cgroup", os.path.join(work, "cgroup"), "--metrics-port", str(port)]
+        if args.no_pod_signals:
+            cmd.append("--no-pod-signals")
         env = {**os.environ, "NOTIFY_SOCKET": os.path.join(work, "notify"), "WATCHDOG_USEC": "30000000"}
         env.pop("WATCHDOG_PID", None)
         subprocess.run(cmd, check=True, env=env)
+        stop.set()
         with open(out) as f:
             result = json.load(f)
+        result["scrape"] = {"every_s": args.scrape, "pod_signals": not args.no_pod_signals,
+                            "bytes": seen.get("bytes", 0), "scrapes": seen.get("scrapes", 0)}
         result["node"] = {"pods": PODS, "units": len(units), "pods_json_bytes": len(body),
                           "getall_properties": 3 + PADDING_FOR_SYSTEMD_252}
         report(result)
@@ -248,6 +297,11 @@ def report(r: dict) -> None:
     steady, resyncs = steady_state(r)
     print(f"node: {node['pods']} pods, {node['units']} units of ours, /pods {node['pods_json_bytes'] / 1e6:.2f} MB,"
           f" GetAll answers {node['getall_properties']} properties")
+    sc = r.get("scrape")
+    if sc:
+        print(f"scraped every {sc['every_s']:g} s at the defaults ({sc['scrapes']} scrapes, {sc['bytes']} bytes each);"
+              f" protection signals {'on' if sc['pod_signals'] else 'off (--no-pod-signals)'}"
+              + (f"; reading them: {1000 * r['signals_read_s']:.2f} ms per scrape" if r.get("signals_read_s") else ""))
     print(f"idle window: {w['seconds']:.0f} s at intervals / {r['speed']:g} (poll {DEFAULT_POLL / r['speed']:g} s,"
           f" resync {DEFAULT_RESYNC / r['speed']:g} s, memory.events {DEFAULT_THROTTLE / r['speed']:g} s);"
           f" D-Bus calls {w['dbus_calls']}, writes {w['writes']}")
@@ -308,6 +362,7 @@ def child(args) -> int:
     import memqos_systemd.daemon as daemon_mod
     from memqos_systemd.applier import Applier
     from memqos_systemd.config import parse_config
+    import memqos_systemd.metrics as metrics_mod
     from memqos_systemd.daemon import Daemon, Outside
     from memqos_systemd.metrics import Metrics
     from memqos_systemd.cgroupfs import Cgroupfs, plan_cgroup_paths
@@ -318,14 +373,17 @@ def child(args) -> int:
     speed = args.speed
     daemon_mod.THROTTLE_READ_INTERVAL = DEFAULT_THROTTLE / speed
     cfg = parse_config(config_dict(args.url, speed))
+    if args.no_pod_signals:
+        set_plan = Metrics.set_plan
+        Metrics.set_plan = lambda self, plan, cgroupfs=None: set_plan(self, plan)
     metrics = Metrics()
-    server = metrics.serve("127.0.0.1:0")  # as the default 127.0.0.1:9759, on a free port
     acts = {"pod poll: fetch /pods + parse (worker thread)": Activity(),
             "reconcile: plan + diff (every poll and resync)": Activity(),
             "resync, timer: upper slices (refresh_all)": Activity(),
             "resync, full: every unit (refresh_all)": Activity(),
-            "memory.events (worker thread)": Activity()}
-    fetch_a, plan_a, light_a, full_a, events_a = acts.values()
+            "memory.events (worker thread)": Activity(),
+            "metrics scrape: collect + render (request thread)": Activity()}
+    fetch_a, plan_a, light_a, full_a, events_a, scrape_a = acts.values()
     profiles: list[cProfile.Profile] = []
     state = {"profiling": False}
 
@@ -353,6 +411,10 @@ def child(args) -> int:
             finally:
                 act.add(time.thread_time() - t)
         return wrapper
+
+    metrics_mod._ThreadingServer.process_request_thread = timed_thread(
+        metrics_mod._ThreadingServer.process_request_thread, scrape_a)
+    server = metrics.serve(f"127.0.0.1:{args.metrics_port}")  # as the default 127.0.0.1:9759
 
     def make_src(c):
         src = make_source(c)
@@ -444,12 +506,19 @@ def child(args) -> int:
         for _ in range(3):
             await d.applier.refresh_all(d.reserved.retired)
         event_each = full_a.cpu / full_a.count
+        # Reading the protection signals alone (the _Cgroups collector: 110 pod slices' three files,
+        # three QoS slices' memory.pressure), as a scrape does, 20 times.
+        t = time.thread_time()
+        for _ in range(20):
+            for _family in metrics_mod._Cgroups(metrics).collect() if hasattr(metrics_mod, "_Cgroups") else ():
+                pass
+        signals_read = (time.thread_time() - t) / 20
         d.stop()
         await task
         return (cpu1 - cpu0, sys1 - sys0, wall1 - wall0, measured, before_calls, after_calls, main_prof, full_each,
-                event_each)
+                event_each, signals_read)
 
-    cpu, sys_cpu, wall, measured, c0, c1, main_prof, full_each, event_each = asyncio.run(main())
+    cpu, sys_cpu, wall, measured, c0, c1, main_prof, full_each, event_each, signals_read = asyncio.run(main())
     server.close()
     buf = io.StringIO()
     stats = pstats.Stats(main_prof, stream=buf)
@@ -469,7 +538,7 @@ def child(args) -> int:
     result = {"speed": speed, "window": {"seconds": wall, "cpu_s": cpu, "sys_cpu_s": sys_cpu,
                                          "dbus_calls": c1[0] - c0[0], "writes": c1[1] - c0[1]},
               "full_resync_every": agenda_mod.FULL_RESYNC_EVERY, "full_resync_cpu_s": full_each,
-              "event_full_resync_cpu_s": event_each,
+              "event_full_resync_cpu_s": event_each, "signals_read_s": signals_read,
               "activities": measured, "other_cpu_s": cpu - sum(a["cpu_s"] for a in measured.values()),
               "gc": {str(g): {"count": n, "cpu_s": t} for g, (n, t) in gc_cpu.items()},
               "profile_seconds": args.profile_idle, "profile": text.rstrip()}
@@ -484,6 +553,9 @@ def main() -> int:
     ap.add_argument("--profile-idle", type=float, default=60.0, help="seconds of the profiled idle window")
     ap.add_argument("--speed", type=float, default=1.0, help="divide the daemon's intervals by this")
     ap.add_argument("--top", type=int, default=25, help="functions to print from the profile")
+    ap.add_argument("--scrape", type=float, default=15.0, help="scrape /metrics every this many seconds (0: never)")
+    ap.add_argument("--no-pod-signals", action="store_true",
+                    help="run without the protection signals (the pod and QoS slices' files), for comparison")
     ap.add_argument("--json", help="also write the raw results here")
     ap.add_argument("--render", metavar="JSON", help="print the report of saved results (--json) and exit")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -491,6 +563,7 @@ def main() -> int:
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--cgroup", help=argparse.SUPPRESS)
+    ap.add_argument("--metrics-port", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.render:
         with open(args.render) as f:

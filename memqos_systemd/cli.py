@@ -417,9 +417,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="CONFIG", help=config_help)
     p.set_defaults(func=_daemon_command("run"))
 
-    p = add("status", "per unit: desired vs what systemd holds vs the kernel's memory.* files",
-            "Show, for every unit we manage, the planned values, the values systemd holds and the\n"
-            "kernel's memory.min/low/high; differences are marked DRIFT.")
+    p = add("status", "per pod: protection, usage, breaches, pressure; drift marked; holding",
+            "Show the node's slices, then one line per pod (at most 100 columns): QoS class, request,\n"
+            "protection (MemoryMin/MemoryLow, the plan's), usage (memory.current), the kernel's count of\n"
+            "`low` events (reclaimed below its memory.low: soft protection breached) and `oom_kill`\n"
+            "since the pod's cgroup began, and PSI `full` avg10 (memory.pressure); its containers by\n"
+            "name under it. A unit whose plan, systemd's values and the kernel's memory.min/low/high\n"
+            "disagree (DRIFT) is marked `!`, a reserved slice not yet created too. Last, the summary:\n"
+            "the node's protection against allocatable, and whether the service holds (sends only\n"
+            "raising values). --output json has every value, per unit and per pod.")
     p.add_argument("--config", metavar="CONFIG", help=config_help)
     p.add_argument("--output", choices=("json", "table"), help="table (default on a terminal) or json")
     p.set_defaults(func=_daemon_command("status"))

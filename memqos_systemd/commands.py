@@ -15,12 +15,15 @@ from typing import Any
 
 from . import last_pods, ledger
 from .applier import Applier, summarize
-from .cgroupfs import Cgroupfs, cgroup_path, read_cgroup_memory
+from .cgroupfs import (
+    Cgroupfs, cgroup_path, kernel_shows, read_cgroup_memory, read_memory_events, read_pressure, read_value,
+)
 from .config import Config
 from .intake import PodIntake
-from .naming import Naming
+from .naming import Naming, container_scope
 from .plan import INFINITY, NodeFacts, Plan, plan
-from .reconcile import DEFAULTS, diff, grow_only, reset_plan
+from .quantity import format_bytes
+from .reconcile import DEFAULTS, MAY_CREATE, diff, grow_only, reset_plan
 from .systemd import Systemd, SystemdError
 
 EXIT_OK, EXIT_FAILURE = 0, 1
@@ -165,11 +168,12 @@ def status(args, cfg: Config) -> int:
 async def _status(cfg: Config, output: str) -> int:
     from .sources import SourceError
 
-    desired: Plan | None = None
+    snapshot, source_error, desired = None, None, None
     try:
         snapshot = await asyncio.to_thread(_fetch, cfg)
         desired = _desired(cfg, snapshot)
     except SourceError as e:
+        source_error = str(e)
         _warn(f"{e}; showing what systemd and the kernel hold only")
     try:
         systemd = await _connect()
@@ -184,52 +188,176 @@ async def _status(cfg: Config, output: str) -> int:
         return EXIT_FAILURE
     finally:
         await systemd.close()
-
-    rows = []
-    planned = desired.by_unit() if desired else {}
-    dirs: dict[str, str] = {}
-    names = [u.unit for u in desired.units] if desired else []
-    names += sorted(n for n in applier.observed if n not in planned)
-    for name in names:
-        u = planned.get(name)
-        d = cgroup_path(name, dirs.get(u.parent) if u and u.parent else None)
-        dirs[name] = d
-        want = u.properties() if u else None
-        held = applier.observed.get(name)
-        kernel = read_cgroup_memory(CGROUP_ROOT / d) if held is not None else None
-        drift = (want is not None and held is not None and want != held) or \
-                (held is not None and kernel is not None and held != kernel)
-        rows.append({"unit": name, "level": u.level if u else "unplanned", "cgroup": d,
-                     "desired": want, "systemd": held, "kernel": kernel, "drift": drift})
+    # The pods as the service takes them (intake.py): a pod the source dropped while its slice
+    # runs is still protected, and a first empty answer while slices run is held.
+    intake = PodIntake(LAST_PODS_PATH, write=False)
+    intake.recall()
+    if snapshot is not None:
+        intake.accept(snapshot, applier.live_pod_uids())
+        if intake.snapshot is not None and intake.snapshot.pods != snapshot.pods:
+            desired = _desired(cfg, intake.snapshot)  # with the pods carried over
+    rows = _unit_rows(desired, applier.observed)
+    doc = {"node": None, "holding": None if snapshot is None or intake.holding is None else str(intake.holding),
+           "podSource": source_error, "pods": [], "units": rows, "drift": sum(r["drift"] for r in rows)}
+    if desired is not None:
+        node = desired.node_unit()
+        doc["node"] = {"capacityBytes": desired.capacity, "allocatableBytes": desired.allocatable,
+                       "MemoryMin": node.memory_min, "MemoryLow": node.memory_low}
+        doc["pods"] = _pod_rows(desired, (intake.snapshot or snapshot).pods, {r["unit"]: r for r in rows})
     if output == "json":
-        json.dump({"units": rows, "drift": sum(r["drift"] for r in rows)}, sys.stdout, indent=2, default=str)
+        json.dump(doc, sys.stdout, indent=2, default=str)
         print()
     else:
-        _print_status(rows)
+        print("\n".join(status_lines(doc)))
     return EXIT_OK
 
 
-def _fmt(v: dict | None, key: str) -> str:
-    if v is None:
-        return "-"
-    n = v[key]
-    return "inf" if n == INFINITY else str(n)
+def _unit_rows(desired: Plan | None, observed: dict) -> list[dict]:
+    """Per unit (planned ones first, then the others of ours systemd has): the plan's values,
+    systemd's and the kernel's, and what drifted ("" when nothing did)."""
+    rows, dirs = [], {}
+    planned = desired.by_unit() if desired else {}
+    names = [u.unit for u in desired.units] if desired else []
+    names += sorted(n for n in observed if n not in planned and observed[n] is not None)
+    page = _page_size()
+    for name in names:
+        u = planned.get(name)
+        d = dirs[name] = cgroup_path(name, dirs.get(u.parent) if u and u.parent else None)
+        want = u.properties() if u else None
+        held = observed.get(name)
+        kernel = read_cgroup_memory(CGROUP_ROOT / d) if held is not None else None
+        why = ""
+        if held is None and u is not None and u.level in MAY_CREATE and want != DEFAULTS:
+            why = "not created"  # a reserved slice the service makes; not yet
+        elif want is not None and held is not None and want != held:
+            why = "systemd differs from the plan"
+        elif held is not None and kernel is not None and not kernel_shows(kernel, held, page):
+            why = "the kernel differs from systemd"
+        rows.append({"unit": name, "level": u.level if u else "unplanned", "cgroup": d, "desired": want,
+                     "systemd": held, "kernel": kernel, "drift": bool(why), "why": why})
+    return rows
 
 
-def _print_status(rows: list[dict]) -> None:
-    header = ["UNIT", "LEVEL"] + [f"{p} want/systemd/kernel" for p in ("MIN", "LOW", "HIGH")] + [""]
-    table = [header]
-    for r in rows:
-        cells = [r["unit"], r["level"]]
-        for key in ("MemoryMin", "MemoryLow", "MemoryHigh"):
-            cells.append("/".join(_fmt(r[src], key) for src in ("desired", "systemd", "kernel")))
-        cells.append("DRIFT" if r["drift"] else "")
-        table.append(cells)
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-    n = sum(r["drift"] for r in rows)
-    print(f"\n{len(rows)} unit(s), {n} with drift" + ("" if not n else " (DRIFT: desired != systemd, or systemd != kernel)"))
+def _pod_rows(desired: Plan, pods, units: dict[str, dict]) -> list[dict]:
+    """Per pod: its QoS class, request, the plan's protection, and from its cgroup the usage, the
+    kernel's low and oom_kill counts and PSI full avg10; its containers by name."""
+    by_pod: dict[str, list] = {}
+    for u in desired.units:
+        if u.level in ("pod", "container"):
+            by_pod.setdefault(u.pod, []).append(u)
+    out = []
+    for pod in pods:
+        units_of = by_pod.get(pod.key, [])
+        slice_ = next((u for u in units_of if u.level == "pod"), None)
+        if slice_ is None:
+            continue
+        where = CGROUP_ROOT / units[slice_.unit]["cgroup"]
+        events = read_memory_events(where) if where.is_dir() else {}
+        full = read_pressure(where).get("full", {})
+        names = {container_scope(c.container_id): c for c in pod.containers if c.container_id}
+        containers = []
+        for u in units_of:
+            if u.level == "container":
+                c = names.get(u.unit)
+                containers.append({"name": c.name if c else None, "unit": u.unit,
+                                   "requestBytes": c.request if c else None, "MemoryMin": u.memory_min,
+                                   "MemoryLow": u.memory_low, "MemoryHigh": u.memory_high,
+                                   "usageBytes": read_value(CGROUP_ROOT / units[u.unit]["cgroup"] / "memory.current"),
+                                   "drift": units[u.unit]["why"] or None})
+        out.append({"namespace": pod.namespace, "pod": pod.name, "qosClass": pod.qos, "unit": slice_.unit,
+                    "requestBytes": pod.request, "MemoryMin": slice_.memory_min, "MemoryLow": slice_.memory_low,
+                    "usageBytes": read_value(where / "memory.current"),
+                    "events": {"low": events.get("low"), "oom_kill": events.get("oom_kill")},
+                    "pressureFullAvg10": full.get("avg10"), "drift": units[slice_.unit]["why"] or None,
+                    "containers": containers})
+    return out
+
+
+WIDTH = 100  # a status line for people fits this many columns
+
+
+def _human(n: int | None) -> str:
+    return "-" if n is None else "inf" if n == INFINITY else "0" if n == 0 else format_bytes(n)
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _table(rows: list[list[str]], *, words_last: bool = False) -> list[str]:
+    """A drift mark (one character), then columns two spaces apart: the first two (a name, a kind)
+    left-aligned and the numbers right-aligned (a last column of words left-aligned too); the name
+    is cut so that every line fits WIDTH."""
+    widths = [max(len(r[i]) for r in rows) for i in range(1, len(rows[0]))]
+    rest = sum(widths[1:]) + 2 * (len(widths) - 1) + 2
+    widths[0] = max(12, min(widths[0], WIDTH - rest))
+    out = []
+    for mark, *cells in rows:
+        parts = [_fit(c, w).ljust(w) if i < 2 or (words_last and i == len(cells) - 1) else c.rjust(w)
+                 for i, (c, w) in enumerate(zip(cells, widths))]
+        out.append(f"{mark} " + "  ".join(parts).rstrip())
+    return out
+
+
+def status_lines(doc: dict) -> list[str]:
+    """`status` for people: the node's slices (drift marked `!`, with its reason) and the pods with
+    their containers (drift marked `!`), one line each, then a summary: protection against
+    allocatable, and holding."""
+    lines = []
+    upper = [r for r in doc["units"] if r["level"] in ("node", "qos", "reserved")]
+    if upper:
+        rows = [[" ", "UNIT", "LEVEL", "MIN/LOW (plan)", "HIGH", "DRIFT"]]
+        for r in upper:
+            want = r["desired"] or r["systemd"] or {}
+            rows.append(["!" if r["drift"] else " ", r["unit"], r["level"],
+                         f"{_human(want.get('MemoryMin'))}/{_human(want.get('MemoryLow'))}",
+                         _human(want.get("MemoryHigh")), r["why"]])
+        lines += _table(rows, words_last=True) + [""]
+    if doc["pods"]:
+        rows = [[" ", "POD", "QOS", "REQUEST", "MIN/LOW", "USAGE", "LOW EV", "OOM KILL", "FULL10"]]
+        for p in doc["pods"]:
+            full = p["pressureFullAvg10"]
+            rows.append(["!" if p["drift"] else " ", f"{p['namespace']}/{p['pod']}", p["qosClass"],
+                         _human(p["requestBytes"]), f"{_human(p['MemoryMin'])}/{_human(p['MemoryLow'])}",
+                         _human(p["usageBytes"]), _count(p["events"]["low"]), _count(p["events"]["oom_kill"]),
+                         "-" if full is None else f"{full:.2f}"])
+            for c in p["containers"]:
+                name = c["name"] or c["unit"]
+                rows.append(["!" if c["drift"] else " ", f"  {name} ({_scope_id(c['unit'])})", "container",
+                             _human(c["requestBytes"]), f"{_human(c['MemoryMin'])}/{_human(c['MemoryLow'])}",
+                             _human(c["usageBytes"]), "", "", ""])
+        lines += _table(rows) + [""]
+    unplanned = [r for r in doc["units"] if r["level"] == "unplanned"]
+    if unplanned:
+        lines.append(f"not in the plan (pods gone; the service resets them): {len(unplanned)} unit(s)"
+                     + (f", {sum(r['drift'] for r in unplanned)} with drift" if any(r["drift"] for r in unplanned)
+                        else ""))
+    lines.append(_summary(doc))
+    if doc["drift"]:
+        lines.append("drift (!): the plan, systemd and the kernel disagree (why, and the values: --output json)")
+    return lines
+
+
+def _count(n: int | None) -> str:
+    return "-" if n is None else str(n)
+
+
+def _scope_id(unit: str) -> str:
+    head, _, rest = unit.rpartition("-")
+    return rest[:12] if head else unit
+
+
+def _summary(doc: dict) -> str:
+    node = doc["node"]
+    if node is None:
+        protected = f"no plan (the pod source failed: {doc['podSource']})"
+    else:
+        alloc = node["allocatableBytes"]
+        share = (node["MemoryMin"] + node["MemoryLow"]) / alloc * 100 if alloc else 0.0
+        protected = (f"min {_human(node['MemoryMin'])} + low {_human(node['MemoryLow'])} ({share:.0f}% of"
+                     f" allocatable {_human(alloc)})")
+    holding = f"holding: {doc['holding']}" if doc["holding"] else "not holding"
+    return f"node: {len(doc['pods'])} pods, {protected}, {holding}, {doc['drift']}/{len(doc['units'])} units drift"
 
 
 # ------------------------------------------------------------------ check

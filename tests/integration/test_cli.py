@@ -549,10 +549,10 @@ def test_status_json_shows_desired_systemd_kernel_and_flags_drift(node):
     no_traceback(p)
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert set(doc) == {"units", "drift"}
+    assert set(doc) == {"node", "holding", "podSource", "pods", "units", "drift"}
     rows = {r["unit"]: r for r in doc["units"]}
     for r in doc["units"]:
-        assert set(r) == {"unit", "level", "cgroup", "desired", "systemd", "kernel", "drift"}
+        assert set(r) == {"unit", "level", "cgroup", "desired", "systemd", "kernel", "drift", "why"}
     assert set(plan) <= set(rows)
 
     top = rows["kubepods.slice"]
@@ -578,12 +578,69 @@ def test_status_json_shows_desired_systemd_kernel_and_flags_drift(node):
     assert rows["kube.slice"]["systemd"] == want(plan["kube.slice"]) and rows["kube.slice"]["drift"] is False
     assert doc["drift"] == sum(r["drift"] for r in doc["units"]) == 2
 
+    assert qos["why"] == "systemd differs from the plan" and scope["why"] == "the kernel differs from systemd"
+
     table = node.cli("status", "--output", "table")
     assert table.returncode == 0, table.stderr
-    drift_lines = [line for line in table.stdout.splitlines() if line.endswith("DRIFT")]
-    assert sorted(line.split()[0] for line in drift_lines) == sorted(["kubepods-burstable.slice", LEDGER_SCOPE])
-    assert f"{len(rows)} unit(s), 2 with drift" in table.stdout
+    drift_lines = [line for line in table.stdout.splitlines() if line.startswith("!")]
+    # The container by its name (and its scope's ID, shortened), under its pod.
+    assert sorted(line.split()[1] for line in drift_lines) == ["kubepods-burstable.slice", "postgres"]
+    assert f"2/{len(rows)} units drift" in table.stdout
     assert node.fake.writes == []  # status only reads
+
+
+def test_status_for_people_one_line_per_pod_and_the_summary(node):
+    """Per pod one line of at most 100 columns (QoS, request, protection, usage, the kernel's low and
+    oom_kill counts, PSI full avg10), its containers by name, drift marked on the unit that has it
+    (a reserved slice not yet created included), a summary line; `--output json` has the same."""
+    plan = node.plan()
+    for unit, props in plan.items():  # applied, but kube.slice and system.slice: not created yet
+        if unit not in RESERVED:
+            node.fake.add_unit(unit, transient=True, memory=want(props))
+    ledger = node.cgroup / "kubepods.slice" / LEDGER_POD
+    ledger.mkdir(parents=True)
+    (ledger / "memory.events").write_text("low 13604\nhigh 0\nmax 0\noom 1\noom_kill 1\noom_group_kill 0\n")
+    (ledger / "memory.current").write_text(f"{300 << 20}\n")
+    (ledger / "memory.pressure").write_text("some avg10=4.00 avg60=1.00 avg300=0.00 total=9\n"
+                                            "full avg10=1.50 avg60=0.50 avg300=0.00 total=5\n")
+    p = node.cli("status", "--output", "table")
+    no_traceback(p)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert all(len(line) <= 100 for line in lines), max(lines, key=len)
+    [ledger_line] = [line for line in lines if "payments/ledger-db-0" in line]
+    assert ledger_line.split() == ["payments/ledger-db-0", "Guaranteed", "2Gi", "2Gi/0", "300Mi", "13604", "1",
+                                       "1.50"]
+    assert any(line.split()[:2] == ["postgres", "(71b91629faef)"] and "container" in line for line in lines)
+    marked = {line.split()[1]: line for line in lines if line.startswith("!")}
+    assert set(marked) == {"kube.slice", "system.slice"} and all(
+        line.endswith("not created") for line in marked.values())
+    summary = [line for line in lines if line.startswith("node: ")]
+    assert len(summary) == 1 and "6 pods" in summary[0] and "allocatable" in summary[0]
+    assert "not holding" in summary[0] and "2/19 units drift" in summary[0]
+
+    doc = json.loads(node.cli("status", "--output", "json").stdout)
+    pods = {f"{x['namespace']}/{x['pod']}": x for x in doc["pods"]}
+    assert len(pods) == 6 and doc["holding"] is None and doc["drift"] == 2
+    pg = pods["payments/ledger-db-0"]
+    assert pg["events"] == {"low": 13604, "oom_kill": 1} and pg["pressureFullAvg10"] == 1.5
+    assert pg["usageBytes"] == 300 << 20 and pg["MemoryMin"] == plan[LEDGER_POD]["MemoryMin"]
+    assert [c["name"] for c in pg["containers"]] == ["postgres"] and pg["containers"][0]["unit"] == LEDGER_SCOPE
+    assert [c["name"] for c in pods["ml/feature-store-6c7d8e9f0-lm3np"]["containers"]] == ["server", "cache"]
+    assert pods["batch/thumbnailer-29154710-7hxzq"]["events"] == {"low": None, "oom_kill": None}  # no cgroup here
+    assert doc["node"]["allocatableBytes"] > 0 and doc["node"]["MemoryMin"] == plan["kubepods.slice"]["MemoryMin"]
+
+
+def test_status_says_the_service_holds(node):
+    """A first answer of no pods while pod slices run: the service would hold, and status says so."""
+    plan = node.plan()
+    node.start_applied(plan)
+    empty = node.tmp / "empty.json"
+    empty.write_text(json.dumps({"kind": "PodList", "items": []}))
+    p = node.cli("status", "--output", "table", config=node.write_config("empty.yaml", podsFile=str(empty)))
+    assert p.returncode == 0, p.stderr
+    [summary] = [line for line in p.stdout.splitlines() if line.startswith("node: ")]
+    assert "holding: suspect empty pod list" in summary
 
 
 def test_status_with_a_broken_pod_source_still_shows_systemd(node):

@@ -210,7 +210,8 @@ def test_pods_dropped_by_the_source_keep_protection_until_their_slices_are_gone(
 
 
 def test_first_answer_empty_while_pod_slices_run_is_not_believed(fake_systemd, tmp_path):
-    """The daemon restarts and the pod source's first answer is an empty list: hold."""
+    """The daemon restarts and the pod source's first answer is an empty list: hold. The metrics say
+    so, and count the units whose lowering is held back as drifted, until the slice is gone."""
     start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD)
     for unit in ("kubepods.slice", "kubepods-burstable.slice", BPOD):
         fake_systemd.remove_unit(unit)
@@ -218,11 +219,15 @@ def test_first_answer_empty_while_pod_slices_run_is_not_believed(fake_systemd, t
 
     async def body():
         async with Harness(fake_systemd, tmp_path, []) as h:
+            metric = h.metrics.registry.get_sample_value
             assert h.daemon.intake.holding is Holding.SUSPECT_EMPTY
             assert fake_systemd.writes == []
+            assert metric("memqos_holding") == 1
+            assert metric("memqos_units_drifted") == 3  # kubepods, its Burstable slice, the pod slice
             fake_systemd.remove_unit(BPOD)
             await until(lambda: h.daemon.intake.holding is None)
             await until(lambda: h.memory("kubepods.slice")["MemoryLow"] == 0)
+            await until(lambda: metric("memqos_holding") == 0 and metric("memqos_units_drifted") == 0)
     run(body())
 
 

@@ -6,7 +6,8 @@ process in it) and system.slice are reserved and enforced. For None, TieredReser
 HardReservation x effective and kubelet, after a config change and `systemctl reload`, every
 unit's memory.min/low/high in /sys/fs/cgroup equals `memqos-systemd plan --output json` for the
 same pods file and config at this node's MemTotal. Also: a reserved slice the daemon set before
-it existed (kube.slice) gets its MemoryMin when it starts; `status` reports no drift."""
+it existed (kube.slice) gets its MemoryMin when it starts; `status` reports no drift, and per pod
+its usage, the kernel's low/oom_kill counts and PSI, its containers by name, in lines of 100 columns."""
 # e2e-timeout: 300
 import json
 import os
@@ -113,5 +114,18 @@ try:
     doc = json.loads(p.stdout)
     drift = [r["unit"] for r in doc["units"] if r["drift"]]
     check(p.returncode == 0 and not drift, f"memqos-systemd status: {len(doc['units'])} units, drift {drift}")
+    # For people (issue 17): per pod what its cgroup says, its containers by name.
+    seen = [(x["pod"], x["usageBytes"], x["events"], x["pressureFullAvg10"]) for x in doc["pods"]]
+    check(len(seen) == len(pods) and all(isinstance(u, int) and u > 0 and isinstance(e["low"], int)
+                                         and isinstance(e["oom_kill"], int) and isinstance(f, float)
+                                         for _, u, e, f in seen),
+          f"status per pod: memory.current, memory.events low/oom_kill, PSI full avg10 read: {seen}")
+    check_eq(sorted(c["name"] for x in doc["pods"] for c in x["containers"]),
+             sorted(c["name"] for p in pods for c in p["spec"]["containers"]), "status names the containers")
 except ValueError:
     check(False, f"memqos-systemd status --output json: exit {p.returncode} {p.stderr[-300:]}")
+t = subprocess.run(["memqos-systemd", "status", "--output", "table"], capture_output=True, text=True)
+lines = t.stdout.splitlines()
+summary = [line for line in lines if line.startswith("node: ")]
+check(t.returncode == 0 and lines and max(map(len, lines)) <= 100 and len(summary) == 1 and "not holding" in summary[0],
+      f"status for people: {len(lines)} lines of at most 100 columns; {summary}")

@@ -21,8 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .plan import INFINITY, Plan
+from .quantity import UINT64_MAX as INFINITY  # plan.INFINITY (config.py imports this module)
+
+if TYPE_CHECKING:
+    from .plan import Plan
 
 __all__ = ["GuardSettings", "Reading", "GuardState", "Action", "decide", "overlay"]
 

@@ -35,7 +35,7 @@ __all__ = [
     "Agenda", "Due", "Refresh", "LIGHT_LEVELS", "FULL_RESYNC_EVERY", "SYSTEMD_SETTLE", "UNKNOWN_UNIT_PATIENCE",
     "FAST_POLL_FIRST", "KUBELET_START_PATIENCE", "KUBELET_START_RETRY", "SOURCE_WATCH_INTERVAL",
     "KERNEL_WATCH_INTERVAL", "KERNEL_WATCH_IDLE", "KERNEL_WATCH_ALERT", "KERNEL_WATCH_AFTER_KUBELET_START",
-    "KERNEL_WATCH_AFTER_DRIFT",
+    "KERNEL_WATCH_AFTER_DRIFT", "GUARD_OFF_INTERVAL",
 ]
 
 # Every FULL_RESYNC_EVERY-th timer resync reads every unit, pod slices and container scopes
@@ -81,6 +81,10 @@ KERNEL_WATCH_IDLE = 5.0
 KERNEL_WATCH_ALERT = 3600.0
 KERNEL_WATCH_AFTER_KUBELET_START = 120.0
 KERNEL_WATCH_AFTER_DRIFT = 10.0
+# The pressure guard (guard.py) reads its counters every pressureGuard.interval while it is on;
+# while it is off its loop only looks this often whether a config reload turned it on (or off
+# while engaged: then it clears at the next look).
+GUARD_OFF_INTERVAL = 5.0
 
 
 class Refresh(enum.IntEnum):
@@ -284,6 +288,15 @@ class Agenda:
     def watch_interval(self, now: float) -> float:
         """How long until the upper slices' cgroups are read again (see KERNEL_WATCH_INTERVAL)."""
         return KERNEL_WATCH_INTERVAL if now < self._close_until else KERNEL_WATCH_IDLE
+
+    @staticmethod
+    def guard_interval(enabled: bool, interval: float, engaged: bool) -> float:
+        """How long until the pressure guard reads its counters again: its interval while it is
+        on; when it is off, at once if it is still engaged (a reload turned it off: clear it),
+        else GUARD_OFF_INTERVAL."""
+        if enabled:
+            return interval
+        return 0.0 if engaged else GUARD_OFF_INTERVAL
 
     def in_doubt(self, now: float) -> bool:
         """Whether the cache may lack units systemd holds until the next full re-read: systemd is

@@ -13,6 +13,8 @@ no plan (`reset`), a search of the kubepods tree finds. What is read there:
 * memory.min/low/high (`read_cgroup_memory`, `Cgroupfs.kernel_values`, `Cgroupfs.shows`): what
   systemd applied, page-rounded by the kernel.
 * memory.events (`read_events_file`, `Cgroupfs.container_events`): the throttling metric.
+* memory.events `low`, memory.pressure `some` and memory.current (`Cgroupfs.guard_counters`):
+  the pressure guard's inputs (guard.py), every `pressureGuard.interval`.
 * memory.swap.max and memory.oom.group (`Cgroupfs.runtime_settings`): see below.
 
 Why that file
@@ -51,7 +53,7 @@ from .quantity import UINT64_MAX
 __all__ = [
     "Cgroupfs", "RuntimeSettings", "INVOCATION_XATTRS", "ROOT", "cgroup_path", "plan_cgroup_paths",
     "dir_of_control_group", "read_value", "read_invocation_id", "read_cgroup_memory", "read_events_file",
-    "read_memory_events",
+    "read_memory_events", "pressure_total",
 ]
 
 ROOT = Path("/sys/fs/cgroup")
@@ -180,6 +182,26 @@ def read_memory_events(cgroup_dir: str | os.PathLike, name: str = "memory.events
     return read_events_file(os.path.join(cgroup_dir, name))
 
 
+def pressure_total(text: bytes, line: bytes = b"some") -> int | None:
+    """The `total=` (µs stalled, cumulative) of one line of a PSI file such as memory.pressure
+    (`some avg10=0.00 avg60=0.00 avg300=0.00 total=1234`); None when it is not there."""
+    for row in text.splitlines():
+        fields = row.split()
+        if fields and fields[0] == line:
+            for f in fields[1:]:
+                if f.startswith(b"total=") and f[6:].isdigit():
+                    return int(f[6:])
+    return None
+
+
+def _flat_value(text: bytes, key: bytes) -> int | None:
+    for row in text.splitlines():
+        fields = row.split()
+        if len(fields) == 2 and fields[0] == key and fields[1].isdigit():
+            return int(fields[1])
+    return None
+
+
 def kernel_shows(kernel: Mapping[str, int], held: Mapping[str, int], page_size: int) -> bool:
     """Whether memory.min/low/high as the kernel shows them are `held` (MemoryMin/Low/High as
     systemd holds them): the kernel stores each rounded down to a page, infinity as is."""
@@ -212,6 +234,7 @@ class Cgroupfs:
         self._placed: _Placed | None = None
         self._found: dict[str, Path] = {}  # scopes found by searching
         self._watched: dict[str, dict[str, int]] = {}  # unit -> {property: open descriptor} (watch)
+        self._kept: dict[tuple[str, str], int] = {}  # (unit, file) -> open descriptor (guard_counters)
 
     def place(self, plan: Any) -> None:
         """Learn where a plan's container scopes are (in their pod slices). Made once per plan
@@ -311,6 +334,41 @@ class Cgroupfs:
                 return None
             values[prop] = value
         return values
+
+    def guard_counters(self, protected: str, besteffort: str) -> tuple[int | None, int | None, int | None]:
+        """The pressure guard's reading (guard.py): the `low` count of the `protected` slice's
+        memory.events, its memory.pressure `some` total (µs) and the `besteffort` slice's
+        memory.current. Read with pread on descriptors kept open (several times cheaper than
+        open and read; this runs every pressureGuard.interval); None for what cannot be read
+        (no PSI in this kernel, the slice not made yet or gone: opened again next time)."""
+        events = self._pread(protected, "memory.events")
+        pressure = self._pread(protected, "memory.pressure", 256)
+        current = self._pread(besteffort, "memory.current")
+        return (None if events is None else _flat_value(events, b"low"),
+                None if pressure is None else pressure_total(pressure),
+                None if current is None or not current.strip().isdigit() else int(current))
+
+    def _pread(self, unit: str, file: str, size: int = 1024) -> bytes | None:
+        key = (unit, file)
+        fd = self._kept.get(key)
+        if fd is None:
+            path = self.root / cgroup_path(unit) / file
+            try:
+                fd = self._kept[key] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return None
+        try:
+            return os.pread(fd, size, 0)
+        except OSError:  # the cgroup went (ENODEV): open it again next time
+            del self._kept[key]
+            os.close(fd)
+            return None
+
+    def close_kept(self) -> None:
+        """Close the descriptors guard_counters keeps (the guard was turned off)."""
+        for fd in self._kept.values():
+            os.close(fd)
+        self._kept.clear()
 
     def _close_watch(self, unit: str) -> None:
         for fd in self._watched.pop(unit, {}).values():

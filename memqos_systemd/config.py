@@ -397,7 +397,7 @@ def _pressure_guard(src, key, value) -> GuardSettings:
         "calmPressure": ("calm_pressure", lambda k, v: _fraction(src, k, v, 0, 1)),
     }
     out = _map_fields(src, key, value, fields)
-    if out.get("floor", 1) < 1 << 20:
+    if out.get("floor", 1 << 20) < 1 << 20:
         raise _fail(src, f"{key}.floor", value.get("floor"), "must be at least 1Mi (a BestEffort slice needs room to run)")
     return GuardSettings(**out)
 

@@ -220,3 +220,18 @@ def test_no_metrics_answers_every_call_of_metrics():
     noop = {n: inspect.signature(f) for n, f in inspect.getmembers(NoMetrics, inspect.isfunction)
             if not n.startswith("_")}
     assert noop == calls
+
+
+def test_guard_actions_and_the_besteffort_high_in_force():
+    m = Metrics()
+    s = scrape(m)
+    assert s["memqos_guard_besteffort_high_bytes"] == {(): math.inf}  # not engaged
+    assert s["memqos_guard_actions_total"] == {(("action", a),): 0 for a in ("lower", "raise", "clear")}
+    m.guard_action("lower", 300 * 2**20)
+    m.guard_action("lower", 270 * 2**20)
+    assert scrape(m)["memqos_guard_besteffort_high_bytes"] == {(): 270 * 2**20}
+    m.guard_action("clear", None)
+    s = scrape(m)
+    assert s["memqos_guard_besteffort_high_bytes"] == {(): math.inf}
+    assert s["memqos_guard_actions_total"][(("action", "lower"),)] == 2
+    assert s["memqos_guard_actions_total"][(("action", "clear"),)] == 1

@@ -40,17 +40,24 @@ CONFIGS = [
     {"name": "kubelet / Tiered", "daemon": True, "hierarchy": "kubelet", "policy": "TieredReservation"},
     # None sets no protection (only MemoryHigh): one kind of pressure shows it equals "no daemon".
     {"name": "effective / None", "daemon": True, "hierarchy": "effective", "policy": "None", "pressures": ["file"]},
-    {"name": "effective / Tiered", "daemon": True, "hierarchy": "effective", "policy": "TieredReservation"},
+    {"name": "effective / Tiered", "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
+     "pressures": ["file", "anon", "mix", "none"]},
+    # The pressure guard (issue 19) at its defaults; an allocating neighbour it throttles is not
+    # OOM-killed, so its run ends after GUARD_TIMEOUT_S (the benchmark kills it then).
+    {"name": "effective / Tiered + guard", "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
+     "guard": {}, "pressures": ["none", "file", "anon", "mix"], "pressure_timeout_s": 60},
     {"name": "effective / Hard", "daemon": True, "hierarchy": "effective", "policy": "HardReservation"},
 ]
 PRESSURES = ["file", "anon", "mix"]
-PRESSURE_TEXT = {"file": "streams a file", "anon": "allocates until OOM", "mix": "holds anon + streams"}
+ALL_PRESSURES = PRESSURES + ["none"]
+PRESSURE_TEXT = {"file": "streams a file", "anon": "allocates until OOM", "mix": "holds anon + streams",
+                 "none": "no neighbour"}
 
 
 def params(args) -> dict:
     return {
         "configs": [c for c in CONFIGS if not args.configs or c["name"] in args.configs.split(",")],
-        "pressures": args.pressures.split(","),
+        "pressures": args.pressures.split(","), "default_pressures": PRESSURES, "idle_s": 30,
         "g_request_mib": 192, "g_anon_mib": 80, "g_file_mib": 64,
         "b_request_mib": 320, "b_anon_mib": 32, "b_file_mib": 256,
         "b2_anon_mib": 16, "requests_fraction": 0.9,
@@ -324,7 +331,7 @@ def main() -> int:
     vmbench.common_args(ap)
     ap.add_argument("--plot", metavar="PNG", help="write the plot here (default with --write: docs/protection.png)")
     ap.add_argument("--configs", default="", help="comma-separated configuration names (default: all)")
-    ap.add_argument("--pressures", default=",".join(PRESSURES))
+    ap.add_argument("--pressures", default=",".join(ALL_PRESSURES))
     ap.add_argument("--no-high", action="store_true", help="skip the memory.high test")
     ap.add_argument("--render", metavar="JSON", help="only render a saved --json result")
     args = ap.parse_args()

@@ -14,7 +14,9 @@ no plan (`reset`), a search of the kubepods tree finds. What is read there:
   systemd applied, page-rounded by the kernel.
 * memory.events (`read_events_file`, `Cgroupfs.container_events`): the throttling metric.
 * memory.events `low`, memory.pressure `some` and memory.current (`Cgroupfs.guard_counters`):
-  the pressure guard's inputs (guard.py), every `pressureGuard.interval`.
+  the pressure guard's inputs (guard.py), read when the kernel says the protected slice's
+  memory.events changed (`Cgroupfs.guard_notifier`) and every `pressureGuard.interval` while
+  the guard is engaged.
 * memory.swap.max and memory.oom.group (`Cgroupfs.runtime_settings`): see below.
 
 Why that file
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -235,6 +238,7 @@ class Cgroupfs:
         self._found: dict[str, Path] = {}  # scopes found by searching
         self._watched: dict[str, dict[str, int]] = {}  # unit -> {property: open descriptor} (watch)
         self._kept: dict[tuple[str, str], int] = {}  # (unit, file) -> open descriptor (guard_counters)
+        self._notifier: tuple[int, select.epoll] | None = None  # (memory.events descriptor, its epoll)
 
     def place(self, plan: Any) -> None:
         """Learn where a plan's container scopes are (in their pod slices). Made once per plan
@@ -348,7 +352,36 @@ class Cgroupfs:
                 None if pressure is None else pressure_total(pressure),
                 None if current is None or not current.strip().isdigit() else int(current))
 
-    def _pread(self, unit: str, file: str, size: int = 1024) -> bytes | None:
+    def guard_notifier(self, protected: str) -> select.epoll | None:
+        """An epoll set (its fileno() for the event loop) that is readable while the `protected` slice's memory.events has changed
+        since guard_counters last read it: the kernel notifies a cgroup's memory.events (and every
+        ancestor's) at each event it counts, at most every 20 ms (cgroup_file_notify; kernfs
+        polls it as POLLPRI). An epoll set holding the very descriptor guard_counters reads, so
+        that read re-arms it. Needs no write (PSI triggers do, and the service's /sys/fs/cgroup is
+        read-only). None when the file cannot be opened yet, or cannot be polled (not kernfs):
+        the caller then reads on a timer. The same object while the file stays open: a new one
+        means the old is closed (the caller drops its reader of the old number first)."""
+        fd = self._kept_fd(protected, "memory.events")
+        if fd is None:
+            return None
+        if self._notifier is not None and self._notifier[0] == fd:
+            return self._notifier[1]
+        self._close_notifier()
+        poller = select.epoll()
+        try:
+            poller.register(fd, select.EPOLLPRI)
+        except OSError:  # a regular file (tests' stand-in directories) cannot be polled
+            poller.close()
+            return None
+        self._notifier = (fd, poller)
+        return poller
+
+    def _close_notifier(self) -> None:
+        if self._notifier is not None:
+            self._notifier[1].close()
+            self._notifier = None
+
+    def _kept_fd(self, unit: str, file: str) -> int | None:
         key = (unit, file)
         fd = self._kept.get(key)
         if fd is None:
@@ -357,15 +390,24 @@ class Cgroupfs:
                 fd = self._kept[key] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
                 return None
+        return fd
+
+    def _pread(self, unit: str, file: str, size: int = 1024) -> bytes | None:
+        fd = self._kept_fd(unit, file)
+        if fd is None:
+            return None
         try:
             return os.pread(fd, size, 0)
         except OSError:  # the cgroup went (ENODEV): open it again next time
-            del self._kept[key]
+            if self._notifier is not None and self._notifier[0] == fd:
+                self._close_notifier()
+            del self._kept[(unit, file)]
             os.close(fd)
             return None
 
     def close_kept(self) -> None:
-        """Close the descriptors guard_counters keeps (the guard was turned off)."""
+        """Close the descriptors guard_counters keeps, and the notifier (the guard was turned off)."""
+        self._close_notifier()
         for fd in self._kept.values():
             os.close(fd)
         self._kept.clear()

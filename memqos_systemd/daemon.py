@@ -103,6 +103,8 @@ class Daemon:
         self._source_failure: str | None = None  # the pod source's last error, while it fails
         self.guard = GuardState()  # the pressure guard's state (guard.py); its MemoryHigh goes into the plan
         self._guarded: tuple[Plan, int | None, Plan] | None = None  # (plan, guard's value, overlaid plan)
+        self._guard_notifier: Any = None  # cgroupfs.guard_notifier's epoll set, while the loop reads it
+        self._guard_notifier_fd = -1
         self._wake = asyncio.Event()
         self._stop_event = asyncio.Event()
 
@@ -261,10 +263,39 @@ class Daemon:
             self.watch_upper_slices()
 
     async def _guard_loop(self) -> None:
-        while not self.stopping:
-            s = self.config.pressure_guard
-            await asyncio.sleep(self.agenda.guard_interval(s.enabled, s.interval, self.guard.engaged))
-            self.guard_tick()
+        """The pressure guard's timer; its counters are also read at once whenever the kernel says
+        the Burstable QoS slice's memory.events changed (_guard_watch)."""
+        try:
+            while not self.stopping:
+                self._guard_watch()
+                s = self.config.pressure_guard
+                await asyncio.sleep(self.agenda.guard_interval(s.enabled, s.interval, self.guard.engaged,
+                                                               notified=self._guard_notifier is not None))
+                self.guard_tick()
+        finally:
+            if self._guard_notifier is not None:
+                asyncio.get_running_loop().remove_reader(self._guard_notifier_fd)
+                self._guard_notifier = None
+
+    def _guard_watch(self) -> None:
+        """Read the guard's counters when the kernel notifies a change of the protected slice's
+        memory.events (cgroupfs.guard_notifier): a breach is seen within milliseconds, and while
+        nothing happens nothing is read. The notifier is made again when its file was (re)opened."""
+        enabled = self.config.pressure_guard.enabled
+        notifier = self.out.cgroupfs.guard_notifier(self.naming.qos_slice("Burstable")) if enabled else None
+        if notifier is self._guard_notifier:
+            return
+        loop = asyncio.get_running_loop()
+        if self._guard_notifier is not None:
+            loop.remove_reader(self._guard_notifier_fd)
+        self._guard_notifier = notifier
+        if notifier is not None:
+            self._guard_notifier_fd = notifier.fileno()
+            loop.add_reader(self._guard_notifier_fd, self._on_guard_event)
+
+    def _on_guard_event(self) -> None:
+        self.guard_tick()  # its read of memory.events re-arms the notifier
+        self._guard_watch()
 
     async def _sleep(self, seconds: float) -> None:
         # An event that arrived while we worked has already set the flag: return at once.

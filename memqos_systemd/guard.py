@@ -38,7 +38,8 @@ class GuardSettings:
     """The `pressureGuard:` block of the config (config.py; every number measured, BENCHMARKS.md)."""
 
     enabled: bool = False
-    # How often the counters are read (three small cgroup files).
+    # How often the counters are read while the guard is engaged (or when the kernel cannot notify
+    # a change of memory.events), and the least time between two steps down.
     interval: float = 0.25
     # `low` events of the protected slice within one interval that count as a breach.
     low_events: int = 1
@@ -111,6 +112,8 @@ def decide(state: GuardState, r: Reading, s: GuardSettings, *, holding: bool, ca
         nxt = dataclasses.replace(nxt, calm_since=None)
         if state.high is None:
             target = usage  # stop it growing: what it holds now
+        elif r.now - state.changed_at < s.interval:
+            return nxt, None  # one step an interval (the kernel may notify every 20 ms)
         else:
             target = min(state.high, usage) - int(s.step * usage)
         target = max(target, s.floor) // page_size * page_size

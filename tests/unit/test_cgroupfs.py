@@ -137,3 +137,15 @@ def test_guard_counters_read_low_pressure_and_usage_on_kept_descriptors(tmp_path
     assert len(os.listdir("/proc/self/fd")) == before + 3  # kept open; the pressure file joined
     fs.close_kept()
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_guard_notifier_is_none_where_the_file_cannot_be_polled(tmp_path):
+    """A regular file (a stand-in directory) cannot be polled for the kernel's notification: the
+    daemon then reads on its timer. (kernfs can: the VM benchmark, bench/protection.py.)"""
+    fs = Cgroupfs(tmp_path)
+    assert fs.guard_notifier("kubepods-burstable.slice") is None  # no file yet
+    burst = tmp_path / "kubepods.slice" / "kubepods-burstable.slice"
+    burst.mkdir(parents=True)
+    (burst / "memory.events").write_text("low 0\n")
+    assert fs.guard_notifier("kubepods-burstable.slice") is None
+    fs.close_kept()

@@ -113,3 +113,12 @@ def test_overlay_touches_only_the_besteffort_qos_slice():
     assert changed == [(BE, 200 * MIB)]
     assert {u.unit: u for u in p.units}[BE].memory_high == INFINITY
     assert dataclasses.replace(q, units=p.units) == p
+
+
+def test_one_step_down_an_interval_however_often_it_is_read():
+    """The kernel may notify a change of memory.events every 20 ms: the first breach caps at once,
+    the next steps come one an interval (0.25 s)."""
+    readings = [(0, 0, 0, 0)] + [(0.1 + 0.02 * i, 1 + i, 0, 300 * MIB) for i in range(30)]
+    actions, _ = run(readings)
+    taken = [(round(readings[i][0], 2), a) for i, a in enumerate(actions) if a]
+    assert taken == [(0.1, ("lower", 300 * MIB)), (0.36, ("lower", 270 * MIB)), (0.62, ("lower", 240 * MIB))]

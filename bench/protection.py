@@ -83,6 +83,8 @@ def cell_kept(p, kind):
 def kills_str(run):
     ks = run.get("oom_kills") or []
     if not ks:
+        if run.get("timed_out"):
+            return f"none (the neighbour, throttled, was stopped by the benchmark after {run['pressure_s']:.0f} s)"
         return "none"
     by = {}
     for k in ks:
@@ -151,6 +153,93 @@ def glance(r: dict) -> list[str]:
         label = f"**{cfg}** (the default)" if cfg == "effective / Tiered" else cfg
         out.append(f"| {label} | " + " | ".join(cells) +
                    f" | {min(g_anon):.0f} % / {min(g_file):.0f} % | {kills} |")
+    return out
+
+
+GUARD_CFG, BASE_CFG = "effective / Tiered + guard", "effective / Tiered"
+
+
+def _ms(x):
+    return "—" if x is None else f"{x * 1e3:,.0f} ms"
+
+
+def guard_section(r: dict) -> list[str]:
+    """The pressure guard (issue 19): the guard-on runs beside the same configuration without it."""
+    runs = [x for x in r["runs"] if "error" not in x]
+    find = {(x["config"], x["pressure"]): x for x in runs}
+    if not any(c == GUARD_CFG for c, _ in find):
+        return []
+    P = r["params"]
+
+    def pct(run):
+        if run is None:
+            return None
+        a, b = kept(run["pods"]["B"], "file")
+        return min(100.0, 100 * a / b) if b else None
+
+    def show(v):
+        return "—" if v is None else (f"**{v:.0f} %**" if v >= 90 else f"{v:.0f} %")
+
+    out = ["### The pressure guard (issue 19)", "",
+           "`effective / Tiered + guard` is the default configuration with `pressureGuard: {enabled: true}` at its "
+           "defaults (etc/config.yaml), a fresh daemon for every run, in the same boot as the rows above. The guard "
+           "reads the Burstable QoS slice's memory.events when the kernel notifies a change (and every 0.25 s while "
+           "engaged); on `low` events while BestEffort holds memory it caps kubepods-besteffort.slice's MemoryHigh at "
+           "what BestEffort holds, then lower. Sampled every 0.1 s during the pressure: B's `low` count and the "
+           "BestEffort slice's memory.high and memory.current.", "",
+           "| neighbour | B keeps: Tiered → + guard | B `low` events: Tiered → + guard | OOM kills (+ guard) "
+           "| guard actions lower / raise / clear | first `low` event → BestEffort capped | BestEffort at the cap → at "
+           "the end (MiB/s before → after) | G keeps anon / page cache (+ guard) | daemon CPU in the run: Tiered → + guard |",
+           "|---|---:|---:|---|---:|---|---|---|---:|"]
+    verdict = {}
+    for pr in ("none", "file", "anon", "mix"):
+        g, t = find.get((GUARD_CFG, pr)), find.get((BASE_CFG, pr))
+        if g is None:
+            continue
+        ga = g.get("guard_actions") or {}
+        acts = " / ".join(f"{ga.get(a, 0):.0f}" for a in ("lower", "raise", "clear"))
+        rx = g.get("reaction") or {}
+        if rx.get("action_s") is not None and rx.get("breach_s") is not None:
+            react = f"{_ms(rx['action_s'] - rx['breach_s'])} (at {rx['breach_s']:.1f} s → {rx['action_s']:.1f} s)"
+        elif rx.get("breach_s") is not None:
+            react = f"never (first `low` event at {rx['breach_s']:.1f} s)"
+        else:
+            react = "no `low` event"
+        if "be_at_action_mib" in rx:
+            be = (f"{rx['be_at_action_mib']:.0f} → {rx['be_end_mib']:.0f} MiB ({rx['be_rate_before_mib_s']:.1f} → "
+                  f"{rx['be_rate_after_mib_s']:.1f})")
+        else:
+            be = "—"
+        G = g["pods"]["G"]
+        gk = f"{cell_kept(G, 'anon')} / {cell_kept(G, 'file')}" if G["alive"] else "**killed**"
+        cpu = " → ".join("—" if x is None or x.get("daemon_cpu_s") is None else f"{x['daemon_cpu_s']:.2f} s"
+                         for x in (t, g))
+        out.append(f"| {PRESSURE_TEXT[pr]} | {show(pct(t))} → {show(pct(g))} | "
+                   f"{'—' if t is None else t['pods']['B']['events']['low']} → {g['pods']['B']['events']['low']} | "
+                   f"{kills_str(g)} | {acts} | {react} | {be} | {gk} | {cpu} |")
+        verdict[pr] = (g, t, pct(g), sum(ga.values()))
+    out.append("")
+    goals = []
+    if "anon" in verdict:
+        g, _, v, _ = verdict["anon"]
+        goals.append(f"B keeps ≥ 90 % of its page cache against the allocating neighbour: {v:.0f} % → "
+                     f"**{'met' if v >= 90 else 'not met'}**")
+    victims = {k["pod"] for pr, (g, *_rest) in verdict.items() for k in g.get("oom_kills") or []}
+    goals.append(f"OOM kills only in BestEffort: victims {sorted(victims) or 'none'} → "
+                 f"**{'met' if victims <= {'BE'} else 'not met'}**")
+    for pr in ("file", "mix"):
+        if pr in verdict:
+            v = verdict[pr][2]
+            goals.append(f"the {PRESSURE_TEXT[pr]} row stays at 100 %: {v:.0f} % → **{'met' if v >= 99 else 'not met'}**")
+    if "none" in verdict:
+        n = verdict["none"][3]
+        goals.append(f"no neighbour, no action: {n:.0f} guard actions in {P['idle_s']} s → **{'met' if n == 0 else 'not met'}**")
+    out += ["Goals (issue 19): " + "; ".join(goals) + ".", ""]
+    logs = (verdict.get("anon") or (None,))[0]
+    if logs and logs.get("guard_log"):
+        out += ["The guard's journal in the allocating run (seconds after the neighbour started):", ""]
+        out += [f"    {t:7.2f} s  {m[:160]}" for t, m in logs["guard_log"][:8]]
+        out.append("")
     return out
 
 
@@ -240,6 +329,7 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
                   "(no swap: they are never evicted, only the file pages can be).", ""]
     if plot_name:
         lines += [f"![protection]({plot_name})", ""]
+    lines += guard_section(r)
     h = r.get("high")
     if h:
         res = h.get("result") or {}
@@ -291,7 +381,8 @@ def plot(r: dict, path: str) -> None:
     if len(pressures) == 1:
         axes = [axes]
     colors = {"no daemon": "#9e9e9e", "kubelet / Tiered": "#e57373", "effective / None": "#bdbdbd",
-              "effective / Tiered": "#64b5f6", "effective / Hard": "#1565c0"}
+              "effective / Tiered": "#64b5f6", "effective / Tiered + guard": "#2e7d32",
+              "effective / Hard": "#1565c0"}
     for ax, pr in zip(axes, pressures):
         ys, labels, cols, notes = [], [], [], []
         for cfg in configs:

@@ -122,3 +122,13 @@ def test_one_step_down_an_interval_however_often_it_is_read():
     actions, _ = run(readings)
     taken = [(round(readings[i][0], 2), a) for i, a in enumerate(actions) if a]
     assert taken == [(0.1, ("lower", 300 * MIB)), (0.36, ("lower", 270 * MIB)), (0.62, ("lower", 240 * MIB))]
+
+
+def test_reset_brings_the_guards_memoryhigh_back_to_infinity():
+    """`reset` (and `apt remove`, whose prerm runs it) brings every unit of ours back to the
+    defaults: the BestEffort QoS slice's MemoryHigh the guard lowered included."""
+    from memqos_systemd.naming import Naming
+    from memqos_systemd.reconcile import reset_plan
+    observed = {BE: {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": 200 * MIB}}
+    changes = reset_plan(observed, Naming.for_config(Config()))
+    assert [(c.unit, dict(c.props)) for c in changes] == [(BE, {"MemoryHigh": INFINITY})]

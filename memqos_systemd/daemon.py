@@ -550,14 +550,14 @@ class Daemon:
 
     # ------------------------------------------------------------ beside the rounds
     def guard_tick(self) -> None:
-        """Every pressureGuard.interval: read the guard's counters (cgroupfs.guard_counters) and let
+        """When the kernel notifies a change of the protected slice's memory.events, and on the
+        agenda's guard timer: read the guard's counters (cgroupfs.guard_counters) and let
         guard.decide say whether the BestEffort QoS slice's MemoryHigh changes; a change is one
         journal line and a metric, and goes out with the next round (the plan carries it)."""
         s = self.config.pressure_guard
         if not s.enabled and not self.guard.engaged:
-            if self.guard.low is not None:
-                self.guard = GuardState()
-                self.out.cgroupfs.close_kept()
+            self.guard = GuardState()
+            self.out.cgroupfs.close_kept()  # (nothing open: nothing to do)
             return
         low = stall = usage = None
         if s.enabled:

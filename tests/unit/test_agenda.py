@@ -356,7 +356,7 @@ def test_a_drift_in_the_kernel_re_reads_the_upper_slices_from_systemd_and_watche
 @pytest.mark.parametrize("enabled, engaged, want", [
     (True, False, 0.25),  # on, no notifier: its interval
     (True, True, 0.25),
-    (False, False, agenda_mod.GUARD_OFF_INTERVAL),  # off: only look whether a reload turned it on
+    (False, False, agenda_mod.GUARD_IDLE_INTERVAL),  # off: only look whether a reload turned it on
     (False, True, 0.0),  # turned off while engaged: clear it at once
 ])
 def test_guard_interval(enabled, engaged, want):
@@ -364,5 +364,5 @@ def test_guard_interval(enabled, engaged, want):
 
 
 def test_guard_interval_with_the_kernels_notification():
-    assert Agenda.guard_interval(True, 0.25, False, notified=True) == agenda_mod.GUARD_OFF_INTERVAL  # events wake it
+    assert Agenda.guard_interval(True, 0.25, False, notified=True) == agenda_mod.GUARD_IDLE_INTERVAL  # events wake it
     assert Agenda.guard_interval(True, 0.25, True, notified=True) == 0.25  # engaged: the release is a matter of time

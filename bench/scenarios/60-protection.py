@@ -318,7 +318,7 @@ async def one_run(bus, cfg, pressure):
         await start_scope(bus, units["BE"]["slice"], cid_of(be), [p.pid for p in hog_procs])
     t_p = now()
     open(os.path.join(CTL, "go2"), "w").close()
-    timeout = cfg.get("pressure_timeout_s", P["pressure_timeout_s"])
+    timeout = cfg.get("timeouts", {}).get(pressure, P["pressure_timeout_s"])
     if pressure == "none":
         await asyncio.sleep(P["idle_s"])  # no neighbour: does anything act?
     elif pressure == "mix":

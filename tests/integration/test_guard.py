@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+import yaml
 from harness import Harness, run, until
 from test_daemon import BURSTABLE, GUARANTEED, NODE_UNITS, TIERED, start_pods
 
@@ -89,19 +90,27 @@ def test_no_neighbour_no_action(fake_systemd, tmp_path):
     run(body())
 
 
-def test_a_stopping_daemon_lifts_its_throttle_and_reset_would_too(fake_systemd, tmp_path):
+HOLD = {**GUARD, "pressureGuard": {**GUARD["pressureGuard"], "releaseAfter": "1h"}}  # engaged for good
+
+
+async def engaged(h: Harness, fake) -> dict:
+    """The guard engaged at 200 MiB; what the Guaranteed and Burstable units held before."""
+    counters(fake, low=0, besteffort=200 * MI)
+    await h.settle()
+    await baseline(h, 0)
+    protected = {u: h.memory(u) for u in NODE_UNITS}
+    counters(fake, low=1, besteffort=200 * MI)
+    await until(lambda: h.memory(BE)["MemoryHigh"] == 200 * MI, timeout=3)
+    return protected
+
+
+def test_a_stopping_daemon_lifts_its_throttle(fake_systemd, tmp_path):
     """SIGTERM leaves protections in place, not the guard's throttle: nobody would lift it."""
     start_pods(fake_systemd, *NODE_UNITS, BE)
 
     async def body():
-        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE],
-                           config={**GUARD, "pressureGuard": {**GUARD["pressureGuard"], "releaseAfter": "1h"}}) as h:
-            counters(fake_systemd, low=0, besteffort=200 * MI)
-            await h.settle()
-            await baseline(h, 0)
-            protected = {u: h.memory(u) for u in NODE_UNITS}
-            counters(fake_systemd, low=1, besteffort=200 * MI)
-            await until(lambda: h.memory(BE)["MemoryHigh"] == 200 * MI, timeout=3)
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=HOLD) as h:
+            protected = await engaged(h, fake_systemd)
         assert h.memory(BE)["MemoryHigh"] == UINT64_MAX and actions(h, "clear") == 1
         assert {u: h.memory(u) for u in NODE_UNITS} == protected
     run(body())
@@ -111,14 +120,8 @@ def test_turned_off_by_a_reload_while_engaged_it_clears(fake_systemd, tmp_path):
     start_pods(fake_systemd, *NODE_UNITS, BE)
 
     async def body():
-        import yaml
-        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE],
-                           config={**GUARD, "pressureGuard": {**GUARD["pressureGuard"], "releaseAfter": "1h"}}) as h:
-            counters(fake_systemd, low=0, besteffort=200 * MI)
-            await h.settle()
-            await baseline(h, 0)
-            counters(fake_systemd, low=1, besteffort=200 * MI)
-            await until(lambda: h.memory(BE)["MemoryHigh"] == 200 * MI, timeout=3)
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=HOLD) as h:
+            await engaged(h, fake_systemd)
             h.config_path.write_text(yaml.safe_dump(TIERED))
             h.daemon.request_reload()
             await until(lambda: h.memory(BE)["MemoryHigh"] == UINT64_MAX, timeout=8)

@@ -34,6 +34,8 @@ import vmbench  # noqa: E402
 
 SCENARIO = "60-protection"
 MARKER = "protection"
+GUARD_MARKER = "protection-guard"
+GUARD_CFG, BASE_CFG = "effective / Tiered + guard", "effective / Tiered"
 
 CONFIGS = [
     {"name": "no daemon", "daemon": False},
@@ -55,8 +57,9 @@ PRESSURE_TEXT = {"file": "streams a file", "anon": "allocates until OOM", "mix":
 
 
 def params(args) -> dict:
+    names = [BASE_CFG, GUARD_CFG] if args.guard_only else args.configs.split(",") if args.configs else None
     return {
-        "configs": [c for c in CONFIGS if not args.configs or c["name"] in args.configs.split(",")],
+        "configs": [c for c in CONFIGS if names is None or c["name"] in names],
         "pressures": args.pressures.split(","), "default_pressures": PRESSURES, "idle_s": 30,
         "g_request_mib": 192, "g_anon_mib": 80, "g_file_mib": 64,
         "b_request_mib": 320, "b_anon_mib": 32, "b_file_mib": 256,
@@ -64,7 +67,7 @@ def params(args) -> dict:
         "stream_mib": 1024, "stream_passes": 1, "hog_anon_mib": 1600, "mix_anon_mib": 256,
         "pressure_timeout_s": 240,
         "high_request_mib": 64, "high_limit_mib": 256, "high_over_mib": 12, "high_timeout_s": 180,
-        "high_test": not args.no_high,
+        "high_test": not (args.no_high or args.guard_only),
     }
 
 
@@ -156,9 +159,6 @@ def glance(r: dict) -> list[str]:
     return out
 
 
-GUARD_CFG, BASE_CFG = "effective / Tiered + guard", "effective / Tiered"
-
-
 def _ms(x):
     return "—" if x is None else f"{x * 1e3:,.0f} ms"
 
@@ -182,7 +182,7 @@ def guard_section(r: dict) -> list[str]:
 
     out = ["### The pressure guard (issue 19)", "",
            "`effective / Tiered + guard` is the default configuration with `pressureGuard: {enabled: true}` at its "
-           "defaults (etc/config.yaml), a fresh daemon for every run, in the same boot as the rows above. The guard "
+           "defaults (etc/config.yaml), a fresh daemon for every run, in the same boot as `effective / Tiered`. The guard "
            "reads the Burstable QoS slice's memory.events when the kernel notifies a change (and every 0.25 s while "
            "engaged); on `low` events while BestEffort holds memory it caps kubepods-besteffort.slice's MemoryHigh at "
            "what BestEffort holds, then lower. Sampled every 0.1 s during the pressure: B's `low` count and the "
@@ -241,6 +241,32 @@ def guard_section(r: dict) -> list[str]:
         out += [f"    {t:7.2f} s  {m[:160]}" for t, m in logs["guard_log"][:8]]
         out.append("")
     return out
+
+
+def render_guard_only(r: dict, host: dict, meta: dict) -> str:
+    """The guard's section alone (--guard-only: the default configuration with and without the
+    guard, in one boot), between its own markers."""
+    g = r["guest"]
+    lines = [f"<!-- {GUARD_MARKER}:start -->", "### The pressure guard (issue 19)", "",
+             f"Command: `/usr/bin/python3 bench/protection.py --guard-only --write docs/BENCHMARKS.md` (one VM boot, "
+             f"{host['wall_s'] / 60:.0f} min on {host['started']}). Commit {meta['commit']}. Host: "
+             f"{meta['machine']['cores']} cores, {meta['machine']['cpu']}; load average before/after "
+             f"{host['load_before'][0]} / {host['load_after'][0]}. Guest: kernel {g['kernel']}, {g['systemd']}, "
+             f"{g['capacity'] / 2**20:.0f} MiB, swap {g['swap']} kB, TCG. The pods, the neighbours and what is measured "
+             "are those of the section above; `effective / Tiered` was measured again in this boot, beside the guard.",
+             "", *guard_section(r)[2:]]
+    runs = [x for x in r["runs"] if "error" not in x]
+    lines += ["| configuration | pressure | B page cache kept (MiB) | B `low` events | G anon kept | G page cache kept | "
+              "OOM kills | re-fault: B re-reads its file / G re-touches its anon | load (host / guest) |",
+              "|---|---|---:|---:|---:|---:|---|---:|---|"]
+    for run in runs:
+        B, G = run["pods"]["B"], run["pods"]["G"]
+        lines.append(
+            f"| {run['config']} | {run['pressure']} ({PRESSURE_TEXT[run['pressure']]}) | {cell_kept(B, 'file')} | "
+            f"{B['events']['low']} | {cell_kept(G, 'anon') if G['alive'] else '**killed**'} | {cell_kept(G, 'file')} | "
+            f"{kills_str(run)} | {reread(B)} / {retouch(G)} | {vmbench.load_str(run.get('stamp'))} |")
+    lines += ["", f"<!-- {GUARD_MARKER}:end -->"]
+    return "\n".join(lines)
 
 
 def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
@@ -424,6 +450,9 @@ def main() -> int:
     ap.add_argument("--configs", default="", help="comma-separated configuration names (default: all)")
     ap.add_argument("--pressures", default=",".join(ALL_PRESSURES))
     ap.add_argument("--no-high", action="store_true", help="skip the memory.high test")
+    ap.add_argument("--guard-only", action="store_true",
+                    help="only the default configuration with and without the pressure guard (about 10 min); "
+                         "--write then replaces the guard's own section")
     ap.add_argument("--render", metavar="JSON", help="only render a saved --json result")
     args = ap.parse_args()
     if args.render:
@@ -445,6 +474,12 @@ def main() -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"result": result, "host": host, "meta": meta}, f, indent=1)
+    if args.guard_only or not any(x["config"] != GUARD_CFG and x["config"] != BASE_CFG for x in result["runs"]):
+        block = render_guard_only(result, host, meta)
+        print(block)
+        if args.write:
+            vmbench.write_section(args.write, GUARD_MARKER, block)
+        return 0
     plot_path = args.plot or (os.path.join(os.path.dirname(os.path.abspath(args.write)), "protection.png")
                               if args.write else None)
     if plot_path:

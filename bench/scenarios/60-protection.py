@@ -338,7 +338,10 @@ async def one_run(bus, cfg, pressure):
     stop_sampling.set()
     await sampler
     if cpu0 is not None:
-        run["daemon_cpu_s"] = cpu_seconds(pid) - cpu0
+        try:
+            run["daemon_cpu_s"] = cpu_seconds(pid) - cpu0
+        except OSError:  # the daemon was restarted meanwhile (its watchdog, under memory pressure)
+            run["daemon_restarted"] = True
     if cfg["daemon"]:
         g1 = guard_actions()
         run["guard_actions"] = {a: g1.get(a, 0) - guard0.get(a, 0) for a in g1}

@@ -35,7 +35,7 @@ __all__ = [
     "Agenda", "Due", "Refresh", "LIGHT_LEVELS", "FULL_RESYNC_EVERY", "SYSTEMD_SETTLE", "UNKNOWN_UNIT_PATIENCE",
     "FAST_POLL_FIRST", "KUBELET_START_PATIENCE", "KUBELET_START_RETRY", "SOURCE_WATCH_INTERVAL",
     "KERNEL_WATCH_INTERVAL", "KERNEL_WATCH_IDLE", "KERNEL_WATCH_ALERT", "KERNEL_WATCH_AFTER_KUBELET_START",
-    "KERNEL_WATCH_AFTER_DRIFT",
+    "KERNEL_WATCH_AFTER_DRIFT", "GUARD_IDLE_INTERVAL",
 ]
 
 # Every FULL_RESYNC_EVERY-th timer resync reads every unit, pod slices and container scopes
@@ -81,6 +81,14 @@ KERNEL_WATCH_IDLE = 5.0
 KERNEL_WATCH_ALERT = 3600.0
 KERNEL_WATCH_AFTER_KUBELET_START = 120.0
 KERNEL_WATCH_AFTER_DRIFT = 10.0
+# The pressure guard (guard.py) reads its counters whenever the kernel notifies a change of the
+# protected slice's memory.events (cgroupfs.guard_notifier), and on a timer: every
+# pressureGuard.interval while it is engaged (its release is a matter of time) or while it has no
+# notifier (the file cannot be polled); otherwise every GUARD_IDLE_INTERVAL, which also serves to
+# look whether a config reload turned it on or the protected slice's file can be opened now.
+# Measured (bench/guard_cost.py): reading every 0.25 s for good costs about as much as the rest of
+# the idle daemon.
+GUARD_IDLE_INTERVAL = 5.0
 
 
 class Refresh(enum.IntEnum):
@@ -284,6 +292,14 @@ class Agenda:
     def watch_interval(self, now: float) -> float:
         """How long until the upper slices' cgroups are read again (see KERNEL_WATCH_INTERVAL)."""
         return KERNEL_WATCH_INTERVAL if now < self._close_until else KERNEL_WATCH_IDLE
+
+    @staticmethod
+    def guard_interval(enabled: bool, interval: float, engaged: bool, notified: bool = False) -> float:
+        """How long until the pressure guard reads its counters again, unless the kernel's
+        notification comes first (see GUARD_IDLE_INTERVAL)."""
+        if not enabled:
+            return 0.0 if engaged else GUARD_IDLE_INTERVAL  # turned off while engaged: clear it now
+        return interval if engaged or not notified else GUARD_IDLE_INTERVAL
 
     def in_doubt(self, now: float) -> bool:
         """Whether the cache may lack units systemd holds until the next full re-read: systemd is

@@ -24,6 +24,7 @@ from typing import Any, Mapping, NamedTuple
 import yaml
 
 from .documents import DocumentError, decode
+from .guard import GuardSettings
 from .naming import valid_slice_name
 from .quantity import QuantityError, parse_bytes, parse_quantity
 
@@ -101,6 +102,8 @@ class Config:
     # From the kubelet's config: its own MemoryQoS gate as featureGates sets it, None when it does
     # not (the kubelet's default applies: kubelet_gate.py). Two writers would fight.
     kubelet_memory_qos_gate: bool | None = None
+    # The BestEffort pressure guard (guard.py), off unless `pressureGuard: {enabled: true}`.
+    pressure_guard: GuardSettings = GuardSettings()
     # Where each planner value came from, for `check`/logs: key -> "default"|"kubelet"|"config".
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -369,6 +372,42 @@ def _map_fields(src, prefix, value: dict, fields: dict) -> dict:
     return out
 
 
+def _fraction(src, key, value, low=0.0, high=1.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not low < value <= high:
+        raise _fail(src, key, value, f"must be a number in ({low:g}, {high:g}]")
+    return float(value)
+
+
+def _count(src, key, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**9:
+        raise _fail(src, key, value, "must be a whole number of at least 1")
+    return value
+
+
+def _pressure_guard(src, key, value) -> GuardSettings:
+    if value is None:
+        return GuardSettings()
+    if not isinstance(value, dict):
+        raise _fail(src, key, value, "must be a map (enabled, interval, lowEvents, ...), or null")
+    fields = {
+        "enabled": ("enabled", lambda k, v: _bool(src, k, v)),
+        "interval": ("interval", lambda k, v: _duration(src, k, v, minimum=0.05, maximum=10)),
+        "lowEvents": ("low_events", lambda k, v: _count(src, k, v)),
+        "minBestEffort": ("min_besteffort", lambda k, v: _bytes(src, k, v)),
+        "step": ("step", lambda k, v: _fraction(src, k, v, 0, 0.9)),
+        "floor": ("floor", lambda k, v: _bytes(src, k, v)),
+        "releaseAfter": ("release_after", lambda k, v: _duration(src, k, v, minimum=0.05, maximum=3600)),
+        "releaseEvery": ("release_every", lambda k, v: _duration(src, k, v, minimum=0.05, maximum=3600)),
+        "releaseStep": ("release_step", lambda k, v: _fraction(src, k, v, 0, 10)),
+        "calmPressure": ("calm_pressure", lambda k, v: _fraction(src, k, v, 0, 1)),
+    }
+    out = _map_fields(src, key, value, fields)
+    if out.get("floor", 1 << 20) < 1 << 20:
+        raise _fail(src, f"{key}.floor", value.get("floor"), "must be at least 1Mi (a BestEffort slice needs room to run)")
+    return GuardSettings(**out)
+
+
 # key -> (dataclass attribute, checker). Planner keys first; all are also
 # KubeletConfiguration fields except hierarchy and protectionHeadroom.
 _PLANNER = {
@@ -390,6 +429,7 @@ _DAEMON = {
     "kubeletConfigFile": ("kubelet_config_file", _optional_path),
     "metrics": ("metrics", _metrics),
     "resyncInterval": ("resync_interval", lambda s, k, v: _duration(s, k, v, minimum=1)),
+    "pressureGuard": ("pressure_guard", _pressure_guard),
 }
 _KUBELET_KEYS = tuple(k for k in _PLANNER if k not in ("hierarchy", "protectionHeadroom"))
 

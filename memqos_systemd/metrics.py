@@ -245,6 +245,16 @@ class Metrics:
         self._holding = Gauge("memqos_holding", "1 while the daemon holds (sends only raising values: no pod"
                               " snapshot yet, or a suspect empty one); the reason is in the journal and"
                               " `status`", registry=r)
+        self._guard_actions = Counter("memqos_guard_actions",
+                                      "Pressure guard actions on the BestEffort QoS slice's MemoryHigh: lower (a"
+                                      " breach), raise (a release step), clear (back to the planner's value)",
+                                      ["action"], registry=r)
+        self._guard_high = Gauge("memqos_guard_besteffort_high_bytes",
+                                 "The pressure guard's MemoryHigh for the BestEffort QoS slice (+Inf: not engaged,"
+                                 " the planner's value)", registry=r)
+        self._guard_high.set(math.inf)
+        for action in ("lower", "raise", "clear"):
+            self._guard_actions.labels(action=action)
         r.register(_Dynamic(self))
         r.register(_Cgroups(self))
 
@@ -323,6 +333,12 @@ class Metrics:
         """memory.oom.group of a container scope put back to 1 (ok), or the write failed."""
         self._oom_group_restores.labels(result="ok" if ok else "error").inc()
 
+    def guard_action(self, action: str, high: int | None) -> None:
+        """The pressure guard changed the BestEffort slice's MemoryHigh to `high` (None: back to
+        the planner's infinity); action: lower | raise | clear."""
+        self._guard_actions.labels(action=action).inc()
+        self._guard_high.set(math.inf if high is None else _bytes_value(high))
+
     # ---------------------------------------------------------------- throttling
 
     def throttle_events(self, container_unit: str, high_count: int) -> None:
@@ -369,6 +385,7 @@ class NoMetrics:
     def signal_overflow(self) -> None: pass
     def foreign_write(self, unit: str) -> None: pass
     def oom_group_restored(self, ok: bool) -> None: pass
+    def guard_action(self, action: str, high: int | None) -> None: pass
     def throttle_events(self, container_unit: str, high_count: int) -> None: pass
     def forget_unit(self, unit: str) -> None: pass
 

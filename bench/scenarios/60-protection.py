@@ -192,12 +192,61 @@ async def converge(units, timeout=120):
 
 async def configure(bus, cfg):
     if cfg["daemon"]:
-        write_config(memoryReservationPolicy=cfg["policy"], hierarchy=cfg["hierarchy"])
+        extra = {"pressureGuard": {"enabled": "true", **cfg["guard"]}} if "guard" in cfg else {}
+        write_config(memoryReservationPolicy=cfg["policy"], hierarchy=cfg["hierarchy"], **extra)
         systemctl("restart", DAEMON)
     else:
         systemctl("stop", DAEMON)
         await bus.set_props([(u, {"MemoryMin": 0, "MemoryLow": 0}) for u in
                              ("kubepods.slice", "kubepods-burstable.slice", "kubepods-besteffort.slice")])
+
+
+BE_QOS = "kubepods-besteffort.slice"
+
+
+async def sample(samples, units, stop):
+    """Every 0.1 s: the B pod slice's and the Burstable QoS slice's `low` count, the BestEffort QoS
+    slice's memory.high and memory.current (what the guard reads and writes)."""
+    paths = {"b_low": (os.path.join(slice_dir(units["B"]["slice"]), "memory.events"), "low"),
+             "q_low": (os.path.join(slice_dir("kubepods-burstable.slice"), "memory.events"), "low")}
+    be = slice_dir(BE_QOS)
+    while not stop.is_set():
+        row = {"t": now()}
+        for k, (path, key) in paths.items():
+            row[k] = read_kv(path).get(key, 0)
+        row["be_high"] = read_int(os.path.join(be, "memory.high"))
+        row["be_cur"] = read_int(os.path.join(be, "memory.current"))
+        samples.append(row)
+        try:
+            await asyncio.wait_for(stop.wait(), 0.1)
+        except asyncio.TimeoutError:
+            pass
+
+
+def guard_actions():
+    try:
+        m = metrics()
+    except OSError:
+        return {}
+    return {a: metric_sum(m, "memqos_guard_actions_total", action=a) for a in ("lower", "raise", "clear")}
+
+
+def reaction(samples, t_p):
+    """From the samples: the first `low` event of B after the pressure began, the first time the
+    BestEffort slice's memory.high was below max, and what BestEffort held then and at the end."""
+    base = samples[0]["b_low"] if samples else 0
+    breach = next((r["t"] for r in samples if r["b_low"] > base), None)
+    act = next((r for r in samples if r["be_high"] is not None and r["be_high"] != UINT64_MAX), None)
+    out = {"breach_s": None if breach is None else breach - t_p, "action_s": None if act is None else act["t"] - t_p,
+           "min_be_high": min((r["be_high"] for r in samples if r["be_high"] is not None), default=None)}
+    if act is not None and samples:
+        first, last = samples[0], samples[-1]
+        out["be_at_action_mib"] = act["be_cur"] / MIB
+        out["be_end_mib"] = last["be_cur"] / MIB
+        out["be_rate_before_mib_s"] = (act["be_cur"] - first["be_cur"]) / MIB / max(act["t"] - first["t"], 1e-3)
+        out["be_rate_after_mib_s"] = (last["be_cur"] - act["be_cur"]) / MIB / max(last["t"] - act["t"], 1e-3)
+        out["b_low_at_action"] = act["b_low"] - base
+    return out
 
 
 async def one_run(bus, cfg, pressure):
@@ -248,6 +297,11 @@ async def one_run(bus, cfg, pressure):
     ev0 = {k: events(units[k]["slice"]) for k in ("G", "B", "B2", "BE")}
     kmsg0 = len(kmsg_lines())
     free0 = meminfo_kib()
+    guard0 = guard_actions() if cfg["daemon"] else {}
+    pid = daemon_pid() if cfg["daemon"] else 0
+    cpu0 = cpu_seconds(pid) if pid else None
+    samples, stop_sampling = [], asyncio.Event()
+    sampler = asyncio.create_task(sample(samples, units, stop_sampling))
     # the neighbour
     hog_json = os.path.join(CTL, "BE.json")
     stream = ["bash", "-c", f"while [ ! -e {CTL}/go2 ]; do sleep 0.05; done; "
@@ -260,22 +314,41 @@ async def one_run(bus, cfg, pressure):
         hold = 3 if pressure == "anon" else 3600
         hog_procs.append(spawn([PY, WS, "--ctl", CTL, "--name", "BE", "--hog-anon", str(target), "--hold", str(hold),
                                 "--oom-score-adj", "1000", "--go", "go2"]))
-    await start_scope(bus, units["BE"]["slice"], cid_of(be), [p.pid for p in hog_procs])
+    if hog_procs:
+        await start_scope(bus, units["BE"]["slice"], cid_of(be), [p.pid for p in hog_procs])
     t_p = now()
     open(os.path.join(CTL, "go2"), "w").close()
-    if pressure == "mix":
+    timeout = cfg.get("timeouts", {}).get(pressure, P["pressure_timeout_s"])
+    if pressure == "none":
+        await asyncio.sleep(P["idle_s"])  # no neighbour: does anything act?
+    elif pressure == "mix":
         # the allocator holds its memory until the stream is done
-        deadline = now() + P["pressure_timeout_s"]
+        deadline = now() + timeout
         while now() < deadline and hog_procs[0].poll() is None:
             await asyncio.sleep(0.2)
         for p in hog_procs[1:]:
             if p.poll() is None:
                 p.kill()
     else:
-        deadline = now() + P["pressure_timeout_s"]
+        deadline = now() + timeout
         while now() < deadline and any(p.poll() is None for p in hog_procs):
             await asyncio.sleep(0.2)
     run["pressure_s"] = now() - t_p
+    run["timed_out"] = any(p.poll() is None for p in hog_procs)
+    stop_sampling.set()
+    await sampler
+    if cpu0 is not None:
+        try:
+            run["daemon_cpu_s"] = cpu_seconds(pid) - cpu0
+        except OSError:  # the daemon was restarted meanwhile (its watchdog, under memory pressure)
+            run["daemon_restarted"] = True
+    if cfg["daemon"]:
+        g1 = guard_actions()
+        run["guard_actions"] = {a: g1.get(a, 0) - guard0.get(a, 0) for a in g1}
+        run["guard_log"] = [(round(t - t_p, 3), m) for t, m in journal_since(DAEMON, t_p - 1)
+                            if m.startswith("pressure guard:")][:40]
+    run["reaction"] = reaction(samples, t_p)
+    run["samples"] = samples[:: max(1, len(samples) // 300)]
     run["hog_exit"] = [p.poll() for p in hog_procs]
     try:
         run["hog"] = json.load(open(hog_json))
@@ -411,7 +484,9 @@ async def main():
     systemctl("start", "kubelet.service")
     for cfg in P["configs"]:
         await configure(bus, cfg)
-        for pressure in [x for x in P["pressures"] if x in cfg.get("pressures", P["pressures"])]:
+        for i, pressure in enumerate([x for x in P["pressures"] if x in cfg.get("pressures", P["default_pressures"])]):
+            if "guard" in cfg and i:
+                await configure(bus, cfg)  # a fresh guard for every run (the last one's may still be engaged)
             try:
                 OUT["runs"].append(await one_run(bus, cfg, pressure))
             except Exception as e:  # keep the other runs

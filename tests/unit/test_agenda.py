@@ -351,3 +351,18 @@ def test_a_drift_in_the_kernel_re_reads_the_upper_slices_from_systemd_and_watche
     assert s.a.due(1.0) == Due(refresh=Refresh.LIGHT)
     assert s.a.watch_interval(2.0) == agenda_mod.KERNEL_WATCH_INTERVAL
     assert s.a.watch_interval(1.0 + agenda_mod.KERNEL_WATCH_AFTER_DRIFT) == agenda_mod.KERNEL_WATCH_IDLE
+
+
+@pytest.mark.parametrize("enabled, engaged, want", [
+    (True, False, 0.25),  # on, no notifier: its interval
+    (True, True, 0.25),
+    (False, False, agenda_mod.GUARD_IDLE_INTERVAL),  # off: only look whether a reload turned it on
+    (False, True, 0.0),  # turned off while engaged: clear it at once
+])
+def test_guard_interval(enabled, engaged, want):
+    assert Agenda.guard_interval(enabled, 0.25, engaged) == want
+
+
+def test_guard_interval_with_the_kernels_notification():
+    assert Agenda.guard_interval(True, 0.25, False, notified=True) == agenda_mod.GUARD_IDLE_INTERVAL  # events wake it
+    assert Agenda.guard_interval(True, 0.25, True, notified=True) == 0.25  # engaged: the release is a matter of time

@@ -17,6 +17,7 @@ import yaml
 
 from memqos_systemd import config
 from memqos_systemd.config import Config, KubeletSource, MetricsConfig, load_config, parse_config
+from memqos_systemd.guard import GuardSettings
 
 
 def _shipped() -> Path:
@@ -75,7 +76,7 @@ def _mentioned(text: str) -> tuple[set[str], dict[str, set[str]]]:
     """Top-level keys and, per block, nested keys written as settings (live or commented)."""
     doc = yaml.safe_load(_uncommented(text))
     top = set(doc)
-    nested = {k: set(v) for k, v in doc.items() if isinstance(v, dict) and k in ("kubelet", "metrics")}
+    nested = {k: set(v) for k, v in doc.items() if isinstance(v, dict) and k in ("kubelet", "metrics", "pressureGuard")}
     return top, nested
 
 
@@ -113,7 +114,8 @@ def test_names_every_top_level_key_config_py_knows():
     assert top - known == set(), "keys in the shipped file that config.py does not know"
 
 
-@pytest.mark.parametrize("block, record", [("kubelet", KubeletSource), ("metrics", MetricsConfig)])
+@pytest.mark.parametrize("block, record", [("kubelet", KubeletSource), ("metrics", MetricsConfig),
+                                           ("pressureGuard", GuardSettings)])
 def test_names_every_nested_key_config_py_knows(block, record):
     _, nested = _mentioned(_text())
     fields = {_norm(f.name) for f in dataclasses.fields(record)}

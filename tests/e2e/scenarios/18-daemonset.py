@@ -50,6 +50,7 @@ READYZ = "http://127.0.0.1:9759/readyz"
 NAME = "memqos-ds"
 
 # --- the node: the sample pods on the TLS kubelet stand-in, the service stopped and reset ------
+kubelet_start([], timeout=120)  # run alone, its first start makes kubelet.crt (openssl: 40 s under TCG)
 units = start_sample_node(sample_pods())
 pause_memqos()
 p = subprocess.run(["memqos-systemd", "reset"], capture_output=True, text=True)

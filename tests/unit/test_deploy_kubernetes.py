@@ -195,7 +195,7 @@ def test_podman_runs_the_image_with_the_daemonsets_mounts_user_and_capabilities(
     sources = podspec.volume_sources(pod, provided)
     assert vols == sorted(f"{sources[m['name']]}:{m['mountPath']}:{'ro' if m.get('readOnly') else 'rw'}"
                           for m in ctr["volumeMounts"])
-    assert {"--network=host", "--user=0:0", "--cap-drop=all", "--security-opt=no-new-privileges",
+    assert {"--network=host", "--uts=host", "--user=0:0", "--cap-drop=all", "--security-opt=no-new-privileges",
             "--read-only", "--read-only-tmpfs=false", "--memory=128m"} <= set(args)
     assert not any(a.startswith(("--privileged", "--cap-add")) for a in args)
 

@@ -69,7 +69,9 @@ def run_args(pod: dict, container: dict, image: str, provided: dict[str, str]) -
     sources = volume_sources(pod, provided)
     args = []
     if pod.get("hostNetwork"):
-        args.append("--network=host")
+        # The node's network and, as the CRI runtimes give a hostNetwork pod, its UTS namespace:
+        # the node's hostname (the name the kubelet's self-signed certificate holds).
+        args += ["--network=host", "--uts=host"]
     if "terminationGracePeriodSeconds" in pod:
         args.append(f"--stop-timeout={pod['terminationGracePeriodSeconds']}")
     sc = container.get("securityContext", {})

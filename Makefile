@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 EXAMPLE_ARGS := --pods examples/pods.json --config examples/config.yaml --node-memory 16Gi
 
-.PHONY: demo test test-unit test-integration test-e2e deb bench clean deps-runtime deps-test
+.PHONY: demo test test-unit test-integration test-e2e deb image bench clean deps-runtime deps-test
 
 # The main job: show the plan for an example node.
 demo: $(VENV)/.installed
@@ -14,31 +14,45 @@ demo: $(VENV)/.installed
 
 # The whole test suite: unit, integration (private dbus-daemon), e2e (real systemd in qemu).
 # About 25 minutes, as root; the e2e part prints a line per finished scenario as the VM runs.
-test: $(VENV)/.installed deps-test
-	scripts/install-deps.sh deb e2e
+test: $(VENV)/.installed deps-test $(VENV)/.pypi-test
+	scripts/install-deps.sh deb e2e image
 	DEB_BUILD_OPTIONS=nocheck $(MAKE) deb   # the suite below runs the package's tests anyway
+	scripts/build-image.sh                  # the DaemonSet's image, from that .deb (e2e 18-daemonset)
 	$(PY) -m pytest tests -v -ra
 
-test-unit: $(VENV)/.installed deps-test
+test-unit: $(VENV)/.installed deps-test $(VENV)/.pypi-test
 	$(PY) -m pytest tests/unit -q
 
 test-integration: $(VENV)/.installed deps-test
 	$(PY) -m pytest tests/integration -q
 
 test-e2e: $(VENV)/.installed deps-test
-	scripts/install-deps.sh deb e2e
+	scripts/install-deps.sh deb e2e image
 	DEB_BUILD_OPTIONS=nocheck $(MAKE) deb
+	scripts/build-image.sh
 	$(PY) -m pytest tests/e2e -v -ra
 
 deb:
 	scripts/install-deps.sh deb
 	scripts/build-deb.sh
 
+# The DaemonSet's OCI image (deploy/kubernetes/, docs/DEPLOY.md), built from the .deb:
+# build/image/memqos-systemd_<version>.oci.tar.
+image: deb
+	scripts/install-deps.sh image
+	scripts/build-image.sh
+
 deps-runtime:
 	scripts/install-deps.sh runtime
 
 deps-test:
 	scripts/install-deps.sh test
+
+# The one test tool Debian does not package: the Kubernetes API schema validator, into the
+# venv only (tests/unit/test_deploy_kubernetes.py).
+$(VENV)/.pypi-test: tests/requirements-pypi.txt $(VENV)/.installed
+	$(PY) -m pip install --quiet --disable-pip-version-check -r tests/requirements-pypi.txt
+	touch $@
 
 $(VENV)/.installed: pyproject.toml
 	scripts/install-deps.sh runtime

@@ -513,6 +513,7 @@ class Daemon:
         if not self.ready:
             self.ready = True
             self.notifier.ready(status)
+            self.out.metrics.set_ready()
             log.info("ready: %s", status)
         else:
             self.notifier.status(status)

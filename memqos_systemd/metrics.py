@@ -12,6 +12,7 @@ tests and a reloaded daemon can each have their own. The daemon calls:
     m.throttle_events(scope_unit, memory_events["high"])
     m.set_plan(plan, cgroupfs)            # with the cgroups: the pod and QoS slice series
     m.round_state(drifted, holding)       # after every round
+    m.set_ready()                         # first reconcile applied: /readyz turns 200
     server = m.serve(config.metrics.listen); ...; server.close()
 
 The pod and QoS slices' memory.events, memory.pressure and memory.current are read at each
@@ -210,6 +211,7 @@ class Metrics:
         self._throttle: dict[str, float] = {}
         self._last_success: float | None = None
         self._cgroups: tuple | None = None  # _cgroup_view of the plan shown, with its cgroups
+        self._ready = False
         r = self.registry
         self._build = Gauge("memqos_build_info", "memqos-systemd build information", ["version"], registry=r)
         self._build.labels(version=version).set(1)
@@ -355,15 +357,31 @@ class Metrics:
 
     # ---------------------------------------------------------------- serving
 
+    def set_ready(self) -> None:
+        """The first reconcile is applied: /readyz answers 200 from now on (a DaemonSet's
+        readiness probe, so a rolling update waits for each node to be protected again)."""
+        self._ready = True
+
     def render(self) -> bytes:
         from prometheus_client import generate_latest
         return generate_latest(self.registry)
 
     def serve(self, listen: str) -> "MetricsServer":
-        """Serve /metrics on HOST:PORT (port 0: any free port; see .port). Binds exactly what is
-        given; the config's default is 127.0.0.1:9759. Raises OSError if it cannot bind."""
+        """Serve /metrics, and /readyz (503 until `set_ready`, then 200), on HOST:PORT (port 0:
+        any free port; see .port). Binds exactly what is given; the config's default is
+        127.0.0.1:9759. Raises OSError if it cannot bind."""
         host, port = parse_listen(listen)
-        server = MetricsServer(self.registry, host, port)
+        metrics_app = make_wsgi_app(self.registry)
+
+        def app(environ, start_response):
+            if environ.get("PATH_INFO") == "/readyz":
+                ok = self._ready
+                start_response("200 OK" if ok else "503 Service Unavailable",
+                               [("Content-Type", "text/plain; charset=utf-8")])
+                return [b"ready\n" if ok else b"not ready: first reconcile not applied yet\n"]
+            return metrics_app(environ, start_response)
+
+        server = MetricsServer(app, host, port)
         if not _is_loopback(host):
             log.warning("metrics: serving on %s, which is not a loopback address (as configured)", listen)
         return server
@@ -376,6 +394,7 @@ class NoMetrics:
 
     def set_plan(self, plan: Any, cgroupfs: Any = None) -> None: pass
     def round_state(self, drifted: int, holding: bool) -> None: pass
+    def set_ready(self) -> None: pass
     def observe_reconcile(self, seconds: float, changes: int) -> None: pass
     def dbus_call(self, method: str, result: str) -> None: pass
     def source_success(self, fetched_at: float | None = None) -> None: pass
@@ -426,7 +445,8 @@ class MetricsServer:
     was 1.5 CPU s per hour on an idle node, 40 % of the daemon's idle goal (bench/idle_profile.py).
     """
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int):
+    def __init__(self, app: Callable, host: str, port: int):
+        """Serve the WSGI `app` (`Metrics.serve` builds it) on HOST:PORT."""
         family = socket.AF_INET
         try:
             infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -437,7 +457,7 @@ class MetricsServer:
         class Server(_ThreadingServer):
             address_family = family
 
-        self._httpd = make_server(host, port, make_wsgi_app(registry), Server, handler_class=_SilentHandler)
+        self._httpd = make_server(host, port, app, Server, handler_class=_SilentHandler)
         self.host = host
         self.port = self._httpd.server_address[1]
         self._wake_r, self._wake_w = socket.socketpair()

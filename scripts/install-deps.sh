@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Install the Debian packages a job needs, only those missing, so a fresh
 # Debian bookworm machine can run `make demo` / `make test` / `make deb`.
-#   scripts/install-deps.sh runtime|test|deb|e2e ...
+#   scripts/install-deps.sh runtime|test|deb|e2e|image ...
 set -euo pipefail
 
 runtime=(python3 python3-venv python3-setuptools python3-dbus-next python3-pyudev python3-yaml python3-prometheus-client)
-test=(python3-pytest python3-hypothesis dbus openssl)
+test=(python3-pytest python3-hypothesis python3-jsonpatch dbus openssl)
 deb=(build-essential debhelper dh-python pybuild-plugin-pyproject python3-all lintian fakeroot)
 e2e=(qemu-system-x86 qemu-utils debootstrap e2fsprogs)
+image=(mmdebstrap umoci)
 
 want=()
 for group in "$@"; do
@@ -16,7 +17,8 @@ for group in "$@"; do
     test) want+=("${runtime[@]}" "${test[@]}") ;;
     deb) want+=("${runtime[@]}" "${test[@]}" "${deb[@]}") ;;
     e2e) want+=("${e2e[@]}") ;;
-    *) echo "install-deps: unknown group '$group' (runtime, test, deb, e2e)" >&2; exit 2 ;;
+    image) want+=("${image[@]}") ;;
+    *) echo "install-deps: unknown group '$group' (runtime, test, deb, e2e, image)" >&2; exit 2 ;;
   esac
 done
 

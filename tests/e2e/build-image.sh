@@ -19,15 +19,7 @@ root_size=${MEMQOS_E2E_ROOT_SIZE:-4G}
 
 log() { echo "build-image: $*" >&2; }
 
-default_mirror() {
-  # Use the mirror this host already uses for Debian, so the build works wherever apt works.
-  local m=
-  if [ -r /etc/apt/sources.list.d/debian.sources ]; then
-    m=$(awk '/^URIs:/ && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)
-  fi
-  echo "${m:-http://deb.debian.org/debian}"
-}
-mirror=${MEMQOS_E2E_MIRROR:-$(default_mirror)}
+mirror=${MEMQOS_E2E_MIRROR:-$("$here/../../scripts/debian-mirror")}
 security_mirror=${MEMQOS_E2E_SECURITY_MIRROR:-${mirror%/debian}/debian-security}
 
 compute_key() {

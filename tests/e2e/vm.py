@@ -114,6 +114,20 @@ def build_payload(dest, scenarios=None, debs=None, repo=REPO, default_timeout=No
         os.makedirs(os.path.join(dest, "debs"), exist_ok=True)
         for deb in debs:
             shutil.copy(deb, os.path.join(dest, "debs"))
+    # The DaemonSet route (18-daemonset): the image `make image` built from the .deb, and the
+    # manifests rendered as `kubectl apply -k` would (tests/manifests.py), as JSON for the guest.
+    image_dir = os.path.join(repo, "build", "image")
+    images = sorted(f for f in os.listdir(image_dir) if f.endswith(".oci.tar")) if os.path.isdir(image_dir) else []
+    if images and os.path.isdir(os.path.join(repo, "deploy", "kubernetes")):
+        os.makedirs(os.path.join(dest, "images"), exist_ok=True)
+        shutil.copy(os.path.join(image_dir, images[-1]), os.path.join(dest, "images"))
+        sys.path.insert(0, os.path.join(repo, "tests"))
+        import manifests
+
+        os.makedirs(os.path.join(dest, "deploy"), exist_ok=True)
+        for d in ("kubernetes", "kubernetes-uninstall"):
+            with open(os.path.join(dest, "deploy", d + ".json"), "w") as f:
+                json.dump(manifests.render(os.path.join(repo, "deploy", d)), f, indent=1)
     for src, name in ((os.path.join(repo, "examples"), "examples"),
                       (os.path.join(repo, "memqos_systemd"), "src/memqos_systemd")):
         if os.path.isdir(src):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import socket
+import urllib.error
 import urllib.request
 
 import pytest
@@ -143,3 +144,16 @@ def test_non_loopback_is_bound_as_configured_with_a_warning(metrics, caplog):
     srv = metrics.serve_for_test("0.0.0.0:0")
     assert "not a loopback address" in caplog.text
     assert get(f"http://127.0.0.1:{srv.port}/metrics")[0] == 200
+
+
+def test_readyz_is_503_until_set_ready_then_200(metrics):
+    srv = metrics.serve_for_test()
+    url = f"http://127.0.0.1:{srv.port}/readyz"
+    with pytest.raises(urllib.error.HTTPError) as e:
+        get(url)
+    assert e.value.code == 503
+    assert b"not ready" in e.value.read()
+    metrics.set_ready()
+    status, ctype, body = get(url)
+    assert (status, body) == (200, "ready\n") and ctype.startswith("text/plain")
+    assert get(srv.url)[0] == 200  # /metrics is still served beside it

@@ -13,6 +13,8 @@ no plan (`reset`), a search of the kubepods tree finds. What is read there:
 * memory.min/low/high (`read_cgroup_memory`, `Cgroupfs.kernel_values`, `Cgroupfs.shows`): what
   systemd applied, page-rounded by the kernel.
 * memory.events (`read_events_file`, `Cgroupfs.container_events`): the throttling metric.
+* memory.events, memory.pressure and memory.current of the pod and QoS slices
+  (`read_memory_events`, `read_pressure`, `read_value`): read by metrics.py at each scrape.
 * memory.swap.max and memory.oom.group (`Cgroupfs.runtime_settings`): see below.
 
 Why that file
@@ -51,7 +53,7 @@ from .quantity import UINT64_MAX
 __all__ = [
     "Cgroupfs", "RuntimeSettings", "INVOCATION_XATTRS", "ROOT", "cgroup_path", "plan_cgroup_paths",
     "dir_of_control_group", "read_value", "read_invocation_id", "read_cgroup_memory", "read_events_file",
-    "read_memory_events",
+    "read_memory_events", "read_pressure",
 ]
 
 ROOT = Path("/sys/fs/cgroup")
@@ -102,8 +104,11 @@ def dir_of_control_group(control_group: str | None, root: str | os.PathLike = RO
 def read_value(path: str | os.PathLike) -> int | None:
     """A one-number cgroup file ("max" is UINT64_MAX); None when absent or not a number."""
     try:
-        with open(path, "rb") as f:
-            text = f.read(_MAX_FILE_BYTES).strip()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # plain os calls: read at every scrape
+        try:
+            text = os.read(fd, _MAX_FILE_BYTES).strip()
+        finally:
+            os.close(fd)
     except OSError:
         return None
     if text == b"max":
@@ -178,6 +183,35 @@ def read_events_file(path: str | os.PathLike, limit: int = 64 * 1024) -> dict[st
 def read_memory_events(cgroup_dir: str | os.PathLike, name: str = "memory.events") -> dict[str, int]:
     """`memory.events` (or memory.events.local) of a cgroup directory (read_events_file)."""
     return read_events_file(os.path.join(cgroup_dir, name))
+
+
+def read_pressure(cgroup_dir: str | os.PathLike, name: str = "memory.pressure") -> dict[str, dict[str, float]]:
+    """PSI of a cgroup (`memory.pressure`): {"some": {"avg10": %, "avg60": %, "avg300": %,
+    "total": seconds}, "full": {...}} (the kernel's `total=` is microseconds). {} when the
+    cgroup is gone or the kernel keeps no PSI (psi=0: the file is absent, or reading it fails
+    with EOPNOTSUPP); malformed fields are skipped."""
+    path = os.path.join(cgroup_dir, name)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            raw = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+    except OSError:
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for line in raw.decode("ascii", "replace").splitlines():
+        kind, *fields = line.split()
+        values = {}
+        for f in fields:
+            key, _, value = f.partition("=")
+            try:
+                values[key] = int(value) / 1e6 if key == "total" else float(value)
+            except ValueError:
+                continue
+        if kind in ("some", "full") and "total" in values:
+            out[kind] = values
+    return out
 
 
 def kernel_shows(kernel: Mapping[str, int], held: Mapping[str, int], page_size: int) -> bool:

@@ -390,14 +390,16 @@ class Daemon:
         outcome = await self._read_and_diff(desired)
         if outcome is None:
             return
-        changes, generation = outcome
+        changes, generation, held = outcome
         was = {c.unit: self.applier.observed.get(c.unit) for c in changes}
         result = await self.applier.apply(changes)
         if changes:
             log.info("reconcile: %s", summarize(result, name_changes(result.applied, was)))
         if self._shown_plan is not desired:
-            self.out.metrics.set_plan(desired)
+            self.out.metrics.set_plan(desired, self.out.cgroupfs)
             self._shown_plan = desired
+        done = {c.unit for c in result.applied} | {c.unit for c in result.vanished}
+        self.out.metrics.round_state(len(held | ({c.unit for c in changes} - done)), self.intake.holding is not None)
         self.out.metrics.observe_reconcile(self.out.clock() - started, len(result.applied))
         self.reserved.settle(lambda name: self.applier.observed.get(name) in (None, DEFAULTS))
         self.reserved.keep(self.naming.reserved_slices())
@@ -410,9 +412,9 @@ class Daemon:
             self._settled = settled
         self._report(desired)
 
-    async def _read_and_diff(self, desired: Plan) -> tuple[list[Change], int] | None:
-        """Read what this round needs from systemd, then the changes to send and the cache
-        generation they were computed from; None when the round is dropped (the cache came into
+    async def _read_and_diff(self, desired: Plan) -> tuple[list[Change], int, set[str]] | None:
+        """Read what this round needs from systemd, then the changes to send, the cache
+        generation they were computed from and the units held back; None when the round is dropped (the cache came into
         doubt while it read)."""
         # Taken before awaiting: a UnitNew or JobRemoved that arrives while we read stays queued.
         new, started = self.agenda.take_units()
@@ -444,21 +446,22 @@ class Daemon:
         # The diff again only if the reads changed the cache (a burst's rounds read nothing).
         changes, held = before if generation == read_from else self._changes(desired)
         if self.intake.holding is not None:
-            self._warn_once("holding", [f"holding ({self.intake.holding}): {held} change(s) that would"
+            self._warn_once("holding", [f"holding ({self.intake.holding}): changes of {len(held)} unit(s) that would"
                                         f" lower a protection or move a MemoryHigh not sent"] if held else [])
-        return changes, generation
+        return changes, generation, held
 
-    def _changes(self, desired: Plan) -> tuple[list[Change], int]:
-        """The changes to send (only raising ones while holding), and how many were held back."""
+    def _changes(self, desired: Plan) -> tuple[list[Change], set[str]]:
+        """The changes to send (only raising ones while holding), and the units held back."""
         observed = self.applier.observed  # read only; a unit it lacks is not loaded (diff)
         if self.intake.holding is not None:
             # Values not read cannot be compared: such units are left as they are while holding.
             observed = {n: (None if v is UNREAD else v) for n, v in observed.items()}
         changes = diff(desired, observed, self.naming, retired=self.reserved.retired)
         if self.intake.holding is None:
-            return one_write_per_container(changes), 0
+            return one_write_per_container(changes), set()
         sent = grow_only(changes)
-        return sent, len(changes) - len(sent)
+        whole = {(c.unit, c.direction, tuple(c.props.items())) for c in sent}
+        return sent, {c.unit for c in changes if (c.unit, c.direction, tuple(c.props.items())) not in whole}
 
     def _report(self, desired: Plan) -> None:
         """Ready (the first time) or the status line, to systemd."""

@@ -10,6 +10,13 @@ tests and a reloaded daemon can each have their own. The daemon calls:
     m.source_ok(snapshot) / m.source_error(err.kind)   # SourceError.kind
     m.config_reload(ok)
     m.throttle_events(scope_unit, memory_events["high"])
+    m.set_plan(plan, cgroupfs)            # with the cgroups: the pod and QoS slice series
+    m.round_state(drifted, holding)       # after every round
+
+The pod and QoS slices' memory.events, memory.pressure and memory.current are read at each
+scrape (`_Cgroups`, through cgroupfs.py), never in between: no scraper, no reads (see
+docs/BENCHMARKS.md, "Protection signals"). A pod's series go when the plan drops the pod or its
+cgroup is gone.
     server = m.serve(config.metrics.listen); ...; server.close()
 
 Values that are replaced wholesale (the plan's units, the throttle counts, the
@@ -34,6 +41,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from . import __version__
+from .cgroupfs import read_memory_events, read_pressure, read_value
 from .quantity import UINT64_MAX
 
 __all__ = ["Metrics", "NoMetrics", "MetricsServer", "parse_listen", "QOS_CLASSES"]
@@ -43,6 +51,8 @@ log = logging.getLogger(__name__)
 QOS_CLASSES = ("Guaranteed", "Burstable", "BestEffort")
 _PROPERTIES = (("MemoryMin", "memory_min"), ("MemoryLow", "memory_low"), ("MemoryHigh", "memory_high"))
 # Reconciles are a handful of D-Bus calls: milliseconds normally, seconds when systemd is slow.
+# memory.events keys exported per pod (the kernel's file also has oom_group_kill on newer kernels).
+_POD_EVENTS = ("low", "high", "max", "oom", "oom_kill")
 _RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -107,6 +117,77 @@ class _Dynamic:
                                     value=max(0.0, o._clock() - last))
 
 
+class _Cgroups:
+    """Collector for the pod and QoS slices' kernel signals, read from their cgroups at each scrape."""
+
+    def __init__(self, owner: "Metrics"):
+        self._owner = owner
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        view = self._owner._cgroups
+        if view is None:
+            return
+        pods, qos_slices = view
+        pod_labels = ["namespace", "pod", "qos_class"]
+        events = CounterMetricFamily("memqos_pod_memory_events",
+                                     "memory.events of a pod slice: low = reclaimed below its memory.low (soft"
+                                     " protection breached), high, max, oom, oom_kill", labels=pod_labels + ["event"])
+        pressure = CounterMetricFamily("memqos_pod_memory_pressure_seconds",
+                                       "memory.pressure total of a pod slice (PSI): time some or all of its tasks"
+                                       " stalled on memory", labels=pod_labels + ["kind"])
+        usage = GaugeMetricFamily("memqos_pod_memory_usage_bytes", "memory.current of a pod slice", labels=pod_labels)
+        protected = GaugeMetricFamily("memqos_pod_memory_protected_bytes",
+                                      "What the plan protects of a pod slice: MemoryMin (min) and MemoryLow (low)",
+                                      labels=pod_labels + ["kind"])
+        for namespace, pod, qos, where, memory_min, memory_low in pods:
+            labels = [namespace, pod, qos]
+            try:
+                counts = read_memory_events(where)
+            except OSError:
+                counts = {}
+            if not counts:
+                continue  # the cgroup is gone (or not made yet): no series for it
+            protected.add_metric(labels + ["min"], memory_min)
+            protected.add_metric(labels + ["low"], memory_low)
+            for event in _POD_EVENTS:
+                if event in counts:
+                    events.add_metric(labels + [event], counts[event])
+            current = read_value(where + "/memory.current")
+            if current is not None:
+                usage.add_metric(labels, current)
+            stalls = read_pressure(where)
+            for kind in ("some", "full"):
+                if kind in stalls:
+                    pressure.add_metric(labels + [kind], stalls[kind]["total"])
+        yield from (events, pressure, usage, protected)
+        qos_pressure = CounterMetricFamily("memqos_qos_memory_pressure_seconds",
+                                           "memory.pressure total of a QoS slice, and of kubepods.slice as"
+                                           " qos_class=\"all\"", labels=["qos_class", "kind"])
+        for qos, where in qos_slices:
+            stalls = read_pressure(where)
+            for kind in ("some", "full"):
+                if kind in stalls:
+                    qos_pressure.add_metric([qos, kind], stalls[kind]["total"])
+        yield qos_pressure
+
+
+def _cgroup_view(plan: Any, cgroupfs: Any) -> tuple:
+    """(pods: (namespace, pod, QoS class, cgroup dir, MemoryMin, MemoryLow), QoS slices: (class, dir))."""
+    pods, qos_slices = [], []
+    node = plan.node_unit().unit
+    for u in plan.units:
+        if u.level == "pod":
+            namespace, _, name = (u.pod or "/").partition("/")
+            pods.append((namespace, name, _qos_of(u), str(cgroupfs.dir_of(u.unit)), u.memory_min, u.memory_low))
+        elif u.level == "qos" or u.unit == node:
+            qos = "all" if u.unit == node else "BestEffort" if u.unit.endswith("-besteffort.slice") else "Burstable"
+            qos_slices.append((qos, str(cgroupfs.dir_of(u.unit))))
+    return tuple(pods), tuple(qos_slices)
+
+
 class Metrics:
     """All metrics of one daemon, on a private registry."""
 
@@ -118,6 +199,7 @@ class Metrics:
         self._plan_view: tuple | None = None
         self._throttle: dict[str, float] = {}
         self._last_success: float | None = None
+        self._cgroups: tuple | None = None  # _cgroup_view of the plan shown, with its cgroups
         r = self.registry
         self._build = Gauge("memqos_build_info", "memqos-systemd build information", ["version"], registry=r)
         self._build.labels(version=version).set(1)
@@ -147,13 +229,23 @@ class Metrics:
                                            "memory.oom.group put back to the runtime's 1 after systemd re-applied a"
                                            " container scope's settings (a write of ours, a daemon-reload), by result",
                                            ["result"], registry=r)
+        self._drifted = Gauge("memqos_units_drifted", "Units whose values differ from the plan after the last"
+                              " round: held back while holding, a write that failed or is still to come",
+                              registry=r)
+        self._holding = Gauge("memqos_holding", "1 while the daemon holds (sends only raising values: no pod"
+                              " snapshot yet, or a suspect empty one); the reason is in the journal and"
+                              " `status`", registry=r)
         r.register(_Dynamic(self))
+        r.register(_Cgroups(self))
 
     # ---------------------------------------------------------------- plan
 
-    def set_plan(self, plan: Any) -> None:
+    def set_plan(self, plan: Any, cgroupfs: Any = None) -> None:
         """Desired values of every planned unit; node min/low; pods by QoS class.
-        Throttle counts of containers no longer in the plan are dropped."""
+        Throttle counts of containers no longer in the plan are dropped. With `cgroupfs`
+        (cgroupfs.Cgroupfs: where the slices are), each scrape also reads the pod and QoS slices'
+        memory.events, memory.pressure and memory.current."""
+        self._cgroups = None if cgroupfs is None else _cgroup_view(plan, cgroupfs)
         units = []
         qos_counts = {q: 0 for q in QOS_CLASSES}
         containers = set()
@@ -169,6 +261,11 @@ class Metrics:
                            float(plan.allocatable), qos_counts, len(plan.warnings))
         if any(unit not in containers for unit in self._throttle):
             self._throttle = {k: v for k, v in self._throttle.items() if k in containers}
+
+    def round_state(self, drifted: int, holding: bool) -> None:
+        """After a round: how many units differ from the plan, and whether the daemon holds."""
+        self._drifted.set(drifted)
+        self._holding.set(1 if holding else 0)
 
     # ---------------------------------------------------------------- reconcile / D-Bus
 
@@ -251,7 +348,8 @@ class NoMetrics:
     `Metrics`, each doing nothing, so no caller asks `if metrics:` (a null object, as the
     kubelet's qosContainerManagerNoop). tests/unit/test_metrics.py keeps the two in step."""
 
-    def set_plan(self, plan: Any) -> None: pass
+    def set_plan(self, plan: Any, cgroupfs: Any = None) -> None: pass
+    def round_state(self, drifted: int, holding: bool) -> None: pass
     def observe_reconcile(self, seconds: float, changes: int) -> None: pass
     def dbus_call(self, method: str, result: str) -> None: pass
     def source_success(self, fetched_at: float | None = None) -> None: pass

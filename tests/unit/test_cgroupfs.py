@@ -10,6 +10,7 @@ import pytest
 from memqos_systemd import cgroupfs
 from memqos_systemd.cgroupfs import (
     Cgroupfs, cgroup_path, dir_of_control_group, kernel_shows, plan_cgroup_paths, read_memory_events,
+    read_pressure, read_value,
 )
 from memqos_systemd.quantity import UINT64_MAX
 
@@ -41,6 +42,27 @@ def test_read_memory_events_gone_and_garbage(tmp_path):
     assert read_memory_events(tmp_path / "vanished.scope") == {}
     (tmp_path / "memory.events").write_text("high x\nweird\nmax 2\n")
     assert read_memory_events(tmp_path) == {"max": 2}
+
+
+def test_read_pressure(tmp_path):
+    (tmp_path / "memory.pressure").write_text("some avg10=1.50 avg60=0.20 avg300=0.00 total=2500000\n"
+                                              "full avg10=0.75 avg60=0.10 avg300=0.00 total=1250001\n")
+    p = read_pressure(tmp_path)
+    assert p["some"] == {"avg10": 1.5, "avg60": 0.2, "avg300": 0.0, "total": 2.5}
+    assert p["full"]["avg10"] == 0.75 and p["full"]["total"] == 1.250001
+    # No PSI (psi=0, an old kernel), a gone cgroup, garbage: nothing, never an exception.
+    assert read_pressure(tmp_path / "gone") == {}
+    (tmp_path / "memory.pressure").write_text("some avg10=x total=\nfull\nnoise avg10=1 total=5\n")
+    assert read_pressure(tmp_path) == {}
+
+
+def test_read_value(tmp_path):
+    (tmp_path / "memory.current").write_text("314572800\n")
+    (tmp_path / "memory.max").write_text("max\n")
+    (tmp_path / "bad").write_text("12x\n")
+    assert read_value(tmp_path / "memory.current") == 314572800
+    assert read_value(tmp_path / "memory.max") == UINT64_MAX
+    assert read_value(tmp_path / "bad") is None and read_value(tmp_path / "gone") is None
 
 
 @pytest.mark.parametrize("unit, parent, path", [

@@ -220,3 +220,49 @@ def test_no_metrics_answers_every_call_of_metrics():
     noop = {n: inspect.signature(f) for n, f in inspect.getmembers(NoMetrics, inspect.isfunction)
             if not n.startswith("_")}
     assert noop == calls
+
+
+def test_pod_signals_come_from_the_cgroups_at_each_scrape(tmp_path):
+    """The pod and QoS slices' files are read when scraped, through cgroupfs.py; a pod whose cgroup
+    is gone has no series, a kernel without PSI gives no pressure series, a plan without cgroups none."""
+    from memqos_systemd.cgroupfs import Cgroupfs
+
+    p = make_plan()
+    fs = Cgroupfs(tmp_path)
+    m = Metrics()
+    m.set_plan(p)
+    assert "memqos_pod_memory_events_total" not in scrape(m)
+    m.set_plan(p, fs)
+    assert "memqos_pod_memory_events_total" not in scrape(m)  # no cgroup made yet
+    pods = {u.pod: u for u in p.units if u.level == "pod"}
+    api = fs.dir_of(pods["web/api-0"].unit)
+    api.mkdir(parents=True)
+    (api / "memory.events").write_text("low 7\nhigh 1\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n")
+    (api / "memory.current").write_text("1000\n")
+    s = scrape(m)
+    labels = {"namespace": "web", "pod": "api-0", "qos_class": "Burstable"}
+    key = lambda **more: tuple(sorted({**labels, **more}.items()))  # noqa: E731
+    assert s["memqos_pod_memory_events_total"][key(event="low")] == 7
+    assert key(event="oom_group_kill") not in s["memqos_pod_memory_events_total"]
+    assert s["memqos_pod_memory_usage_bytes"][key()] == 1000
+    assert s["memqos_pod_memory_protected_bytes"][key(kind="low")] == GI
+    assert "memqos_pod_memory_pressure_seconds_total" not in s  # no memory.pressure: no PSI
+    (api / "memory.pressure").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=3000000\n"
+                                         "full avg10=0.00 avg60=0.00 avg300=0.00 total=1000000\n")
+    node = fs.dir_of("kubepods.slice")
+    (node / "memory.pressure").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=9000000\n"
+                                          "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    s = scrape(m)
+    assert s["memqos_pod_memory_pressure_seconds_total"][key(kind="some")] == 3.0
+    assert s["memqos_qos_memory_pressure_seconds_total"][(("kind", "some"), ("qos_class", "all"))] == 9.0
+    assert {dict(k)["pod"] for k in s["memqos_pod_memory_events_total"]} == {"api-0"}  # the others: no cgroup
+
+
+def test_units_drifted_and_holding():
+    m = Metrics()
+    m.round_state(3, True)
+    s = scrape(m)
+    assert s["memqos_units_drifted"][()] == 3 and s["memqos_holding"][()] == 1
+    m.round_state(0, False)
+    s = scrape(m)
+    assert s["memqos_units_drifted"][()] == 0 and s["memqos_holding"][()] == 0

@@ -13,7 +13,7 @@ Tiered until the alert fires) run under
           Prometheus had their series.
 The rules load with no error. Prometheus runs in system.slice (reserved and enforced: 256Mi)
 with OOMScoreAdjust=-900, its data on /var/tmp. While the neighbour thrashes, the guest (TCG)
-stalls and scrapes fail (the daemon even missed its 30 s watchdog, in both runs measured), so each
+stalls and scrapes fail (the daemon even missed its 30 s watchdog, in all 3 runs measured), so each
 run keeps its pods until Prometheus has scraped them after the pressure: the kernel's counters
 keep what happened, and the alert's 5-minute window reaches back to the scrapes before it."""
 # e2e-timeout: 600
@@ -216,7 +216,7 @@ def one_run(policy, namespace):
         hog.kill()
     # The pods stay until Prometheus has scraped them after the pressure: while the neighbour
     # thrashes, the guest (TCG) stalls, scrapes fail, and the daemon may miss its watchdog and be
-    # restarted (it did in both runs measured); the kernel's counters keep what happened.
+    # restarted (it was in all 3 runs measured); the kernel's counters keep what happened.
     t_after = time.time()
     fresh = wait_for(lambda: query(f'timestamp(memqos_pod_memory_events_total{{namespace="{namespace}",'
                                    f'pod="burstable",event="low"}}) > {t_after:.0f}'), 150, 2.0)

@@ -124,7 +124,7 @@ def run_bench_vm(scenarios: list[str], *, deb: str | None, timeout: int, memory:
     for name in scenarios:
         shutil.copy(os.path.join(BENCH, "scenarios", name + ".py"), os.path.join(payload, "scenarios"))
     shutil.copytree(os.path.join(BENCH, "guest"), os.path.join(payload, "bench"),
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True)
     with open(os.path.join(payload, "run.json"), "w") as f:
         json.dump({"scenarios": scenarios, "default_timeout": timeout}, f)
     with open(os.path.join(payload, "bench", "params.json"), "w") as f:

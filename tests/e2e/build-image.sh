@@ -179,7 +179,7 @@ sed -i 's/^root:[^:]*:/root::/' "$rootfs/etc/shadow"
 sd=$rootfs/etc/systemd/system
 for unit in serial-getty@ttyS0.service getty@tty1.service apt-daily.timer \
   apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer e2scrub_reap.service \
-  fstrim.timer systemd-timesyncd.service; do
+  fstrim.timer systemd-timesyncd.service prometheus.service; do
   ln -sf /dev/null "$sd/$unit"
 done
 # Drivers for emulated hardware nothing uses; each costs boot time under TCG.

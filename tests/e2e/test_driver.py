@@ -68,6 +68,8 @@ def test_payload_layout(tmp_path):
     assert (dest / "scenarios" / "00-smoke.sh").exists()
     assert json.loads((dest / "run.json").read_text())["scenarios"] == ["00-smoke"]
     assert not (dest / "debs").exists()
+    assert (dest / "monitoring" / "alerts.yaml").exists()  # 65-alerts loads the shipped rules
+    assert (dest / "bench" / "ws.py").exists()  # and runs the protection benchmark's workload
     assert "00-smoke" in e2e_vm.list_scenarios()
 
 

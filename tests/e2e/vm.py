@@ -99,7 +99,8 @@ def build_image(log=None):
 
 def build_payload(dest, scenarios=None, debs=None, repo=REPO, default_timeout=None):
     """Gather a payload directory: guest/ helpers, scenarios/, debs/ (build/deb/*.deb unless debs
-    is given), examples/ and the memqos_systemd package source (src/) when the repo has them.
+    is given), examples/, the memqos_systemd package source (src/), the monitoring mixin
+    (monitoring/) and the benchmarks' guest workloads (bench/guest/ as bench/) when the repo has them.
     scenarios: list of scenario names (without extension) to run; None runs all."""
     os.makedirs(dest, exist_ok=True)
     shutil.copytree(os.path.join(HERE, "guest"), os.path.join(dest, "guest"),
@@ -129,7 +130,9 @@ def build_payload(dest, scenarios=None, debs=None, repo=REPO, default_timeout=No
             with open(os.path.join(dest, "deploy", d + ".json"), "w") as f:
                 json.dump(manifests.render(os.path.join(repo, "deploy", d)), f, indent=1)
     for src, name in ((os.path.join(repo, "examples"), "examples"),
-                      (os.path.join(repo, "memqos_systemd"), "src/memqos_systemd")):
+                      (os.path.join(repo, "memqos_systemd"), "src/memqos_systemd"),
+                      (os.path.join(repo, "monitoring"), "monitoring"),
+                      (os.path.join(repo, "bench", "guest"), "bench")):
         if os.path.isdir(src):
             shutil.copytree(src, os.path.join(dest, name),
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

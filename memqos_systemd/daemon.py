@@ -36,13 +36,13 @@ from .agenda import Agenda
 from .applier import Applier, name_changes, summarize
 from .cgroupfs import Cgroupfs, read_events_file
 from .config import Config, ConfigError, load_config
-from .guard import GuardState, Reading, decide, overlay
+from .guard_watch import GuardWatch
 from .intake import PodIntake
 from .ledger import ReservedSlices
 from .metrics import NoMetrics
 from .naming import Naming, NamingError
 from .notify import Notifier, WarnOnce, watchdog_interval
-from .plan import INFINITY, NodeFacts, Plan, PlanError, plan
+from .plan import NodeFacts, Plan, PlanError, plan
 from .reconcile import DEFAULTS, UNREAD, Change, diff, grow_only, one_write_per_container
 from .systemd import SystemdError, show_value
 
@@ -101,10 +101,7 @@ class Daemon:
         self._oom_group_noted = False  # the first memory.oom.group put back has been logged
         self._foreign_noted: dict[str, float] = {}  # unit -> when its foreign write was last logged
         self._source_failure: str | None = None  # the pod source's last error, while it fails
-        self.guard = GuardState()  # the pressure guard's state (guard.py); its MemoryHigh goes into the plan
-        self._guarded: tuple[Plan, int | None, Plan] | None = None  # (plan, guard's value, overlaid plan)
-        self._guard_notifier: Any = None  # cgroupfs.guard_notifier's epoll set, while the loop reads it
-        self._guard_notifier_fd = -1
+        self.guard = GuardWatch(outside.cgroupfs)  # the pressure guard; its MemoryHigh goes into the plan
         self._wake = asyncio.Event()
         self._stop_event = asyncio.Event()
 
@@ -264,38 +261,22 @@ class Daemon:
 
     async def _guard_loop(self) -> None:
         """The pressure guard's timer; its counters are also read at once whenever the kernel says
-        the Burstable QoS slice's memory.events changed (_guard_watch)."""
+        the Burstable QoS slice's memory.events changed (GuardWatch.watch)."""
         try:
             while not self.stopping:
-                self._guard_watch()
                 s = self.config.pressure_guard
-                await asyncio.sleep(self.agenda.guard_interval(s.enabled, s.interval, self.guard.engaged,
-                                                               notified=self._guard_notifier is not None))
+                self.guard.watch(s.enabled, self.naming, self._on_guard_event)
+                await asyncio.sleep(self.agenda.guard_interval(s.enabled, s.interval, self.guard.state.engaged,
+                                                               notified=self.guard.notified))
                 self.guard_tick()
         finally:
-            if self._guard_notifier is not None:
-                asyncio.get_running_loop().remove_reader(self._guard_notifier_fd)
-                self._guard_notifier = None
-
-    def _guard_watch(self) -> None:
-        """Read the guard's counters when the kernel notifies a change of the protected slice's
-        memory.events (cgroupfs.guard_notifier): a breach is seen within milliseconds, and while
-        nothing happens nothing is read. The notifier is made again when its file was (re)opened."""
-        enabled = self.config.pressure_guard.enabled
-        notifier = self.out.cgroupfs.guard_notifier(self.naming.qos_slice("Burstable")) if enabled else None
-        if notifier is self._guard_notifier:
-            return
-        loop = asyncio.get_running_loop()
-        if self._guard_notifier is not None:
-            loop.remove_reader(self._guard_notifier_fd)
-        self._guard_notifier = notifier
-        if notifier is not None:
-            self._guard_notifier_fd = notifier.fileno()
-            loop.add_reader(self._guard_notifier_fd, self._on_guard_event)
+            self.guard.unwatch()
 
     def _on_guard_event(self) -> None:
+        """The kernel says the protected slice's memory.events changed: a breach is seen within
+        milliseconds, and while nothing happens nothing is read."""
         self.guard_tick()  # its read of memory.events re-arms the notifier
-        self._guard_watch()
+        self.guard.watch(self.config.pressure_guard.enabled, self.naming, self._on_guard_event)
 
     async def _sleep(self, seconds: float) -> None:
         # An event that arrived while we worked has already set the flag: return at once.
@@ -425,7 +406,7 @@ class Daemon:
             log.error("cannot plan, nothing changed: %s", e)
             return
         self._warn_once("plan", desired.warnings)
-        desired = self._guard_overlay(desired)
+        desired = self.guard.overlay(desired, self.naming)
         self.last_plan = desired
         self.out.cgroupfs.place(desired)  # where its container scopes are
         self.agenda.planned(self._planned[2], self.out.clock())
@@ -542,34 +523,15 @@ class Daemon:
         return (self.intake.pods, self.capacity, self.out.page_size, self.config, self.naming, self.intake.holding,
                 frozenset(self.reserved.retired), self.guard.high, self.applier, self.applier.generation)
 
-    def _guard_overlay(self, desired: Plan) -> Plan:
-        """The plan with the pressure guard's MemoryHigh on the BestEffort QoS slice (the same
-        object while it is not engaged; the same overlaid one while neither changes)."""
-        high = self.guard.high
-        if high is None:
-            return desired
-        if self._guarded is None or self._guarded[0] is not desired or self._guarded[1] != high:
-            self._guarded = (desired, high, overlay(desired, self.naming.qos_slice("BestEffort"), high))
-        return self._guarded[2]
-
     # ------------------------------------------------------------ beside the rounds
     def guard_tick(self) -> None:
         """When the kernel notifies a change of the protected slice's memory.events, and on the
         agenda's guard timer: read the guard's counters (cgroupfs.guard_counters) and let
         guard.decide say whether the BestEffort QoS slice's MemoryHigh changes; a change is one
         journal line and a metric, and goes out with the next round (the plan carries it)."""
-        s = self.config.pressure_guard
-        if not s.enabled and not self.guard.engaged:
-            self.guard = GuardState()
-            self.out.cgroupfs.close_kept()  # (nothing open: nothing to do)
-            return
-        low = stall = usage = None
-        if s.enabled:
-            low, stall, usage = self.out.cgroupfs.guard_counters(self.naming.qos_slice("Burstable"),
-                                                                 self.naming.qos_slice("BestEffort"))
-        self.guard, action = decide(self.guard, Reading(self.out.clock(), low, stall, usage), s,
-                                    holding=self.intake.holding is not None, capacity=self.capacity,
-                                    page_size=self.out.page_size)
+        action = self.guard.tick(self.config.pressure_guard, self.naming, self.out.clock(),
+                                 holding=self.intake.holding is not None, capacity=self.capacity,
+                                 page_size=self.out.page_size)
         if action is None:
             return
         unit = self.naming.qos_slice("BestEffort")
@@ -581,17 +543,17 @@ class Daemon:
     async def _guard_release_on_stop(self) -> None:
         """A stopping daemon leaves protections in place, but not a throttle of the guard's: nobody
         would lift it. One write puts the BestEffort QoS slice's MemoryHigh back to the planner's."""
-        if not self.guard.engaged or self.applier is None or self.systemd is None or not self.systemd.connected:
+        release = self.guard.release(self.naming)
+        if release is None or self.applier is None or self.systemd is None or not self.systemd.connected:
             return
-        unit = self.naming.qos_slice("BestEffort")
+        unit = release.unit
         try:
-            result = await asyncio.wait_for(
-                self.applier.apply([Change(unit, "qos", {"MemoryHigh": INFINITY}, "grow")]), timeout=10)
+            result = await asyncio.wait_for(self.applier.apply([release]), timeout=10)
         except (SystemdError, asyncio.TimeoutError) as e:
             log.warning("pressure guard: could not put MemoryHigh of %s back to infinity on stop: %s", unit, e)
             return
         if result.ok:
-            self.guard = GuardState()
+            self.guard.released()
             self.out.metrics.guard_action("clear", None)
             log.info("pressure guard: clear MemoryHigh of %s to infinity (the planner's value): the service stops", unit)
         else:

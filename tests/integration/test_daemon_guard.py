@@ -33,7 +33,7 @@ def counters(fake, *, low: int, besteffort: int) -> None:
 
 async def baseline(h: Harness, low: int) -> None:
     """Until the guard has read the counters once (its first reading is its baseline)."""
-    await until(lambda: h.daemon.guard.low == low, timeout=3)
+    await until(lambda: h.daemon.guard.state.low == low, timeout=3)
 
 
 def actions(h: Harness, action: str) -> float:

@@ -58,7 +58,7 @@ from .quantity import UINT64_MAX
 __all__ = [
     "Cgroupfs", "RuntimeSettings", "INVOCATION_XATTRS", "ROOT", "cgroup_path", "plan_cgroup_paths",
     "dir_of_control_group", "read_value", "read_invocation_id", "read_cgroup_memory", "read_events_file",
-    "read_memory_events", "read_pressure", "parse_pressure", "pressure_total",
+    "read_memory_events", "read_pressure", "parse_pressure", "pressure_total", "parse_flat_keyed",
 ]
 
 ROOT = Path("/sys/fs/cgroup")
@@ -176,9 +176,14 @@ def read_events_file(path: str | os.PathLike, limit: int = 64 * 1024) -> dict[st
         if e.errno == errno.ENODEV:  # the cgroup was removed while we read it
             return {}
         raise
-    text = b"".join(chunks).decode("utf-8", "replace")
+    return parse_flat_keyed(b"".join(chunks))
+
+
+def parse_flat_keyed(raw: bytes) -> dict[str, int]:
+    """The lines `key value` of a flat-keyed cgroup file (memory.events, memory.stat) -> {key: value};
+    malformed lines are skipped."""
     out = {}
-    for line in text.splitlines():
+    for line in raw.decode("utf-8", "replace").splitlines():
         fields = line.split()
         if len(fields) == 2 and fields[1].isdigit():
             out[fields[0]] = int(fields[1])
@@ -229,14 +234,6 @@ def pressure_total(text: bytes, line: bytes = b"some") -> int | None:
     """The `total=` (µs stalled, cumulative) of one line of a PSI file; None when it is not there."""
     values = parse_pressure(text).get(line.decode("ascii"))
     return None if values is None else int(values["total"])
-
-
-def _flat_value(text: bytes, key: bytes) -> int | None:
-    for row in text.splitlines():
-        fields = row.split()
-        if len(fields) == 2 and fields[0] == key and fields[1].isdigit():
-            return int(fields[1])
-    return None
 
 
 def kernel_shows(kernel: Mapping[str, int], held: Mapping[str, int], page_size: int) -> bool:
@@ -382,7 +379,7 @@ class Cgroupfs:
         events = self._pread(protected, "memory.events")
         pressure = self._pread(protected, "memory.pressure", 256)
         current = self._pread(besteffort, "memory.current")
-        return (None if events is None else _flat_value(events, b"low"),
+        return (None if events is None else parse_flat_keyed(events).get("low"),
                 None if pressure is None else pressure_total(pressure),
                 None if current is None or not current.strip().isdigit() else int(current))
 

@@ -84,7 +84,7 @@ def test_every_object_is_valid_for_the_kubernetes_api(version, directory):
         import kubernetes_validate
     except ImportError:
         kubernetes_validate = None
-    require(kubernetes_validate, "kubernetes-validate is not installed (make deps-test-pypi)")
+    require(kubernetes_validate, "kubernetes-validate is not installed (make .venv/.pypi-test, from tests/requirements-pypi.txt)")
     for o in manifests.render(directory):
         kubernetes_validate.validate(o, version, strict=True)
 

@@ -345,10 +345,11 @@ def test_the_upper_slices_are_watched_closely_only_while_a_writer_is_about():
     assert s.a.watch_interval(5000.0 + agenda_mod.KERNEL_WATCH_AFTER_KUBELET_START) == agenda_mod.KERNEL_WATCH_IDLE
 
 
-def test_a_drift_in_the_kernel_re_reads_the_upper_slices_from_systemd_and_watches_closely():
+def test_a_drift_in_the_kernel_re_reads_the_slices_whose_cgroup_differs_and_watches_closely():
     s = steady()
     s.a.kernel_drift(1.0)
-    assert s.a.due(1.0) == Due(refresh=Refresh.LIGHT)
+    assert s.a.due(1.0) == Due(refresh=Refresh.TIMER_LIGHT)  # as the timer would: the same reads either way
+    assert s.a.due(1.0).refresh.trust_kernel and s.a.due(1.0).refresh.levels == agenda_mod.LIGHT_LEVELS
     assert s.a.watch_interval(2.0) == agenda_mod.KERNEL_WATCH_INTERVAL
     assert s.a.watch_interval(1.0 + agenda_mod.KERNEL_WATCH_AFTER_DRIFT) == agenda_mod.KERNEL_WATCH_IDLE
 

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """The monitoring mixin on real data (issue 17): a real Prometheus (Debian's) scrapes the daemon
-every 2 s and evaluates monitoring/alerts.yaml and rules.yaml, as shipped, every second, while
+every 2 s and evaluates alerts.yaml and rules.yaml as the .deb installs them (/usr/share/memqos-systemd/
+monitoring/) every second, while
 the protection benchmark's pods (bench/scenarios/60-protection.py: a Guaranteed pod, a Burstable
 one, an idle Burstable one whose request brings the requests to 90 % of allocatable, and a
 BestEffort neighbour that allocates anonymous memory until the OOM killer takes it, or under
@@ -30,7 +31,8 @@ from memqos_e2e import *
 need_deb()
 PAYLOAD = os.environ["MEMQOS_E2E_PAYLOAD"]
 WS = os.path.join(PAYLOAD, "bench", "ws.py")          # the benchmark's workload
-RULES = [os.path.join(PAYLOAD, "monitoring", f) for f in ("alerts.yaml", "rules.yaml")]
+# The rules as the package installs them (debian/memqos-systemd.install), not the source tree's.
+RULES = [os.path.join("/usr/share/memqos-systemd/monitoring", f) for f in ("alerts.yaml", "rules.yaml")]
 PROM_UNIT = "memqos-e2e-prometheus.service"
 PROM_DIR = "/var/tmp/memqos-e2e-prometheus"
 PROM = "http://127.0.0.1:9090"
@@ -46,7 +48,8 @@ FILES = {"G": ("/var/tmp/alerts-g.dat", G_FILE), "B": ("/var/tmp/alerts-b.dat", 
 ACCOUNTING = dict(MemoryAccounting=True, CPUAccounting=True, IOAccounting=True, TasksAccounting=True)
 
 check(shutil.which("prometheus") is not None, "Debian's prometheus is in the image (image/packages.txt)")
-check(all(os.path.exists(p) for p in RULES + [WS]), "the payload has monitoring/ and bench/ws.py")
+check(all(os.path.exists(p) for p in RULES + [WS, "/usr/share/doc/memqos-systemd/runbook.md.gz"]),
+      "the package installed the rules and the runbook; the payload has bench/ws.py")
 with open("/proc/self/oom_score_adj", "w") as f:
     f.write("-900")  # the scenario itself must outlive the neighbour's OOM
 

@@ -52,6 +52,9 @@ KUBELET_UNIT = "kubelet.service"
 BACKOFF_MAX = 30.0
 # How often memory.events of the containers is read for the throttling metric.
 THROTTLE_READ_INTERVAL = 15.0
+# How often the loop says it runs: to /livez (Metrics.heartbeat, metrics.LIVENESS_WINDOW: a
+# DaemonSet's liveness probe) and, under WatchdogSec=, to systemd (half its timeout, if shorter).
+HEARTBEAT_INTERVAL = 10.0
 # A unit someone else keeps writing (the kubelet's own Memory QoS: every minute) is logged at most
 # this often; the metric counts every time.
 FOREIGN_LOG_EVERY = 3600.0
@@ -186,9 +189,9 @@ class Daemon:
             loop.add_reader(self.out.memory_watcher.fileno(), self.on_memory_event)
         wd = watchdog_interval()
         tasks = [asyncio.create_task(self._every(THROTTLE_READ_INTERVAL, self.read_throttle_events, thread=True)),
-                 asyncio.create_task(self._watch_loop()), asyncio.create_task(self._guard_loop())]
-        if wd:
-            tasks.append(asyncio.create_task(self._every(wd, self.notifier.watchdog, first=True)))
+                 asyncio.create_task(self._watch_loop()), asyncio.create_task(self._guard_loop()),
+                 asyncio.create_task(self._every(min(wd or HEARTBEAT_INTERVAL, HEARTBEAT_INTERVAL),
+                                                 self._heartbeat, first=True))]
         backoff = 1.0
         try:
             while not self.stopping:
@@ -253,6 +256,12 @@ class Daemon:
             else:
                 work()
             await asyncio.sleep(interval)
+
+    def _heartbeat(self) -> None:
+        """The loop runs: WATCHDOG=1 to systemd (ignored by a unit without WatchdogSec=; a no-op
+        outside systemd), and /livez stays 200."""
+        self.notifier.watchdog()
+        self.out.metrics.heartbeat()
 
     async def _watch_loop(self) -> None:
         while not self.stopping:

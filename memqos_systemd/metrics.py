@@ -13,6 +13,7 @@ tests and a reloaded daemon can each have their own. The daemon calls:
     m.set_plan(plan, cgroupfs)            # with the cgroups: the pod and QoS slice series
     m.round_state(drifted, holding)       # after every round
     m.set_ready()                         # first reconcile applied: /readyz turns 200
+    m.heartbeat()                         # the loop runs: /livez 200 for LIVENESS_WINDOW
     server = m.serve(config.metrics.listen); ...; server.close()
 
 The pod and QoS slices' memory.events, memory.pressure and memory.current are read at each
@@ -199,6 +200,13 @@ def _cgroup_view(plan: Any, cgroupfs: Any) -> tuple:
     return tuple(pods), tuple(qos_slices)
 
 
+# /livez answers 503 once the daemon's loop has not beaten (`heartbeat`, every
+# daemon.HEARTBEAT_INTERVAL) for this long: a DaemonSet's liveness probe then restarts it, as
+# WatchdogSec= does for the packaged unit. Generous: a daemon starved by a neighbour allocating
+# until the OOM killer acts recovers when it does (docs/RELIABILITY.md); a restart would not help.
+LIVENESS_WINDOW = 60.0
+
+
 class Metrics:
     """All metrics of one daemon, on a private registry."""
 
@@ -212,6 +220,7 @@ class Metrics:
         self._last_success: float | None = None
         self._cgroups: tuple | None = None  # _cgroup_view of the plan shown, with its cgroups
         self._ready = False
+        self._beat = clock()  # alive from the start (the first beat comes once the loop starts)
         r = self.registry
         self._build = Gauge("memqos_build_info", "memqos-systemd build information", ["version"], registry=r)
         self._build.labels(version=version).set(1)
@@ -362,24 +371,39 @@ class Metrics:
         readiness probe, so a rolling update waits for each node to be protected again)."""
         self._ready = True
 
+    def heartbeat(self) -> None:
+        """The daemon's loop runs: /livez answers 200 for LIVENESS_WINDOW from now."""
+        self._beat = self._clock()
+
+    def _probe(self, path: str | None) -> tuple[bool, str] | None:
+        """A probe's answer (ok, text), or None if `path` is not a probe's."""
+        if path == "/readyz":
+            return (True, "ready") if self._ready else (False, "not ready: first reconcile not applied yet")
+        if path == "/livez":
+            age = self._clock() - self._beat
+            return (True, "alive") if age <= LIVENESS_WINDOW else (False, f"not alive: the daemon's loop last ran"
+                                                                            f" {age:.0f} s ago")
+        return None
+
     def render(self) -> bytes:
         from prometheus_client import generate_latest
         return generate_latest(self.registry)
 
     def serve(self, listen: str) -> "MetricsServer":
-        """Serve /metrics, and /readyz (503 until `set_ready`, then 200), on HOST:PORT (port 0:
+        """Serve /metrics, /readyz (503 until `set_ready`, then 200) and /livez (503 when no
+        `heartbeat` came for LIVENESS_WINDOW), on HOST:PORT (port 0:
         any free port; see .port). Binds exactly what is given; the config's default is
         127.0.0.1:9759. Raises OSError if it cannot bind."""
         host, port = parse_listen(listen)
         metrics_app = make_wsgi_app(self.registry)
 
         def app(environ, start_response):
-            if environ.get("PATH_INFO") == "/readyz":
-                ok = self._ready
-                start_response("200 OK" if ok else "503 Service Unavailable",
-                               [("Content-Type", "text/plain; charset=utf-8")])
-                return [b"ready\n" if ok else b"not ready: first reconcile not applied yet\n"]
-            return metrics_app(environ, start_response)
+            probe = self._probe(environ.get("PATH_INFO"))
+            if probe is None:
+                return metrics_app(environ, start_response)
+            ok, text = probe
+            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain; charset=utf-8")])
+            return [f"{text}\n".encode()]
 
         server = MetricsServer(app, host, port)
         if not _is_loopback(host):
@@ -395,6 +419,7 @@ class NoMetrics:
     def set_plan(self, plan: Any, cgroupfs: Any = None) -> None: pass
     def round_state(self, drifted: int, holding: bool) -> None: pass
     def set_ready(self) -> None: pass
+    def heartbeat(self) -> None: pass
     def observe_reconcile(self, seconds: float, changes: int) -> None: pass
     def dbus_call(self, method: str, result: str) -> None: pass
     def source_success(self, fetched_at: float | None = None) -> None: pass

@@ -157,3 +157,24 @@ def test_readyz_is_503_until_set_ready_then_200(metrics):
     status, ctype, body = get(url)
     assert (status, body) == (200, "ready\n") and ctype.startswith("text/plain")
     assert get(srv.url)[0] == 200  # /metrics is still served beside it
+
+
+def test_livez_is_200_while_the_loop_beats_and_503_once_it_has_not_for_the_window():
+    from memqos_systemd.metrics import LIVENESS_WINDOW
+    now = [1000.0]
+    m = Metrics(clock=lambda: now[0])
+    srv = m.serve("127.0.0.1:0")
+    url = f"http://127.0.0.1:{srv.port}/livez"
+    try:
+        assert get(url)[::2] == (200, "alive\n")  # alive from the start, before the first beat
+        now[0] += LIVENESS_WINDOW + 1
+        with pytest.raises(urllib.error.HTTPError) as e:
+            get(url)
+        assert e.value.code == 503
+        assert e.value.read() == b"not alive: the daemon's loop last ran 61 s ago\n"
+        m.heartbeat()
+        assert get(url)[::2] == (200, "alive\n")
+        now[0] += LIVENESS_WINDOW
+        assert get(url)[0] == 200  # the window's end still counts
+    finally:
+        srv.close()

@@ -1,7 +1,9 @@
-"""/readyz with the daemon: 503 while the first reconcile is not applied, 200 after it.
+"""/readyz with the daemon: 503 while the first reconcile is not applied, 200 after it; /livez
+kept 200 by the daemon's loop.
 
-A DaemonSet's readiness probe asks this path, so a rolling update moves to the next node only
-once this one is protected again (deploy/kubernetes/daemonset.yaml).
+A DaemonSet's readiness probe asks /readyz, so a rolling update moves to the next node only
+once this one is protected again; its liveness probe asks /livez, so a daemon whose loop stopped
+is restarted (deploy/kubernetes/daemonset.yaml).
 """
 
 from __future__ import annotations
@@ -52,4 +54,26 @@ def test_readyz_turns_200_only_once_the_first_reconcile_is_applied(fake_systemd,
             await h.__aexit__(None, None, None)
         finally:
             server.close()
+    run(body())
+
+
+def test_the_daemons_loop_beats_for_livez_even_while_a_fetch_hangs(fake_systemd, tmp_path, monkeypatch):
+    """The beat is the loop's own (every HEARTBEAT_INTERVAL), not a round's: a pod source that
+    hangs is the source's fault (a timeout there), not a reason to restart the daemon."""
+    from memqos_systemd import daemon as daemon_mod
+    monkeypatch.setattr(daemon_mod, "HEARTBEAT_INTERVAL", 0.05)
+    fake_systemd.add_unit("kubepods.slice")
+
+    async def body():
+        h = Harness(fake_systemd, tmp_path, [POD])
+        beats = []
+        h.metrics.heartbeat = lambda: beats.append(1)
+        h.source.hold = True
+        entered = asyncio.create_task(h.__aenter__())
+        await until(h.source.held.is_set)
+        n = len(beats)
+        await until(lambda: len(beats) >= n + 3)
+        h.source.release()
+        await asyncio.wait_for(entered, 10)
+        await h.__aexit__(None, None, None)
     run(body())

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memqos_systemd import cgroupfs, config, last_pods, ledger, node
+from memqos_systemd import cgroupfs, config, daemon, last_pods, ledger, metrics, node
 from memqos_systemd.config import parse_config
 from prereq import require
 
@@ -110,6 +110,12 @@ def test_the_configmap_is_a_config_the_daemon_accepts_and_matches_the_pod(objs, 
     port = int(cfg.metrics.listen.rpartition(":")[2])
     assert ctr["ports"] == [{"name": "metrics", "containerPort": port, "protocol": "TCP"}]
     assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert ctr["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
+    # /livez turns 503 only after the loop missed several beats; the kubelet restarts the daemon
+    # within the "about 90 s" its comment says.
+    live = ctr["livenessProbe"]
+    assert daemon.HEARTBEAT_INTERVAL * 3 <= metrics.LIVENESS_WINDOW
+    assert metrics.LIVENESS_WINDOW + live["periodSeconds"] * live["failureThreshold"] <= 90
     svc = objs[("Service", "memqos-systemd-metrics")]["spec"]
     assert svc["ports"][0]["targetPort"] == "metrics" and svc["selector"] == \
         objs[("DaemonSet", "memqos-systemd")]["spec"]["selector"]["matchLabels"]
@@ -179,11 +185,11 @@ def test_uninstall_rolls_the_same_pod_to_reset_then_sleep(objs):
         {k: v for k, v in old.items() if k != "containers"}
     init = copy.deepcopy(old["containers"][0])
     init.update(name="reset", command=["memqos-systemd", "reset", "--config", config.DEFAULT_CONFIG_PATH])
-    del init["readinessProbe"], init["ports"]
+    del init["readinessProbe"], init["livenessProbe"], init["ports"]
     assert spec["initContainers"] == [init]
     main = copy.deepcopy(old["containers"][0])
     main["command"] = ["sleep", "infinity"]
-    del main["readinessProbe"]
+    del main["readinessProbe"], main["livenessProbe"]  # sleep serves no probe
     assert spec["containers"] == [main]
 
 

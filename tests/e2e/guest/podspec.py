@@ -13,7 +13,7 @@ from __future__ import annotations
 # hostNetwork makes the node's anyway), each accepted on purpose.
 POD_IGNORED = {"nodeSelector", "tolerations", "priorityClassName", "serviceAccountName",
                "automountServiceAccountToken", "dnsPolicy"}
-CONTAINER_IGNORED = {"name", "image", "imagePullPolicy", "ports", "readinessProbe"}
+CONTAINER_IGNORED = {"name", "image", "imagePullPolicy", "ports", "readinessProbe", "livenessProbe"}
 POD_KNOWN = POD_IGNORED | {"hostNetwork", "terminationGracePeriodSeconds", "containers",
                            "initContainers", "volumes"}
 CONTAINER_KNOWN = CONTAINER_IGNORED | {"command", "args", "resources", "securityContext", "volumeMounts"}

@@ -6,7 +6,7 @@ turned into `podman run` arguments by guest/podspec.py, which refuses any field 
 (tests/unit/test_deploy_kubernetes.py holds the two together). The service is stopped first
 (never both on one node) and the sample node reset to 0/0/max, so the pod does all the work.
   run       the pod's mounts, user and capabilities as podman and /proc see them equal the YAML;
-            /readyz turns 200; every unit of the sample node holds `plan` in the kernel's files,
+            /readyz turns 200, /livez is 200; every unit of the sample node holds `plan` in the kernel's files,
             read through the kubelet's TLS port with the projected token and kubelet.crt
   token     the token file replaced (the kubelet's rotation) and the old token revoked: the pod
             keeps reading /pods, no source error
@@ -92,10 +92,10 @@ def podman(*args, check_rc=True, timeout=180):
     return p
 
 
-def readyz():
+def readyz(url=READYZ):
     try:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        with opener.open(READYZ, timeout=2) as r:
+        with opener.open(url, timeout=2) as r:
             return r.status
     except urllib.error.HTTPError as e:
         return e.code
@@ -121,6 +121,7 @@ t = time.monotonic()
 podman("run", "-d", "--name", NAME, *args)
 ready = wait_for(lambda: readyz() == 200, 60, 0.1)
 check(ready, f"/readyz 200 in {time.monotonic() - t:.1f} s after podman run")
+check_eq(readyz(READYZ.replace("/readyz", "/livez")), 200, "/livez, the liveness probe's path")
 bad, waited = wait_kernel(expected, 20)
 check(not bad, f"every unit of the sample node holds plan in the kernel's files ({len(expected)} units): {bad}")
 

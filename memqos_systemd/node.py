@@ -33,6 +33,8 @@ MIN_KERNEL = (5, 9)   # memory.high throttling can livelock before 5.9
 MIN_SYSTEMD = 240     # MemoryMin= arrived in 240 (MemoryLow= in 237)
 MEMORY_ACTIONS = ("add", "remove", "online", "offline")
 _MAX_PROC_BYTES = 1 << 20
+# sd_booted(): this directory exists only when systemd is PID 1 (the DaemonSet mounts the node's).
+BOOTED_DIR = "/run/systemd/system"
 # Where dbus-daemon listens for the system bus (/var/run is a link to /run), and where kubeadm
 # writes the kubelet's KubeletConfiguration.
 SYSTEM_BUS_SOCKET = "/run/dbus/system_bus_socket"
@@ -215,7 +217,7 @@ def check_node(*, kernel_release: str | None = None, systemd: object = None,
     return findings
 
 
-def systemd_findings(bus_address: str | None, *, booted_dir: str | os.PathLike = "/run/systemd/system",
+def systemd_findings(bus_address: str | None, *, booted_dir: str | os.PathLike = BOOTED_DIR,
                      proc: str | os.PathLike = "/proc") -> list[Finding]:
     """Errors that make this machine no systemd node, in words an operator can act on: systemd
     is not PID 1 (sd_booted(): `booted_dir` exists only when it is), or the system bus socket is

@@ -135,6 +135,7 @@ def test_the_pod_gets_exactly_the_host_access_the_daemon_uses(pod, ctr):
         str(ledger.DEFAULT_PATH.parent): ("DirectoryOrCreate", False),
         "/var/lib/kubelet/pki/kubelet.crt": ("File", True),
         "/run/udev": ("Directory", True),
+        node.BOOTED_DIR: ("Directory", True),  # for `check` in the pod
     }
     assert ledger.DEFAULT_PATH.parent == last_pods.DEFAULT_PATH.parent
     types = podspec.host_path_types(pod)

@@ -6,7 +6,7 @@ turned into `podman run` arguments by guest/podspec.py, which refuses any field 
 (tests/unit/test_deploy_kubernetes.py holds the two together). The service is stopped first
 (never both on one node) and the sample node reset to 0/0/max, so the pod does all the work.
   run       the pod's mounts, user and capabilities as podman and /proc see them equal the YAML;
-            /readyz turns 200, /livez is 200; every unit of the sample node holds `plan` in the kernel's files,
+            /readyz turns 200, /livez is 200, `check` in the pod finds no error; every unit of the sample node holds `plan` in the kernel's files,
             read through the kubelet's TLS port with the projected token and kubelet.crt
   token     the token file replaced (the kubelet's rotation) and the old token revoked: the pod
             keeps reading /pods, no source error
@@ -140,6 +140,11 @@ check(status["Uid"].split()[0] == "0" and int(status["CapEff"], 16) == 0 and int
 check(info["HostConfig"]["NetworkMode"] == "host" and info["HostConfig"]["ReadonlyRootfs"] is True
       and not info["HostConfig"]["Privileged"], "host network, read-only root, not privileged")
 check(metric("memqos_source_errors_total") in (None, 0.0), "no pod source error (TLS kubelet, projected token)")
+# An operator's `kubectl exec POD -- memqos-systemd check`: it sees systemd as the node's PID 1
+# (the node's /run/systemd/system, mounted for it) and names no error.
+p = podman("exec", NAME, "memqos-systemd", "check", check_rc=False)
+errors = [l for l in p.stdout.splitlines() if l.startswith("error")]
+check(p.returncode == 0 and not errors, f"check in the pod: exit {p.returncode}, errors {errors}")
 
 # --- token -------------------------------------------------------------------------------------
 old = cluster_token()

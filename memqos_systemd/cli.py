@@ -104,8 +104,6 @@ def _silence_stdout() -> None:
 
 
 def _read_pods(arg: str) -> Any:
-    import yaml
-
     try:
         if arg == "-":
             if sys.stdin is None:  # `<&-`

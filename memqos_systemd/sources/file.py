@@ -19,7 +19,6 @@ error the service logs.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import stat
 import time

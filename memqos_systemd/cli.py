@@ -411,7 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("run", "the service: keep units at their planned values, react to events",
             "Run as a daemon (systemd Type=notify): reconcile on pod changes, new units, kubelet restarts,\n"
             "memory hotplug, SIGHUP (reload config) and a periodic resync. SIGTERM exits and leaves\n"
-            "protections in place.")
+            "protections in place. One daemon per node: where another runs (the service or the\n"
+            "DaemonSet's pod; /run/memqos-systemd/run.lock names it), it exits 2.")
     p.add_argument("--config", metavar="CONFIG", help=config_help)
     p.set_defaults(func=_daemon_command("run"))
 

@@ -24,15 +24,22 @@ from .naming import Naming, container_scope
 from .plan import INFINITY, NodeFacts, Plan, plan
 from .quantity import format_bytes
 from .reconcile import DEFAULTS, MAY_CREATE, diff, grow_only, reset_plan
+from .runfile import RunLockHeld, hold_run_lock
 from .systemd import Systemd, SystemdError
 
 EXIT_OK, EXIT_FAILURE = 0, 1
+# `run` where another daemon runs: not restarted by the unit (RestartPreventExitStatus=2, as for a
+# bad config): a restart cannot help until that one stops.
+EXIT_NOT_HERE = 2
 SERVICE = "memqos-systemd.service"
 CGROUP_ROOT = Path(os.environ.get("MEMQOS_CGROUP_FS", "/sys/fs/cgroup"))
 # The reserved slices the service has written (ledger.py); the variable is for tests, like the one above.
 LEDGER_PATH = Path(os.environ.get("MEMQOS_LEDGER", str(ledger.DEFAULT_PATH)))
 # The pods of the last run, for the first carry_over after a restart (last_pods.py): next to the ledger.
 LAST_PODS_PATH = Path(os.environ.get("MEMQOS_LAST_PODS", str(LEDGER_PATH.with_name(last_pods.DEFAULT_PATH.name))))
+# One daemon per node, of either route (runfile.hold_run_lock): beside the ledger, in the
+# directory the service and the DaemonSet's pod share.
+RUN_LOCK_PATH = LEDGER_PATH.with_name("run.lock")
 CALL_TIMEOUT = 10.0
 
 
@@ -520,6 +527,16 @@ def run(args, cfg: Config) -> int:
             return EXIT_FAILURE
         if f.level == "warn":
             log.warning("preflight: %s: %s", f.what, f.detail)
+    try:
+        run_lock = hold_run_lock(RUN_LOCK_PATH)  # held until this function returns
+    except RunLockHeld as e:
+        log.error("another memqos-systemd runs on this node (%s; %s): run the service or the DaemonSet, never"
+                  " both (docs/DEPLOY.md)", e, RUN_LOCK_PATH)
+        return EXIT_NOT_HERE
+    except OSError as e:
+        run_lock = None
+        log.warning("cannot take %s: %s; another daemon on this node would go unnoticed", RUN_LOCK_PATH,
+                    e.strerror or e)
     metrics = _metrics(cfg, log)
     outside = Outside(connect=lambda address: Systemd.connect(address, call_timeout=CALL_TIMEOUT),
                       make_source=make_source, read_capacity=read_meminfo, page_size=page_size(),
@@ -529,7 +546,11 @@ def run(args, cfg: Config) -> int:
         log.warning("the kubelet's own Memory QoS is on (featureGates in %s): two writers will fight over"
                     " kubepods.slice and kubepods-burstable.slice; %s", cfg.kubelet_config_file, GATE_FIX)
     config_path = getattr(args, "config", None) or _default_config_path()
-    return asyncio.run(Daemon(config_path, cfg, outside).run())
+    try:
+        return asyncio.run(Daemon(config_path, cfg, outside).run())
+    finally:
+        if run_lock is not None:
+            run_lock.close()
 
 
 def _default_config_path() -> str | None:

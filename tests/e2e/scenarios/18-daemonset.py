@@ -6,8 +6,10 @@ turned into `podman run` arguments by guest/podspec.py, which refuses any field 
 (tests/unit/test_deploy_kubernetes.py holds the two together). The service is stopped first
 (never both on one node) and the sample node reset to 0/0/max, so the pod does all the work.
   run       the pod's mounts, user and capabilities as podman and /proc see them equal the YAML;
-            /readyz turns 200, /livez is 200, `check` in the pod finds no error; every unit of the sample node holds `plan` in the kernel's files,
-            read through the kubelet's TLS port with the projected token and kubelet.crt
+            /readyz turns 200, /livez is 200, `check` in the pod finds no error; every unit of
+            the sample node holds `plan` in the kernel's files, read through the kubelet's TLS
+            port with the projected token and kubelet.crt; the service started beside the pod
+            refuses to run (one daemon per node) and is not restarted
   token     the token file replaced (the kubelet's rotation) and the old token revoked: the pod
             keeps reading /pods, no source error
   restart   `podman restart`: sampled every 20 ms, no value of the plan ever lowered; ready again,
@@ -145,6 +147,20 @@ check(metric("memqos_source_errors_total") in (None, 0.0), "no pod source error 
 p = podman("exec", NAME, "memqos-systemd", "check", check_rc=False)
 errors = [l for l in p.stdout.splitlines() if l.startswith("error")]
 check(p.returncode == 0 and not errors, f"check in the pod: exit {p.returncode}, errors {errors}")
+
+# Never both routes on one node: the service, started while the pod runs, finds the pod's lock
+# in the directory they share (/run/memqos-systemd/run.lock), says so, exits 2, is not restarted.
+cursor = journal_cursor()
+p = systemctl("start", MEMQOS_UNIT)
+time.sleep(3)  # RestartSec=2s: a restart would have come by now
+said = [l for l in journal_since(cursor) if "another memqos-systemd runs on this node" in l]
+status, restarts = service_show("ExecMainStatus"), service_show("NRestarts")
+check(p.returncode != 0 and status == "2" and restarts == "0" and len(said) == 1
+      and "not started by systemd: the DaemonSet's pod" in said[0],
+      f"the service started beside the pod: systemctl start exit {p.returncode}, its exit {status},"
+      f" {restarts} restarts; {said[:1]}")
+systemctl("reset-failed", MEMQOS_UNIT)
+check(readyz() == 200 and not wait_kernel(expected, 5)[0], "the pod still holds the plan")
 
 # --- token -------------------------------------------------------------------------------------
 old = cluster_token()

@@ -203,7 +203,8 @@ def _cgroup_view(plan: Any, cgroupfs: Any) -> tuple:
 # /livez answers 503 once the daemon's loop has not beaten (`heartbeat`, every
 # daemon.HEARTBEAT_INTERVAL) for this long: a DaemonSet's liveness probe then restarts it, as
 # WatchdogSec= does for the packaged unit. Generous: a daemon starved by a neighbour allocating
-# until the OOM killer acts recovers when it does (docs/RELIABILITY.md); a restart would not help.
+# until the OOM killer acts (its reads 8-12 s apart, docs/BENCHMARKS.md "The pressure guard")
+# recovers when the killer has acted; a restart would not help it.
 LIVENESS_WINDOW = 60.0
 
 
@@ -381,8 +382,9 @@ class Metrics:
             return (True, "ready") if self._ready else (False, "not ready: first reconcile not applied yet")
         if path == "/livez":
             age = self._clock() - self._beat
-            return (True, "alive") if age <= LIVENESS_WINDOW else (False, f"not alive: the daemon's loop last ran"
-                                                                            f" {age:.0f} s ago")
+            if age <= LIVENESS_WINDOW:
+                return True, "alive"
+            return False, f"not alive: the daemon's loop last ran {age:.0f} s ago"
         return None
 
     def render(self) -> bytes:

@@ -54,13 +54,15 @@ def hold_run_lock(path: Path) -> IO[bytes]:
     try:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = f.read(256).decode(errors="replace").strip() or "a process that has not written its name yet"
+        holder = (f.read(256).decode(errors="replace").strip().splitlines() or
+                  ["a process that has not written its name yet"])[0]
         f.close()
         raise RunLockHeld(holder) from None
     except OSError:
         f.close()
         raise
-    who = "memqos-systemd.service" if os.environ.get("INVOCATION_ID") else "not started by systemd: the DaemonSet's pod, or a shell"
+    who = ("memqos-systemd.service" if os.environ.get("INVOCATION_ID")
+           else "not started by systemd: the DaemonSet's pod, or a shell")
     f.truncate(0)
     f.write(f"PID {os.getpid()}, {who}\n".encode())
     f.flush()

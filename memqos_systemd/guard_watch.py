@@ -19,8 +19,7 @@ from typing import Callable
 from .cgroupfs import Cgroupfs
 from .guard import Action, GuardSettings, GuardState, Reading, decide, overlay
 from .naming import Naming
-from .plan import Plan
-from .quantity import UINT64_MAX
+from .plan import INFINITY, Plan
 from .reconcile import Change
 
 __all__ = ["GuardWatch"]
@@ -90,7 +89,7 @@ class GuardWatch:
         """The change that lifts an engaged guard's throttle (the planner's infinity); None if not engaged."""
         if not self.state.engaged:
             return None
-        return Change(naming.qos_slice("BestEffort"), "qos", {"MemoryHigh": UINT64_MAX}, "grow")
+        return Change(naming.qos_slice("BestEffort"), "qos", {"MemoryHigh": INFINITY}, "grow")
 
     def released(self) -> None:
         self.state = GuardState()

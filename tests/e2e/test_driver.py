@@ -68,7 +68,7 @@ def test_payload_layout(tmp_path):
     assert (dest / "scenarios" / "00-smoke.sh").exists()
     assert json.loads((dest / "run.json").read_text())["scenarios"] == ["00-smoke"]
     assert not (dest / "debs").exists()
-    assert (dest / "monitoring" / "alerts.yaml").exists()  # 65-alerts loads the shipped rules
+    assert not (dest / "monitoring").exists()  # 65-alerts loads the rules the .deb installs, not a copy
     assert (dest / "bench" / "ws.py").exists()  # and runs the protection benchmark's workload
     assert "00-smoke" in e2e_vm.list_scenarios()
 

@@ -99,8 +99,9 @@ def build_image(log=None):
 
 def build_payload(dest, scenarios=None, debs=None, repo=REPO, default_timeout=None):
     """Gather a payload directory: guest/ helpers, scenarios/, debs/ (build/deb/*.deb unless debs
-    is given), examples/, the memqos_systemd package source (src/), the monitoring mixin
-    (monitoring/) and the benchmarks' guest workloads (bench/guest/ as bench/) when the repo has them.
+    is given), examples/, the memqos_systemd package source (src/) and the benchmarks' guest
+    workloads (bench/guest/ as bench/) when the repo has them. (Not monitoring/: 65-alerts loads
+    the rules the .deb installs.)
     scenarios: list of scenario names (without extension) to run; None runs all."""
     os.makedirs(dest, exist_ok=True)
     shutil.copytree(os.path.join(HERE, "guest"), os.path.join(dest, "guest"),
@@ -131,7 +132,6 @@ def build_payload(dest, scenarios=None, debs=None, repo=REPO, default_timeout=No
                 json.dump(manifests.render(os.path.join(repo, "deploy", d)), f, indent=1)
     for src, name in ((os.path.join(repo, "examples"), "examples"),
                       (os.path.join(repo, "memqos_systemd"), "src/memqos_systemd"),
-                      (os.path.join(repo, "monitoring"), "monitoring"),
                       (os.path.join(repo, "bench", "guest"), "bench")):
         if os.path.isdir(src):
             shutil.copytree(src, os.path.join(dest, name),

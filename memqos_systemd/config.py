@@ -12,6 +12,7 @@ Every error is a `ConfigError` whose message names the key and the value, e.g.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import os
 import re
@@ -349,9 +350,62 @@ def _server_name(src, key, value) -> str | None:
 
 def _url(src, key, value) -> str:
     value = _str(src, key, value)
-    if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
-        raise _fail(src, key, value, "must be an http:// or https:// URL (e.g. https://127.0.0.1:10250/pods)")
+    why = url_problem(value)
+    if why is not None:
+        raise _fail(src, key, value, why)
     return value
+
+
+_DNS_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_HOST_NAME = re.compile(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*\.?")
+_URL_EXAMPLE = "e.g. https://127.0.0.1:10250/pods"
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` cannot be the kubelet's URL (the words after the value in a config error), or
+    None. Checked in full when the config is read, so that nothing later (making the source at
+    start or on a reload, `check`, `status`) meets a URL it cannot take apart: scheme, host (a
+    name, an IPv4 address, or an IPv6 address in brackets), port range, no credentials, no
+    fragment."""
+    if not url.isprintable() or any(c.isspace() for c in url):
+        return "must not contain spaces or control characters"
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        return f"must be an http:// or https:// URL ({_URL_EXAMPLE})"
+    netloc, slash, _ = rest.partition("/")
+    for mark in ("?", "#"):
+        if mark in netloc:
+            netloc = netloc.partition(mark)[0]
+    if "#" in rest:
+        return "has a fragment (#...), which is never sent to the kubelet: remove it"
+    if "@" in netloc:
+        return "must not carry a user name or password: use kubelet.tokenFile or kubelet.clientCertFile"
+    if netloc.startswith("["):
+        m = re.fullmatch(r"\[([^\]]*)\](?::(.*))?", netloc)
+        if m is None:
+            return "has a '[' without its ']' (an IPv6 address is written in brackets, e.g. https://[::1]:10250/pods)"
+        host, port = m.group(1), m.group(2)
+        try:
+            ipaddress.IPv6Address(host.replace("%25", "%"))
+        except ValueError:
+            return f"has {host!r} in brackets, which is not an IPv6 address"
+    else:
+        host, colon, port = netloc.partition(":")
+        port = port if colon else None
+        if not host:
+            return f"has no host ({_URL_EXAMPLE})"
+        if "[" in host or "]" in host:
+            return "has a bracket in its host (an IPv6 address is written in brackets, e.g. https://[::1]:10250/pods)"
+        if not _HOST_NAME.fullmatch(host) or len(host) > 253:
+            return f"has {host!r} as its host, which is neither a host name nor an IP address"
+        if all(label.isdigit() for label in host.rstrip(".").split(".")):
+            try:
+                ipaddress.IPv4Address(host)
+            except ValueError:
+                return f"has {host!r} as its host, which is not an IPv4 address"
+    if port is not None and not (port.isdigit() and port.isascii() and 0 < int(port) < 65536):
+        return f"has the port {port!r}, which is not a number from 1 to 65535"
+    return None
 
 
 def _metrics(src, key, value) -> MetricsConfig:

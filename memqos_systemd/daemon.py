@@ -43,6 +43,7 @@ from .metrics import NoMetrics
 from .naming import Naming, NamingError
 from .notify import Notifier, WarnOnce, watchdog_interval
 from .plan import NodeFacts, Plan, PlanError, plan
+from .pods import one_line
 from .reconcile import DEFAULTS, UNREAD, Change, diff, grow_only, one_write_per_container
 from .systemd import SystemdError, show_value
 
@@ -79,13 +80,17 @@ class Outside:
     clock: Callable[[], float] = time.monotonic
 
 
+def unexpected(error: BaseException) -> str:
+    """An exception of no type of ours, for one log line: its type says what broke."""
+    return f"{type(error).__name__}: {one_line(str(error), 300)}"
+
+
 class Daemon:
     def __init__(self, config_path: str | None, config: Config, outside: Outside):
         self.config_path = config_path
         self.config = config
         self.out = outside
-        self.naming = Naming.for_config(config)
-        self.source = outside.make_source(config)
+        self.naming, self.source = self._made_from(config)  # ConfigError: `run` exits 2
         self.notifier = outside.notifier or Notifier()
         self.agenda = Agenda(resync_interval=config.resync_interval, poll_interval=config.kubelet.poll_interval,
                              watch_source=hasattr(self.source, "changed"))
@@ -327,26 +332,44 @@ class Daemon:
         self.agenda.connected()
         log.info("connected to systemd %s", await systemd.version())
 
+    def _made_from(self, config: Config, previous: Config | None = None) -> tuple[Naming, Any]:
+        """The unit names and the pod source a config makes (the source kept when `previous` had
+        the same one). Whatever goes wrong is a ConfigError naming it, in one line: at start the
+        service exits 2 (the unit does not restart it: RestartPreventExitStatus=2), on a reload
+        the old config stays in force (issue 26: a URL the config let through killed the daemon
+        on reload, then at every restart)."""
+        try:
+            naming = Naming.for_config(config)
+            same = previous is not None and (config.pods_file, config.kubelet) == (previous.pods_file, previous.kubelet)
+            return naming, self.source if same else self.out.make_source(config)
+        except ConfigError:
+            raise
+        except NamingError as e:
+            raise ConfigError(f"{self.config_path or 'the config'}: {e}") from None
+        except Exception as e:  # whatever a source's constructor raises
+            raise ConfigError(f"{self.config_path or 'the config'}: {unexpected(e)}") from None
+
     def _reload_config(self) -> None:
+        """SIGHUP: the new config in full, or the old one kept; nothing changes until every part
+        of the new one has been made."""
         self.agenda.reload_taken()
         self.notifier.send("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
         try:
             config = load_config(self.config_path, required=self.config_path is not None)
-            naming = Naming.for_config(config)
-        except (ConfigError, NamingError) as e:
-            log.error("reload refused, keeping the previous config: %s", e)
+            naming, source = self._made_from(config, previous=self.config)
+        except Exception as e:  # ConfigError, and whatever else: the old config stays in force
+            log.error("reload refused, keeping the previous config: %s",
+                      e if isinstance(e, ConfigError) else unexpected(e))
             self.out.metrics.config_reload(False)
             self.notifier.send("READY=1")
             return
-        source_changed = (config.pods_file, config.kubelet) != (self.config.pods_file, self.config.kubelet)
+        source_changed = source is not self.source
         for name in self.reserved.config_changed(self.naming.reserved_slices(), naming.reserved_slices()):
             log.info("%s is no longer a reserved cgroup in the config: bringing it back to"
                      " MemoryMin=0 MemoryLow=0 MemoryHigh=infinity", name)
-        self.config, self.naming = config, naming
+        self.config, self.naming, self.source = config, naming, source
         if self.applier is not None:
             self.applier.naming = naming
-        if source_changed:
-            self.source = self.out.make_source(config)
         self.agenda.config_changed(self.out.clock(), resync_interval=config.resync_interval,
                                    poll_interval=config.kubelet.poll_interval,
                                    watch_source=hasattr(self.source, "changed"), source_changed=source_changed)

@@ -46,7 +46,7 @@ import time
 from typing import Callable
 from urllib.parse import urlsplit
 
-from ..config import KubeletSource as KubeletConfig
+from ..config import KubeletSource as KubeletConfig, url_problem
 from . import MAX_RESPONSE_BYTES, Snapshot, SourceError, snapshot_from_doc
 
 __all__ = ["KubeletSource", "MAX_TOKEN_BYTES", "redact", "node_hostname", "KUBELET_CA_HINT"]
@@ -85,6 +85,13 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _show_url(url: str) -> str:
+    """A URL for a message, without what may be a credential (userinfo, the query)."""
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    return repr(f"{scheme}{sep}{netloc.rpartition('@')[2]}{slash}{path.partition('?')[0]}")
+
+
 class KubeletSource:
     """Pods from the kubelet. Blocking; one instance per config (make a new one on reload)."""
 
@@ -93,21 +100,15 @@ class KubeletSource:
         self.config = config
         self._clock = clock
         self._max_bytes = max_bytes
-        parts = urlsplit(config.url)
-        self.name = f"kubelet {self._safe_url(parts)}"
-        # A bad URL is reported by fetch() as a SourceError, so that making a source
-        # (at start or on SIGHUP) never raises.
-        self._url_error: str | None = None
+        # A bad URL is reported by fetch() as a SourceError, so that making a source (at start or
+        # on SIGHUP) never raises; the config refuses one already (config.url_problem).
+        problem = url_problem(config.url)
+        parts = urlsplit(config.url if problem is None else "http://invalid.invalid/")
+        self.name = f"kubelet {self._safe_url(parts)}" if problem is None else "kubelet"
+        self._url_error = None if problem is None else f"kubelet.url: {_show_url(config.url)} {problem}"
         self._https = parts.scheme == "https"
         self._host = parts.hostname or ""
-        self._port = 0
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            self._url_error = "kubelet.url must be an http:// or https:// URL with a host"
-        else:
-            try:
-                self._port = parts.port or (443 if self._https else 80)
-            except ValueError:
-                self._url_error = "kubelet.url has an invalid port"
+        self._port = parts.port or (443 if self._https else 80)
         self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         # The names the serving certificate may carry (see the module's docstring).
         if config.server_name:
@@ -130,10 +131,7 @@ class KubeletSource:
         host = parts.hostname or ""
         if ":" in host:
             host = f"[{host}]"
-        try:
-            port = f":{parts.port}" if parts.port else ""
-        except ValueError:
-            port = ":?"
+        port = f":{parts.port}" if parts.port else ""
         return f"{parts.scheme}://{host}{port}{parts.path}"
 
     # ------------------------------------------------------------------ fetch

@@ -918,7 +918,9 @@ def test_check_and_apply_help_state_the_exit_codes_these_tests_observe():
     # A reserved cgroup that is one of the pod slices: apply must say so before reaching systemd.
     # (reset goes on without such a config: test_reset_with_a_broken_config_...)
     ({"kubeReservedCgroup": "/kubepods.slice"}, ["apply"], "kubeReservedCgroup: '/kubepods.slice'"),
-], ids=["wrong value", "reserved slice is kubepods.slice"])
+    # issue 26: check and status died with "ValueError: Invalid IPv6 URL", run looped
+    ({"kubelet": {"url": "https://[::1/pods"}}, ["apply", "status", "check", "run"], "kubelet.url: 'https://[::1/pods'"),
+], ids=["wrong value", "reserved slice is kubepods.slice", "a kubelet URL that cannot be taken apart"])
 def test_bad_config_is_exit_2_for_the_daemon_commands(node, changes, commands, needle):
     node.start_applied(node.plan())
     node.fake.clear_calls()

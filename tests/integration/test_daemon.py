@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import logging
 import os
 
@@ -15,6 +16,8 @@ import pytest
 from fakesystemd import unit_path
 from harness import ControlledSource, Harness, run, until
 
+from memqos_systemd.config import ConfigError
+from memqos_systemd.daemon import Daemon
 from memqos_systemd.intake import Holding
 from memqos_systemd.pods import parse_pods
 from memqos_systemd.sources import SourceError
@@ -326,6 +329,80 @@ def test_reload_with_invalid_config_keeps_the_old_one(fake_systemd, tmp_path):
             order = [u for u, _ in h.sets()]
             assert order.index(BCTR) < order.index(BPOD) < order.index("kubepods-burstable.slice") < order.index("kubepods.slice")
     run(body())
+
+
+def _source_that_cannot_be_made(config):
+    raise RuntimeError("the source's constructor broke\nover two lines")
+
+
+# A reload to each of these is refused in one journal line naming the cause, and the old config
+# stays in force (issue 26: a kubelet URL the config let through killed the daemon on reload).
+HOSTILE_RELOADS = [
+    ("an IPv6 host without its ]", "kubelet: {url: 'https://[::1/pods'}\n", "kubelet.url: 'https://[::1/pods'"),
+    ("a port out of range", "kubelet: {url: 'https://127.0.0.1:99999/pods'}\n", "kubelet.url"),
+    ("credentials in the URL", "kubelet: {url: 'https://u:p@127.0.0.1:10250/pods'}\n", "kubelet.url"),
+    ("not YAML", "memoryReservationPolicy: [\n", "config.yaml"),
+    ("an unknown policy", "memoryReservationPolicy: Sometimes\n", "memoryReservationPolicy: 'Sometimes'"),
+    ("a cgroupRoot systemd cannot name", "cgroupRoot: /foo.slice/bar.slice\n", "cgroupRoot '/foo.slice/bar.slice'"),
+    ("a reserved cgroup that is kubepods.slice",
+     "kubeReserved: {memory: 1Gi}\nkubeReservedCgroup: /kubepods.slice\nenforceNodeAllocatable: [pods, kube-reserved]\n",
+     "reserved cgroup slice 'kubepods.slice'"),
+    ("not UTF-8", b"memoryReservationPolicy: \xff\xfe\n", "config.yaml"),
+    ("the file gone", None, "config.yaml"),
+    ("a directory", "directory", "config.yaml"),
+    ("a source whose constructor raises", "kubelet: {url: 'https://127.0.0.1:10250/pods'}\n",
+     "RuntimeError: the source's constructor broke"),
+]
+
+
+@pytest.mark.parametrize("what, text, named", HOSTILE_RELOADS, ids=[r[0] for r in HOSTILE_RELOADS])
+def test_a_hostile_reload_keeps_the_old_config_in_force(fake_systemd, tmp_path, caplog, what, text, named):
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE]) as h:
+            before = (h.daemon.config, h.daemon.naming, h.daemon.source)
+            if text is None:
+                h.config_path.unlink()
+            elif text == "directory":
+                h.config_path.unlink()
+                h.config_path.mkdir()
+            elif isinstance(text, bytes):
+                h.config_path.write_bytes(text)
+            else:
+                h.config_path.write_text(text)
+            if what.startswith("a source"):
+                h.daemon.out.make_source = _source_that_cannot_be_made
+            fake_systemd.clear_calls()
+            with caplog.at_level(logging.INFO, logger="memqos_systemd"):
+                h.daemon.request_reload()
+                await h.settle()
+                await h.settle()  # and a round after it: the daemon goes on
+            assert h.alive()
+            assert (h.daemon.config, h.daemon.naming, h.daemon.source) == before
+            refused = [r.getMessage() for r in caplog.records if "reload refused" in r.getMessage()]
+            assert len(refused) == 1 and "\n" not in refused[0] and named in refused[0], refused
+            assert h.metrics.registry.get_sample_value("memqos_config_reloads_total", {"result": "refused"}) == 1
+            assert not h.sets()  # nothing lowered, nothing half-applied
+            assert h.memory(BPOD)["MemoryLow"] == 256 * MI
+            # The next good reload takes effect.
+            if h.config_path.is_dir():
+                h.config_path.rmdir()
+            h.daemon.out.make_source = lambda c: h.source
+            h.config_path.write_text("memoryReservationPolicy: HardReservation\n")
+            h.daemon.request_reload()
+            await until(lambda: h.memory(BPOD)["MemoryMin"] == 256 * MI)
+            assert h.metrics.registry.get_sample_value("memqos_config_reloads_total", {"result": "ok"}) == 1
+    run(body())
+
+
+def test_a_config_whose_parts_cannot_be_made_stops_the_start_as_a_config_error(fake_systemd, tmp_path):
+    """At start, the same failures as a reload's are a ConfigError: `run` exits 2 with the line,
+    and the unit does not restart it (RestartPreventExitStatus=2) to fail again every 2 s."""
+    h = Harness(fake_systemd, tmp_path, [BURSTABLE])
+    with pytest.raises(ConfigError, match=r"config.yaml: RuntimeError: the source's constructor broke\\nover two lines$"):
+        Daemon(str(h.config_path), h.daemon.config, dataclasses.replace(h.daemon.out, make_source=_source_that_cannot_be_made))
+    assert fake_systemd.calls == []
 
 
 def test_a_reload_to_a_shorter_resync_interval_takes_effect_at_once(fake_systemd, tmp_path):

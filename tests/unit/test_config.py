@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from memqos_systemd.config import ConfigError, Reserve, load_config, parse_config
+from memqos_systemd.sources.kubelet import KubeletSource
 
 Mi, Gi = 2**20, 2**30
 
@@ -229,6 +230,23 @@ def test_factor_message_is_exactly_the_issue_example():
     ("resyncInterval: true", "resyncInterval", "True"),
     ("kubelet: http://x", "kubelet", "http://x"),
     ("kubelet: {url: 'ftp://x/pods'}", "kubelet.url", "ftp://x/pods"),
+    # Every URL the kubelet source could not take apart (issue 26: "[::1" passed, then killed a reload)
+    ("kubelet: {url: 'https://[::1/pods'}", "kubelet.url", "without its ']'"),
+    ("kubelet: {url: 'https://[::1]x/pods'}", "kubelet.url", "https://[::1]x/pods"),
+    ("kubelet: {url: 'https://[1.2.3.4]/pods'}", "kubelet.url", "not an IPv6 address"),
+    ("kubelet: {url: 'https://[zz::1]/pods'}", "kubelet.url", "not an IPv6 address"),
+    ("kubelet: {url: 'https://127.0.0.1:99999/pods'}", "kubelet.url", "not a number from 1 to 65535"),
+    ("kubelet: {url: 'https://127.0.0.1:0/pods'}", "kubelet.url", "'0'"),
+    ("kubelet: {url: 'https://127.0.0.1:/pods'}", "kubelet.url", "port ''"),
+    ("kubelet: {url: 'https://127.0.0.1:10250:1/pods'}", "kubelet.url", "'10250:1'"),
+    ("kubelet: {url: 'https://host:１２/pods'}", "kubelet.url", "１２"),
+    ("kubelet: {url: 'https:///pods'}", "kubelet.url", "has no host"),
+    ("kubelet: {url: 'https://a..b/pods'}", "kubelet.url", "neither a host name nor an IP address"),
+    ("kubelet: {url: 'https://999.0.0.1/pods'}", "kubelet.url", "not an IPv4 address"),
+    ("kubelet: {url: 'https://u:secret@127.0.0.1/pods'}", "kubelet.url", "user name or password"),
+    ("kubelet: {url: 'https://127.0.0.1/pods#x'}", "kubelet.url", "fragment"),
+    ("kubelet: {url: 'https://127.0.0.1/po ds'}", "kubelet.url", "spaces"),
+    ("kubelet: {url: 'https:/127.0.0.1/pods'}", "kubelet.url", "http:// or https://"),
     ("kubelet: {urll: 'http://x/pods'}", "kubelet.urll", "http://x/pods"),
     ("kubelet: {pollInterval: 0s}", "kubelet.pollInterval", "0s"),
     ("kubelet: {clientCertFile: /c.pem}", "kubelet.clientCertFile", "/c.pem"),
@@ -547,6 +565,18 @@ def test_server_name():
     assert parse_config({}).kubelet.server_name is None
     cfg = parse_config({"kubelet": {"url": "https://127.0.0.1:10250/pods", "serverName": "node-1"}})
     assert cfg.kubelet.server_name == "node-1"
+
+
+@pytest.mark.parametrize("url", [
+    "https://127.0.0.1:10250/pods", "http://127.0.0.1:10255/pods", "https://[::1]:10250/pods",
+    "https://[fe80::1%25eth0]:10250/pods", "https://node-1.example:10250/pods?x=1", "HTTPS://NODE_1/pods",
+    "https://node-1.", "http://localhost",
+])
+def test_good_kubelet_urls_pass_and_the_source_takes_them_apart(url):
+    cfg = parse_config({"kubelet": {"url": url}})
+    assert cfg.kubelet.url == url
+    # The source names itself by the URL only when it could take it apart (a bad one: "kubelet").
+    assert KubeletSource(cfg.kubelet, hostname=lambda: "node-1").name.lower().startswith("kubelet http")
 
 
 @pytest.mark.parametrize("value", ["", "two words", "a/b", 5, ["x"]])

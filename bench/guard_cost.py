@@ -29,7 +29,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from memqos_systemd.agenda import GUARD_IDLE_INTERVAL  # noqa: E402
 from memqos_systemd.cgroupfs import Cgroupfs  # noqa: E402
-from memqos_systemd.guard import GuardSettings, GuardState, Reading, decide  # noqa: E402
+from memqos_systemd.config import GuardSettings  # noqa: E402
+from memqos_systemd.guard import GuardState, Reading, decide  # noqa: E402
 
 CANDIDATES = {  # file the daemon opens -> kernfs files that stand in for it, first found wins
     "memory.events": ["{cg}/memory.events", "/sys/fs/cgroup/memory/memory.stat"],

@@ -35,7 +35,7 @@ __all__ = [
     "Agenda", "Due", "Refresh", "LIGHT_LEVELS", "FULL_RESYNC_EVERY", "SYSTEMD_SETTLE", "UNKNOWN_UNIT_PATIENCE",
     "FAST_POLL_FIRST", "KUBELET_START_PATIENCE", "KUBELET_START_RETRY", "SOURCE_WATCH_INTERVAL",
     "KERNEL_WATCH_INTERVAL", "KERNEL_WATCH_IDLE", "KERNEL_WATCH_ALERT", "KERNEL_WATCH_AFTER_KUBELET_START",
-    "KERNEL_WATCH_AFTER_DRIFT", "GUARD_IDLE_INTERVAL",
+    "KERNEL_WATCH_AFTER_DRIFT", "GUARD_IDLE_INTERVAL", "HEARTBEAT_INTERVAL", "THROTTLE_READ_INTERVAL", "Tick",
 ]
 
 # Every FULL_RESYNC_EVERY-th timer resync reads every unit, pod slices and container scopes
@@ -89,6 +89,21 @@ KERNEL_WATCH_AFTER_DRIFT = 10.0
 # Measured (bench/guard_cost.py): reading every 0.25 s for good costs about as much as the rest of
 # the idle daemon.
 GUARD_IDLE_INTERVAL = 5.0
+# How often the loop says it runs: to /livez (metrics.LIVENESS_WINDOW: a DaemonSet's liveness
+# probe) and, under WatchdogSec=, to systemd (half its timeout, if shorter: the daemon passes that).
+HEARTBEAT_INTERVAL = 10.0
+# How often memory.events of the containers is read for the throttling metric.
+THROTTLE_READ_INTERVAL = 15.0
+
+
+class Tick(enum.StrEnum):
+    """Work beside the rounds, each on the agenda's schedule (`ticks_due`, `tick_done`). A tick
+    never waits on systemd or the pod source, so a round that does never holds one up."""
+
+    HEARTBEAT = "heartbeat"  # the loop runs: WATCHDOG=1 to systemd, /livez stays 200; at once, then every heartbeat interval
+    WATCH = "watch"  # the node, QoS and reserved slices' cgroups read (Cgroupfs.watch): every watch_interval
+    GUARD = "guard"  # the pressure guard's counters (guard_watch.py): at once, then every guard_interval
+    THROTTLE = "throttle"  # memory.events `high` of the containers, for the throttling metric: every THROTTLE_READ_INTERVAL
 
 
 class Refresh(enum.IntEnum):
@@ -123,10 +138,12 @@ class Due:
 class Agenda:
     """Events and timers of one daemon. Times are the daemon's clock (monotonic seconds)."""
 
-    def __init__(self, *, resync_interval: float, poll_interval: float, watch_source: bool = False):
+    def __init__(self, *, resync_interval: float, poll_interval: float, watch_source: bool = False,
+                 heartbeat_interval: float = HEARTBEAT_INTERVAL, now: float = 0.0):
         self.resync_interval = resync_interval
         self.poll_interval = poll_interval
         self.watch_source = watch_source  # the pod source can say it changed (a pods file)
+        self.heartbeat_interval = heartbeat_interval
         self._reload = False
         self._reloading = False  # between systemd's Reloading(true) and Reloading(false)
         self._pending = Refresh.FULL  # at start, everything is read from systemd
@@ -147,6 +164,9 @@ class Agenda:
         self._unknown_new = False  # one came since the last fetch started
         self._new: set[str] = set()  # UnitNew: read state and properties
         self._started: set[str] = set()  # JobRemoved: read the state again
+        # When each tick is due next: the heartbeat at once, the others after their interval.
+        self._ticks = {Tick.HEARTBEAT: now, Tick.WATCH: now + self.watch_interval(now),
+                       Tick.GUARD: now, Tick.THROTTLE: now + THROTTLE_READ_INTERVAL}
 
     # ---- events ---------------------------------------------------------------------------
     def unit_new(self, name: str, level: str, now: float, planned: bool) -> None:
@@ -303,6 +323,27 @@ class Agenda:
         if not enabled:
             return 0.0 if engaged else GUARD_IDLE_INTERVAL  # turned off while engaged: clear it now
         return interval if engaged or not notified else GUARD_IDLE_INTERVAL
+
+    def ticks_due(self, now: float) -> list[Tick]:
+        """The ticks whose time has come, in their order."""
+        return [t for t in Tick if now >= self._ticks[t]]
+
+    def tick_done(self, tick: Tick, now: float, *, guard: tuple[bool, float, bool, bool] | None = None) -> None:
+        """`tick` has been done: when it is due next. `guard`: the pressure guard's (enabled,
+        interval, engaged, notified), for its own tick (guard_interval)."""
+        if tick is Tick.HEARTBEAT:
+            wait = self.heartbeat_interval
+        elif tick is Tick.WATCH:
+            wait = self.watch_interval(now)
+        elif tick is Tick.THROTTLE:
+            wait = THROTTLE_READ_INTERVAL
+        else:
+            wait = self.guard_interval(*guard) if guard is not None else GUARD_IDLE_INTERVAL
+        self._ticks[tick] = now + wait
+
+    def tick_timeout(self, now: float) -> float:
+        """How long until the next tick is due."""
+        return max(min(self._ticks.values()) - now, 0.0)
 
     def in_doubt(self, now: float) -> bool:
         """Whether the cache may lack units systemd holds until the next full re-read: systemd is

@@ -52,9 +52,10 @@ from typing import Callable, Collection, Iterable, Mapping
 
 from .cgroupfs import Cgroupfs
 from .naming import Naming
+from .notify import WarnOnce
 from .reconcile import DEFAULTS, UNREAD, Change
-from .quantity import UINT64_MAX
-from .systemd import NoSuchUnit, SystemdError, UnitStatus, describe_call, show_value
+from .quantity import UINT64_MAX, show_value
+from .systemd import NoSuchUnit, SystemdError, UnitStatus, describe_call
 
 log = logging.getLogger("memqos_systemd")
 
@@ -452,6 +453,27 @@ class Applier:
                 result.skipped = len(changes) - sent
                 break
         return result
+
+
+class OomGroupJournal:
+    """The service's `on_restore`: each memory.oom.group put back counted (`count(ok)`), the first
+    one said in the journal with why, a failure said once while it lasts."""
+
+    def __init__(self, count: Callable[[bool], None]):
+        self._count = count
+        self._noted = False
+        self._warn_once = WarnOnce(log)
+
+    def __call__(self, unit: str, error: str | None) -> None:
+        self._count(error is None)
+        if error is not None:
+            self._warn_once("oom-group", [f"cannot put memory.oom.group of {unit} back to the runtime's 1: {error};"
+                                          f" systemd reset it when it re-applied the unit's settings"])
+        elif not self._noted:
+            self._noted = True
+            log.info("memory.oom.group of %s put back to 1: systemd resets it to 0 whenever it re-applies a scope's"
+                     " settings (a write, a daemon-reload), and the runtime set it only in the file; done for every"
+                     " such container from now on (memqos_oom_group_restores_total)", unit)
 
 
 async def _in_flight(calls: list, *, return_exceptions: bool = False) -> list:

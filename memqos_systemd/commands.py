@@ -10,21 +10,31 @@ import asyncio
 import json
 import os
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from . import last_pods, ledger
-from .applier import Applier, summarize
+from .applier import Applier, ApplyResult, summarize
 from .cgroupfs import (
     Cgroupfs, cgroup_path, kernel_shows, read_cgroup_memory, read_memory_events, read_pressure, read_value,
 )
-from .config import Config
+from .config import DEFAULT_CONFIG_PATH, Config
+from .daemon import Daemon, Outside
 from .intake import PodIntake
+from .kubelet_gate import memory_qos_gate, parse_kubelet_metrics
+from .metrics import Metrics, parse_listen
 from .naming import Naming, container_scope
+from .node import MemoryWatcher, check_node, kubelet_config_findings, page_size, read_meminfo, systemd_findings
+from .notify import setup_logging
 from .plan import INFINITY, NodeFacts, Plan, plan
 from .quantity import format_bytes
-from .reconcile import DEFAULTS, MAY_CREATE, diff, grow_only, reset_plan
+from .reconcile import DEFAULTS, MAY_CREATE, reset_plan
+from .round import Inputs, Round
 from .runfile import RunLockHeld, hold_run_lock
+from .sources import SourceError, make_source
+from .sources.file import hidden_from_service
+from .sources.kubelet import KubeletSource
 from .systemd import Systemd, SystemdError
 
 EXIT_OK, EXIT_FAILURE = 0, 1
@@ -61,14 +71,10 @@ async def _connect() -> Systemd:
 
 
 def _fetch(cfg: Config):
-    from .sources import make_source
-
     return make_source(cfg).fetch()
 
 
 def _desired(cfg: Config, snapshot) -> Plan:
-    from .node import read_meminfo
-
     return plan(list(snapshot.pods), NodeFacts(read_meminfo(), _page_size()), cfg)
 
 
@@ -78,7 +84,7 @@ def apply(args, cfg: Config) -> int:
 
 
 async def _apply(cfg: Config, *, dry_run: bool) -> int:
-    from .sources import SourceError
+    """The round the service runs (round.py), once: the same intake, plan, diff and apply."""
 
     # On a machine that is no systemd/cgroup v2 node, that is the first thing to say (not, say,
     # that the kubelet is unreachable): nothing here could be applied.
@@ -98,25 +104,30 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
     intake = PodIntake(LAST_PODS_PATH, write=False)
     intake.recall()
 
-    async def changes(systemd, applier: Applier) -> list:
-        await applier.refresh_all()  # every unit of ours systemd has: carry-over asks which pod slices run
+    async def one_round(systemd, applier: Applier) -> tuple[list, ApplyResult]:
+        # Reserved slices the service wrote and the config no longer names go back to the
+        # defaults, as the service's first round does (ledger.py; read, not written, here).
+        retired = frozenset(ledger.read(LEDGER_PATH) - set(applier.naming.reserved_slices()))
+        # Every unit of ours systemd has, and those: carry-over asks which pod slices run.
+        await applier.refresh_all(retired)
         for p in intake.accept(snapshot, applier.live_pod_uids()):
             _warn(f"pod {p.display} is not listed by the pod source but its slice still exists; keeping its protection")
-        desired = _desired(cfg, intake.snapshot or snapshot)
+        if intake.holding is not None:
+            _warn("the pod source lists no pods but pod slices exist; not lowering anything")
+        inputs = Inputs(intake.pods, NodeFacts(read_meminfo(), _page_size()), cfg, applier.naming, intake.holding, retired)
+        rnd = Round()
+        desired = rnd.plan(inputs)
         for w in desired.warnings:
             _warn(w)
-        found = diff(desired, applier.observed, applier.naming)
         waiting = [u.unit for u in desired.units if u.level in ("node", "qos") and applier.observed.get(u.unit) is None
                    and u.properties() != DEFAULTS]
         if waiting:
             _warn(f"not loaded yet, left for the kubelet to create (the daemon sets them when it does):"
                   f" {', '.join(waiting)}")
-        if intake.holding is not None:
-            _warn("the pod source lists no pods but pod slices exist; not lowering anything")
-            found = grow_only(found)
-        return found
+        outcome = await rnd.run(inputs, applier, dry_run=dry_run, echo=print)
+        return outcome.changes, outcome.result
 
-    return await _send(cfg, changes, dry_run=dry_run, label="")
+    return await _send(cfg, one_round, dry_run=dry_run, label="")
 
 
 # ------------------------------------------------------------------ reset
@@ -125,13 +136,14 @@ def reset(args, cfg: Config) -> int:
 
 
 async def _reset(cfg: Config, *, dry_run: bool) -> int:
-    async def changes(systemd, applier: Applier) -> list:
+    async def changes(systemd, applier: Applier) -> tuple[list, ApplyResult]:
         if await systemd.unit_state(SERVICE) in ("active", "activating", "reloading"):
             _warn(f"{SERVICE} is running and will re-apply its plan; stop it first: systemctl disable --now {SERVICE}")
         # Also the reserved slices the service wrote that the config no longer names (ledger.py).
         former = ledger.read(LEDGER_PATH) - set(applier.naming.reserved_slices())
         await applier.refresh_all(former)
-        return reset_plan(applier.observed, applier.naming, also=former)
+        found = reset_plan(applier.observed, applier.naming, also=former)
+        return found, await applier.apply(found, dry_run=dry_run, echo=print)
 
     return await _send(cfg, changes, dry_run=dry_run, label="reset: ")
 
@@ -141,8 +153,9 @@ def _restored(unit: str, error: str | None) -> None:
         _warn(f"cannot put memory.oom.group of {unit} back to the runtime's 1 after the write: {error}")
 
 
-async def _send(cfg: Config, make_changes, *, dry_run: bool, label: str) -> int:
-    """Connect, compute the changes against what systemd holds, send them (or print them)."""
+async def _send(cfg: Config, act, *, dry_run: bool, label: str) -> int:
+    """Connect, and let `act` compute the changes against what systemd holds and send them (or
+    print them): (changes, result)."""
     try:
         systemd = await _connect()
     except SystemdError as e:
@@ -150,8 +163,7 @@ async def _send(cfg: Config, make_changes, *, dry_run: bool, label: str) -> int:
         return EXIT_FAILURE
     try:
         applier = Applier(systemd, Naming.for_config(cfg), cgroupfs=Cgroupfs(CGROUP_ROOT), on_restore=_restored)
-        changes = await make_changes(systemd, applier)
-        result = await applier.apply(changes, dry_run=dry_run, echo=print)
+        changes, result = await act(systemd, applier)
     except SystemdError as e:
         _err(f"systemd: {e}")
         return EXIT_FAILURE
@@ -173,8 +185,6 @@ def status(args, cfg: Config) -> int:
 
 
 async def _status(cfg: Config, output: str) -> int:
-    from .sources import SourceError
-
     snapshot, source_error, desired = None, None, None
     try:
         snapshot = await asyncio.to_thread(_fetch, cfg)
@@ -373,8 +383,6 @@ def check(args, cfg: Config) -> int:
 
 
 async def _check(cfg: Config) -> int:
-    from .node import check_node, kubelet_config_findings
-
     findings: list[tuple[str, str]] = [(f.level, f"{f.what}: {f.detail}") for f in _systemd_host()]
     version = None
     try:
@@ -402,7 +410,6 @@ async def _check(cfg: Config) -> int:
 
 def _not_a_node() -> list[str]:
     """What makes this machine no systemd/cgroup v2 node (empty on a node): `apply` stops there."""
-    from .node import check_node
 
     found = _systemd_host() + [f for f in check_node(cgroup_root=CGROUP_ROOT) if f.what == "cgroup v2"]
     return [f.detail for f in found if f.level == "error"]
@@ -410,7 +417,6 @@ def _not_a_node() -> list[str]:
 
 def _systemd_host() -> list:
     """node.systemd_findings for the bus this process would use (DBUS_SYSTEM_BUS_ADDRESS or the system's)."""
-    from .node import systemd_findings
 
     return systemd_findings(os.environ.get("DBUS_SYSTEM_BUS_ADDRESS") or None)
 
@@ -418,8 +424,6 @@ def _systemd_host() -> list:
 async def _check_pods(cfg: Config) -> list[tuple[str, str]]:
     """The pod source as the service will see it: an answer, or an error with its fix and the
     consequence (without pods, the service protects no pod)."""
-    from .sources import SourceError
-    from .sources.file import hidden_from_service
 
     try:
         snap = await asyncio.to_thread(_fetch, cfg)
@@ -445,9 +449,6 @@ GATE_KEPT = ("kept on, the kubelet writes kubepods.slice MemoryMin and kubepods-
 def kubelet_gate(cfg: Config):
     """The kubelet's own Memory QoS gate and how we know (kubelet_gate.py), asking its /metrics when
     the pod source is the kubelet; (gate, why the kubelet's /metrics did not say)."""
-    from .kubelet_gate import memory_qos_gate, parse_kubelet_metrics
-    from .sources import SourceError
-    from .sources.kubelet import KubeletSource
 
     reported = version = None
     unasked = "the pod source is a file" if cfg.pods_file else None
@@ -487,9 +488,7 @@ def _check_kubelet_gate(cfg: Config) -> list[tuple[str, str]]:
 def _service_foreign_writes(cfg: Config) -> dict[str, float]:
     """memqos_foreign_writes_total of the running service, by unit, from its metrics endpoint
     (loopback, no credentials); empty when it does not answer."""
-    import urllib.request
 
-    from .metrics import parse_listen
 
     if not cfg.metrics.listen:
         return {}
@@ -514,12 +513,7 @@ def _service_foreign_writes(cfg: Config) -> dict[str, float]:
 
 # ------------------------------------------------------------------ run
 def run(args, cfg: Config) -> int:
-    from .notify import setup_logging
-
     log = setup_logging()
-    from .daemon import Daemon, Outside
-    from .node import check_node, page_size, read_meminfo
-    from .sources import make_source
 
     for f in check_node(systemd=None):
         if f.level == "error":
@@ -554,14 +548,10 @@ def run(args, cfg: Config) -> int:
 
 
 def _default_config_path() -> str | None:
-    from .config import DEFAULT_CONFIG_PATH
-
     return DEFAULT_CONFIG_PATH if Path(DEFAULT_CONFIG_PATH).exists() else None
 
 
 def _metrics(cfg: Config, log) -> Any:
-    from .metrics import Metrics
-
     metrics = Metrics()
     if cfg.metrics.listen:
         try:
@@ -573,8 +563,6 @@ def _metrics(cfg: Config, log) -> Any:
 
 
 def _memory_watcher(log) -> Any:
-    from .node import MemoryWatcher
-
     try:
         return MemoryWatcher()
     except Exception as e:  # no udev in a container, no netlink permission, ...

@@ -25,12 +25,11 @@ from typing import Any, Mapping, NamedTuple
 import yaml
 
 from .documents import DocumentError, decode
-from .guard import GuardSettings
 from .naming import valid_slice_name
 from .quantity import QuantityError, parse_bytes, parse_quantity
 
 __all__ = [
-    "ConfigError", "Config", "KubeletSource", "MetricsConfig", "Reserve", "load_config",
+    "ConfigError", "Config", "KubeletSettings", "MetricsConfig", "Reserve", "load_config",
     "parse_config", "kubelet_config_subset", "POLICIES", "HIERARCHIES", "DEFAULT_CONFIG_PATH",
 ]
 
@@ -60,7 +59,7 @@ class Reserve:
 
 
 @dataclass(frozen=True)
-class KubeletSource:
+class KubeletSettings:
     url: str = "http://127.0.0.1:10255/pods"
     token_file: str | None = None
     ca_file: str | None = None
@@ -81,6 +80,32 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class GuardSettings:
+    """The `pressureGuard:` block (guard.py; every number measured, BENCHMARKS.md)."""
+
+    enabled: bool = False
+    # How often the counters are read while the guard is engaged (or when the kernel cannot notify
+    # a change of memory.events), and the least time between two steps down.
+    interval: float = 0.25
+    # `low` events of the protected slice within one interval that count as a breach.
+    low_events: int = 1
+    # BestEffort pods holding less than this are not what presses: the guard leaves them alone.
+    min_besteffort: int = 16 << 20
+    # Every further breach lowers MemoryHigh by this fraction of what BestEffort holds.
+    step: float = 0.1
+    # MemoryHigh is never lowered below this.
+    floor: int = 32 << 20
+    # Calm (no `low` event, memory.pressure below calm_pressure) this long before the first release.
+    release_after: float = 30.0
+    # Then one release step this often, each raising MemoryHigh by release_step of its value.
+    release_every: float = 5.0
+    release_step: float = 0.5
+    # The share of wall time the protected slice's tasks stalled on memory (memory.pressure
+    # `some`) under which it counts as calm.
+    calm_pressure: float = 0.05
+
+
+@dataclass(frozen=True)
 class Config:
     # --- planner (KubeletConfiguration names) ---
     memory_reservation_policy: str = "None"
@@ -96,7 +121,7 @@ class Config:
     protection_headroom: Reserve = Reserve(fraction=Fraction(5, 100))
     # --- daemon ---
     pods_file: str | None = None
-    kubelet: KubeletSource = KubeletSource()
+    kubelet: KubeletSettings = KubeletSettings()
     kubelet_config_file: str | None = None
     metrics: MetricsConfig = MetricsConfig()
     resync_interval: float = 60.0
@@ -317,7 +342,7 @@ def _listen(src, key, value) -> str | None:
     return value
 
 
-def _kubelet_source(src, key, value) -> KubeletSource:
+def _kubelet_source(src, key, value) -> KubeletSettings:
     if not isinstance(value, dict):
         raise _fail(src, key, value, "must be a map (url, tokenFile, caFile, ...)")
     fields = {
@@ -332,7 +357,7 @@ def _kubelet_source(src, key, value) -> KubeletSource:
         "timeout": ("timeout", lambda k, v: _duration(src, k, v, minimum=0.1, maximum=300)),
     }
     out = _map_fields(src, key, value, fields)
-    result = KubeletSource(**out)
+    result = KubeletSettings(**out)
     if (result.client_cert_file is None) != (result.client_key_file is None):
         raise _fail(src, f"{key}.clientCertFile", result.client_cert_file,
                     "and kubelet.clientKeyFile must be set together")

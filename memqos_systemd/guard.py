@@ -12,7 +12,7 @@ step until it is the planner's value again (infinity).
 
 Like plan.py: no I/O, no clock (`Reading.now` is passed in), no globals. `decide` takes the state
 and one reading and returns the next state and, when the value in force changes, the `Action` (one
-journal line and one metric each, daemon.py). `overlay` puts the value into a plan, so that the
+journal line and one metric each, guard_watch.py); its settings are config.GuardSettings. `overlay` puts the value into a plan, so that the
 value goes out through the same diff and apply as every other write (D-Bus, systemd): the guard
 writes nothing itself, and it never names a unit other than the BestEffort QoS slice.
 """
@@ -21,42 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from .quantity import UINT64_MAX as INFINITY  # plan.INFINITY (config.py imports this module)
+from .config import GuardSettings
+from .plan import INFINITY, Plan
 
-if TYPE_CHECKING:
-    from .plan import Plan
-
-__all__ = ["GuardSettings", "Reading", "GuardState", "Action", "decide", "overlay"]
+__all__ = ["Reading", "GuardState", "Action", "decide", "overlay"]
 
 MIB = 1 << 20
-
-
-@dataclass(frozen=True)
-class GuardSettings:
-    """The `pressureGuard:` block of the config (config.py; every number measured, BENCHMARKS.md)."""
-
-    enabled: bool = False
-    # How often the counters are read while the guard is engaged (or when the kernel cannot notify
-    # a change of memory.events), and the least time between two steps down.
-    interval: float = 0.25
-    # `low` events of the protected slice within one interval that count as a breach.
-    low_events: int = 1
-    # BestEffort pods holding less than this are not what presses: the guard leaves them alone.
-    min_besteffort: int = 16 * MIB
-    # Every further breach lowers MemoryHigh by this fraction of what BestEffort holds.
-    step: float = 0.1
-    # MemoryHigh is never lowered below this.
-    floor: int = 32 * MIB
-    # Calm (no `low` event, memory.pressure below calm_pressure) this long before the first release.
-    release_after: float = 30.0
-    # Then one release step this often, each raising MemoryHigh by release_step of its value.
-    release_every: float = 5.0
-    release_step: float = 0.5
-    # The share of wall time the protected slice's tasks stalled on memory (memory.pressure
-    # `some`) under which it counts as calm.
-    calm_pressure: float = 0.05
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,9 @@ One object for the service (`run`) and `apply --once`, so both take pods the sam
   snapshot: the pods of the last run's, kept in a runtime file (last_pods.py), stand in for it in
   the first carry_over, and for nothing else. The accepted pods are written there whenever they
   change.
+* **Asking.** The daemon asks the source in a worker thread (`PodIntake.fetch`); a failure is
+  said once per cause (a failing streak that changes cause, token missing then 401 then 403 as
+  the operator fixes things one by one, says each), and the last good snapshot is kept.
 * **Holding.** Until a first snapshot is accepted (`Holding.NO_SNAPSHOT`), and while a first
   answer of "no pods" comes with pod slices still running (`Holding.SUSPECT_EMPTY`: believed once
   they are gone), only changes that raise values are sent (reconcile.grow_only).
@@ -18,12 +21,14 @@ One object for the service (`run`) and `apply --once`, so both take pods the sam
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from . import last_pods
+from .notify import WarnOnce
 from .pods import Pod
 from .sources import Snapshot
 
@@ -61,6 +66,8 @@ class PodIntake:
         self._last_run: tuple[Pod, ...] = ()  # the `previous` of the first carry_over only
         self._remembered: tuple[Pod, ...] | None = None  # the pods last written to `path`
         self._remember_failing = False
+        self._failure: str | None = None  # the source's last error, while it fails
+        self.say = WarnOnce(log)  # each warning of a kind (a rejected pod, a pod carried over) once while it lasts
 
     @property
     def pods(self) -> tuple[Pod, ...]:
@@ -70,7 +77,30 @@ class PodIntake:
         """Read the pods of the last run (before the first snapshot); how many there were."""
         if self.path is not None and self.snapshot is None:
             self._last_run = last_pods.read(self.path)
+            if self._last_run and self._write:
+                log.info("remembered %d pods from the last run (%s): a pod among them the pod source does not"
+                         " list at first keeps its protection while its slice runs", len(self._last_run), self.path)
         return len(self._last_run)
+
+    async def fetch(self, source, metrics, *, failing: bool) -> Snapshot | None:
+        """Ask `source` (in a worker thread); None when it failed (said once per cause, counted).
+        `failing`: the last fetch failed too."""
+        try:
+            snap = await asyncio.to_thread(source.fetch)
+        except Exception as e:  # SourceError, and anything a broken source raises
+            metrics.source_error(getattr(e, "kind", type(e).__name__))
+            if not failing or str(e) != self._failure:
+                kept = (f"holding the last good snapshot ({len(self.pods)} pods)" if self.snapshot is not None
+                        else "no snapshot yet: only raising values")
+                log.warning("pod source failed: %s; %s", e, kept)
+            self._failure = str(e)
+            return None
+        self._failure = None
+        if failing:
+            log.info("pod source recovered: %d pods", len(snap.pods))
+        self.say("pods", snap.warnings)
+        metrics.source_ok(snap)
+        return snap
 
     def accept(self, snap: Snapshot, live_uids: Iterable[str]) -> list[Pod]:
         """Take a good answer of the pod source, given the UIDs of the pod slices systemd runs.

@@ -15,16 +15,26 @@ How we learn it, most reliable first, without spawning anything:
 3. **Its version's default**: on from v1.37, off before.
 Nothing else is known for sure: the version alone needs the metrics too (the read-only /pods does
 not carry it, and the binary is not ours to run).
+
+When a write is found anyway, `foreign_write_line` is the journal's line for it: what changed, and
+the likely writer (the kubelet's pattern named, with the fix).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Mapping
 
-__all__ = ["Gate", "DEFAULT_ON_FROM", "memory_qos_gate", "parse_kubelet_metrics", "parse_version"]
+from .quantity import show_value
+
+__all__ = ["Gate", "DEFAULT_ON_FROM", "FOREIGN_LOG_EVERY", "foreign_write_line", "memory_qos_gate",
+           "parse_kubelet_metrics", "parse_version"]
 
 DEFAULT_ON_FROM = (1, 37)
+# A unit someone else keeps writing (the kubelet's own Memory QoS: every minute) is logged at most
+# this often; the metric counts every time.
+FOREIGN_LOG_EVERY = 3600.0
 _FEATURE = re.compile(r'^kubernetes_feature_enabled\{([^}]*)\}\s+([0-9.eE+-]+)\s*$')
 _BUILD = re.compile(r'^kubernetes_build_info\{([^}]*)\}\s+')
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -76,3 +86,20 @@ def memory_qos_gate(*, reported: bool | None = None, version: str | None = None,
     if parsed is not None:
         return Gate(parsed >= DEFAULT_ON_FROM, f"the default of kubelet {version}")
     return Gate(None, "not known: the kubelet's /metrics did not say, and its config file sets no MemoryQoS gate")
+
+
+def foreign_write_line(unit: str, before: Mapping[str, int], now: Mapping[str, int], kubelets_unit: str | None) -> str:
+    """The journal's line when a read found `unit` holding `now` where we had `before`: the values
+    that changed and the likely writer. `kubelets_unit`: the property the kubelet's own Memory QoS
+    rewrites on this unit (MemoryMin of the kubepods slice, MemoryLow of the Burstable QoS slice),
+    None for other units."""
+    changed = [p for p in now if now[p] != before.get(p)]
+    values = ", ".join(f"{p} {show_value(before[p])} -> {show_value(now[p])}" for p in changed if p in before)
+    if kubelets_unit in changed:
+        writer = ("likely the kubelet's own Memory QoS (its MemoryQoS feature gate, on by default from v1.37,"
+                  " rewrites kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow every minute);"
+                  " the fix: featureGates: {MemoryQoS: false} in the kubelet's config")
+    else:
+        writer = "by another writer (systemctl set-property, another agent)"
+    return (f"{unit}: {values} changed without us, {writer}; putting ours back (logged once an hour per unit;"
+            f" memqos_foreign_writes_total counts each time)")

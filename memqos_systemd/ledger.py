@@ -79,6 +79,9 @@ class ReservedSlices:
         retired, to be reset once as a reload that dropped them would have. Returns them."""
         gone = (read(self.path) if self.path is not None else set()) - set(named)
         self.retired |= gone
+        for name in sorted(gone):
+            log.info("%s was a reserved cgroup when the service last ran and the config no longer names"
+                     " it: bringing it back to MemoryMin=0 MemoryLow=0 MemoryHigh=infinity", name)
         return sorted(gone)
 
     def config_changed(self, before: Iterable[str], after: Iterable[str]) -> list[str]:
@@ -87,6 +90,9 @@ class ReservedSlices:
         after = set(after)
         dropped = set(before) - after
         self.retired = (self.retired | dropped) - after
+        for name in sorted(dropped):
+            log.info("%s is no longer a reserved cgroup in the config: bringing it back to"
+                     " MemoryMin=0 MemoryLow=0 MemoryHigh=infinity", name)
         return sorted(dropped)
 
     def settle(self, done: Callable[[str], bool]) -> None:

@@ -201,7 +201,7 @@ def _cgroup_view(plan: Any, cgroupfs: Any) -> tuple:
 
 
 # /livez answers 503 once the daemon's loop has not beaten (`heartbeat`, every
-# daemon.HEARTBEAT_INTERVAL) for this long: a DaemonSet's liveness probe then restarts it, as
+# agenda.HEARTBEAT_INTERVAL) for this long: a DaemonSet's liveness probe then restarts it, as
 # WatchdogSec= does for the packaged unit. Generous: a daemon starved by a neighbour allocating
 # until the OOM killer acts (its reads 8-12 s apart, docs/BENCHMARKS.md "The pressure guard")
 # recovers when the killer has acted; a restart would not help it.

@@ -12,7 +12,7 @@ import socket
 import sys
 from typing import Iterable
 
-__all__ = ["Notifier", "setup_logging", "watchdog_interval"]
+__all__ = ["Notifier", "OncePer", "WarnOnce", "setup_logging", "watchdog_interval"]
 
 
 class Notifier:
@@ -25,6 +25,7 @@ class Notifier:
             # '@name' is a socket in the abstract namespace.
             self._address = "\0" + address[1:] if address.startswith("@") else address
         self._last_status: str | None = None
+        self.readied = False  # READY=1 has been said (report)
 
     @property
     def enabled(self) -> bool:
@@ -47,6 +48,15 @@ class Notifier:
     def ready(self, status: str) -> None:
         if self.send("READY=1", f"STATUS={status}"):
             self._last_status = status
+
+    def report(self, status: str) -> bool:
+        """After each applied round: READY=1 the first time (True then), STATUS= after."""
+        if self.readied:
+            self.status(status)
+            return False
+        self.readied = True
+        self.ready(status)
+        return True
 
     def status(self, status: str) -> None:
         """STATUS=, sent only when it differs from the last one systemd took."""
@@ -111,3 +121,18 @@ class WarnOnce:
             if w not in seen:
                 self._log.warning("%s", w)
         self._seen[kind] = set(warnings)
+
+
+class OncePer:
+    """Whether to say something about a key now: at most once per `period` seconds of the
+    caller's clock (a unit someone keeps writing behind our back is named once an hour)."""
+
+    def __init__(self, period: float):
+        self.period = period
+        self._said: dict[str, float] = {}
+
+    def __call__(self, key: str, now: float) -> bool:
+        if now < self._said.get(key, float("-inf")) + self.period:
+            return False
+        self._said[key] = now
+        return True

@@ -17,7 +17,7 @@ import math
 import re
 from fractions import Fraction
 
-__all__ = ["QuantityError", "parse_quantity", "to_bytes", "parse_bytes", "format_bytes", "MAX_BYTES", "UINT64_MAX"]
+__all__ = ["QuantityError", "parse_quantity", "to_bytes", "parse_bytes", "format_bytes", "MAX_BYTES", "UINT64_MAX", "show_value"]
 
 # The largest memory property systemd takes (D-Bus type `t`): its `infinity`, the kernel's "max".
 UINT64_MAX = 2**64 - 1
@@ -108,3 +108,8 @@ def format_bytes(n: int) -> str:
                 return f"{int(value)}{unit}"
             return f"{value:.2f}".rstrip("0").rstrip(".") + unit
     return str(n)
+
+
+def show_value(value: int) -> str:
+    """A memory property's value as systemctl takes it: bytes, or "infinity" for UINT64_MAX."""
+    return "infinity" if value == UINT64_MAX else str(value)

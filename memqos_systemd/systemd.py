@@ -94,7 +94,7 @@ from dbus_next import Message, MessageType, Variant
 
 from .bus import AccessDenied, Bus, BusClosed, CallTimeout, NoSuchUnit, SystemdError, variant_value
 
-from .quantity import UINT64_MAX
+from .quantity import UINT64_MAX, show_value
 
 __all__ = [
     "MEMORY_PROPERTIES", "CARRIED_PROPERTIES", "UINT64_MAX", "ACTIVE_STATES",
@@ -151,11 +151,6 @@ def invocation_path(invocation_id: bytes) -> str:
     if not isinstance(invocation_id, bytes) or len(invocation_id) != 16:
         raise ValueError(f"an invocation ID is 16 bytes, not {invocation_id!r}")
     return f"{_UNIT_PATH_PREFIX}{_label_escape(invocation_id.hex())}"
-
-
-def show_value(value: int) -> str:
-    """A memory property's value as systemctl takes it: bytes, or "infinity" for UINT64_MAX."""
-    return "infinity" if value == UINT64_MAX else str(value)
 
 
 def _check_unit(unit: object, *, cgroup: bool = False) -> str:
@@ -295,7 +290,7 @@ class Systemd:
             return None
         return body[0]
 
-    async def _status(self, action: str, unit: str) -> tuple[str, str, str] | None:
+    async def unit_status(self, action: str, unit: str) -> tuple[str, str, str] | None:
         """(path, LoadState, ActiveState) of a unit in memory, or None."""
         path = await self._unit_path(action, unit)
         if path is None:
@@ -342,7 +337,7 @@ class Systemd:
             if name in literal:
                 continue
             seen = self._signal_seq  # taken before the reads: safe
-            status = await self._status(f"read the state of {name}", name)
+            status = await self.unit_status(f"read the state of {name}", name)
             if status is not None:
                 out[name] = UnitStatus(status[1], status[2], status[0], seen)
         return out
@@ -377,7 +372,7 @@ class Systemd:
     async def unit_state(self, unit: str) -> str | None:
         """ActiveState of a loaded unit; None when it is not loaded."""
         _check_unit(unit)
-        status = await self._status(f"read the state of {unit}", unit)
+        status = await self.unit_status(f"read the state of {unit}", unit)
         if status is None or status[1] != "loaded":
             return None
         return status[2]
@@ -440,7 +435,7 @@ class Systemd:
             path, seen = status.path, status.seen
         else:
             seen = self._signal_seq
-            checked = await self._status(f"check {unit} before setting memory properties", unit)
+            checked = await self.unit_status(f"check {unit} before setting memory properties", unit)
             if checked is None:
                 raise NoSuchUnit(f"{unit}: not loaded; not setting properties (that would create it)")
             path, load, active = checked

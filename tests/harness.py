@@ -153,6 +153,41 @@ def remove_units(fake, *names: str) -> int:
     return fake._run(remove)
 
 
+class RecordingSystemd(Systemd):
+    """The adapter as the daemon uses it, telling the harness what it does (`Harness.events`)."""
+
+    harness: "Harness"
+
+    @classmethod
+    async def connect(cls, address=None, *, call_timeout=10.0):
+        sd = await super().connect(address, call_timeout=call_timeout)
+
+        def on_wire(msg):
+            # Every message as the connection reads it, before any handler task runs.
+            if msg.member == "UnitRemoved" and msg.signature == "so":
+                sd.harness.events.append(("read", msg.body[0]))
+
+        sd._bus.add_message_handler(on_wire)
+        return sd
+
+    async def set_memory(self, unit, props, **kw):
+        self.harness.events.append(("set", unit))
+        return await super().set_memory(unit, props, **kw)
+
+    async def set_memory_if_loaded(self, unit, props, **kw):
+        self.harness.events.append(("set", unit))
+        return await super().set_memory_if_loaded(unit, props, **kw)
+
+    async def unit_status(self, action, unit):
+        # set_memory_if_loaded's check (and any other state read): the unit is loaded.
+        result = await super().unit_status(action, unit)
+        if result is not None:
+            self.harness.events.append(("checked", unit))
+            if self.harness.busy:
+                await asyncio.sleep(self.harness.busy)
+        return result
+
+
 class Harness:
     """The daemon on the stand-in, as `async with Harness(...) as h:`; ready when entered."""
 
@@ -186,34 +221,8 @@ class Harness:
 
     async def _connect(self, address):
         """The daemon's connection to the stand-in, recording what it does (see `events`)."""
-        sd = await Systemd.connect(self.fake.address, call_timeout=self._call_timeout)
-        for name in ("set_memory", "set_memory_if_loaded"):
-            send = getattr(sd, name)
-
-            async def record(unit, props, _send=send, **kw):
-                self.events.append(("set", unit))
-                return await _send(unit, props, **kw)
-
-            setattr(sd, name, record)
-        status = sd._status
-
-        async def checked(action, unit):
-            # set_memory_if_loaded's check: the unit is loaded (and, it says, active).
-            result = await status(action, unit)
-            if result is not None:
-                self.events.append(("checked", unit))
-                if self.busy:
-                    await asyncio.sleep(self.busy)
-            return result
-
-        sd._status = checked
-
-        def on_wire(msg):
-            # Every message as the connection reads it, before any handler task runs.
-            if msg.member == "UnitRemoved" and msg.signature == "so":
-                self.events.append(("read", msg.body[0]))
-
-        sd._bus.add_message_handler(on_wire)
+        sd = await RecordingSystemd.connect(self.fake.address, call_timeout=self._call_timeout)
+        sd.harness = self
         return sd
 
     async def __aenter__(self):
@@ -259,8 +268,15 @@ class Harness:
         return [(unit, props) for unit, _, props in self.fake.writes]
 
     def memory(self, unit: str) -> dict | None:
+        """What the stand-in systemd holds for `unit` (None: not loaded)."""
         u = self.fake.unit(unit)
         return None if u is None else dict(u.memory)
+
+    @property
+    def cache(self):
+        """What the daemon believes systemd holds, by unit (None: not loaded; a unit it does not
+        know of is absent): the Applier's cache, read only."""
+        return self.daemon.applier.observed
 
     def reconciles(self) -> float:
         return self.metrics.registry.get_sample_value("memqos_reconcile_duration_seconds_count") or 0

@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable
 
 from ..documents import DocumentError, decode
-from . import MAX_RESPONSE_BYTES, Snapshot, SourceError, snapshot_from_doc
+from .snapshot import MAX_RESPONSE_BYTES, Snapshot, SourceError, snapshot_from_doc
 
 __all__ = ["FileSource", "SANDBOX_HIDDEN", "hidden_from_service"]
 

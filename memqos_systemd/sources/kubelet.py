@@ -46,8 +46,8 @@ import time
 from typing import Callable
 from urllib.parse import urlsplit
 
-from ..config import KubeletSource as KubeletConfig, url_problem
-from . import MAX_RESPONSE_BYTES, Snapshot, SourceError, snapshot_from_doc
+from ..config import KubeletSettings, url_problem
+from .snapshot import MAX_RESPONSE_BYTES, Snapshot, SourceError, snapshot_from_doc
 
 __all__ = ["KubeletSource", "MAX_TOKEN_BYTES", "redact", "node_hostname", "KUBELET_CA_HINT"]
 
@@ -95,7 +95,7 @@ def _show_url(url: str) -> str:
 class KubeletSource:
     """Pods from the kubelet. Blocking; one instance per config (make a new one on reload)."""
 
-    def __init__(self, config: KubeletConfig, *, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, config: KubeletSettings, *, clock: Callable[[], float] = time.monotonic,
                  max_bytes: int = MAX_RESPONSE_BYTES, hostname: Callable[[], str] = node_hostname):
         self.config = config
         self._clock = clock

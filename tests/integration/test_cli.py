@@ -189,6 +189,62 @@ def node(fake_systemd, tmp_path) -> Node:
 
 
 # ====================================================================== apply --once
+def test_apply_once_sends_what_the_services_first_round_sends(node):
+    """One round for both (round.py, issue 27): the same systemd state and pods give the same
+    writes through `apply --once` and through `run`'s first round. The state has a bit of
+    everything: units at systemd's defaults (new Burstable containers: MemoryLow up and MemoryHigh
+    down, one write each), a pod slice already at its plan, a pod slice of ours no pod lists any
+    more, and a reserved slice the config no longer names but the service wrote (the ledger).
+    Before the one round, `apply --once` sent two writes per such container and left the dropped
+    reserved slice as it was: that was the defect, the service's round was right."""
+    import asyncio
+
+    from harness import Harness
+
+    from memqos_systemd.cgroupfs import Cgroupfs
+
+    plan = node.plan()
+    orphan = "kubepods-burstable-pod0e0e0e0e_0e0e_4e0e_8e0e_0e0e0e0e0e0e.slice"
+    settled_pod = next(u for u, p in plan.items() if p["level"] == "pod")
+    state = {u: (DEFAULTS if u != settled_pod else want(plan[u])) for u in plan if u not in RESERVED}
+    state.update({orphan: {**DEFAULTS, "MemoryLow": 64 << 20}, "former.slice": {**DEFAULTS, "MemoryMin": 1 << 30}})
+
+    def set_up() -> None:
+        for unit in state:
+            if node.fake.unit(unit) is not None:
+                node.fake.remove_unit(unit)
+        for unit in RESERVED:
+            if node.fake.unit(unit) is not None:
+                node.fake.remove_unit(unit)
+        for unit, memory in state.items():
+            node.fake.add_unit(unit, transient=unit != "former.slice", memory=dict(memory))
+        (node.tmp / "ledger").write_text("former.slice\nkube.slice\nsystem.slice\n")
+        node.fake.clear_calls()
+
+    def sent() -> list:
+        return sorted((unit, sorted(props.items())) for unit, _, props in node.fake.writes)
+
+    set_up()
+    p = node.cli("apply", "--once")
+    no_traceback(p)
+    assert p.returncode == 0, p.stderr
+    by_apply = sent()
+    assert ("former.slice", [("MemoryMin", 0)]) in by_apply
+    assert (orphan, [("MemoryLow", 0)]) in by_apply
+    assert not any(unit == settled_pod for unit, _ in by_apply)
+
+    set_up()
+
+    async def first_round():
+        async with Harness(node.fake, node.tmp / "run", node.pods_doc["items"], yaml.safe_load(node.config.read_text()),
+                           capacity=read_meminfo(), ledger_path=node.tmp / "ledger", cgroupfs=Cgroupfs(node.cgroup)):
+            pass  # entered once ready: the first round has been applied
+
+    (node.tmp / "run").mkdir()
+    asyncio.run(asyncio.wait_for(first_round(), 60))
+    assert sent() == by_apply
+
+
 def test_dry_run_prints_the_calls_and_sends_nothing_then_apply_sends_them_then_a_steady_node_sends_none(node):
     plan = node.plan()
     assert len(plan) == 19  # 2 QoS + node + 2 reserved + 6 pods + 8 containers (see test_cli_plan)

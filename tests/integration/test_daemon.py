@@ -493,7 +493,7 @@ def test_a_new_pod_slice_the_kubelet_has_listed_costs_one_call_its_write_by_the_
             assert calls[0].path == fake_systemd.unit(NPOD).invocation_path
             # What differs from what the kernel shows it holds (memory.min/low/high): MemoryLow.
             assert fake_systemd.write_of(calls[0]) == (NPOD, True, {"MemoryLow": 128 * MI})
-            assert h.daemon.applier.observed[NPOD] == {"MemoryMin": 0, "MemoryLow": 128 * MI,
+            assert h.cache[NPOD] == {"MemoryMin": 0, "MemoryLow": 128 * MI,
                                                        "MemoryHigh": UINT64_MAX}
             assert h.daemon.applier.runs == {}
     run(body())
@@ -540,7 +540,7 @@ def test_a_pod_slice_loaded_before_its_start_costs_nothing_until_its_job_ends_th
             await until(lambda: NPOD in h.daemon.applier.awaiting_start)
             await h.settle()
             assert fake_systemd.calls == []
-            assert NPOD not in h.daemon.applier.observed
+            assert NPOD not in h.cache
             fake_systemd.set_active_state(NPOD, "active")
             fake_systemd.emit_job_removed(NPOD, "done")
             await until(lambda: (h.memory(NPOD) or {}).get("MemoryLow") == 128 * MI)
@@ -611,9 +611,9 @@ def test_while_holding_a_new_pod_slice_is_read_not_taken_unread(fake_systemd, tm
         async with Harness(fake_systemd, tmp_path, SourceError("kubelet: connection refused", "connect")) as h:
             fake_systemd.clear_calls()
             fake_systemd.add_unit(NPOD, memory={"MemoryLow": 64 * MI})
-            await until(lambda: NPOD in h.daemon.applier.observed)
+            await until(lambda: NPOD in h.cache)
             await h.settle()
-            assert h.daemon.applier.observed[NPOD]["MemoryLow"] == 64 * MI
+            assert h.cache[NPOD]["MemoryLow"] == 64 * MI
             assert "GetAll" in [c.method for c in fake_systemd.calls]
             assert fake_systemd.writes == []
             assert h.memory(NPOD)["MemoryLow"] == 64 * MI
@@ -851,12 +851,12 @@ def test_timer_resync_reads_the_upper_slices_and_every_nth_one_reads_every_unit(
             h.daemon.applier.forget(BPOD)
             fake_systemd.clear_calls()
             await h.resync_now()
-            assert units_read(fake_systemd) == [] and BPOD not in h.daemon.applier.observed
+            assert units_read(fake_systemd) == [] and BPOD not in h.cache
             await h.resync_now()
             fake_systemd.clear_calls()
             await h.resync_now()
             assert units_read(fake_systemd) == sorted([BPOD, *scopes])
-            assert h.daemon.applier.observed[BPOD] == h.memory(BPOD)
+            assert h.cache[BPOD] == h.memory(BPOD)
     run(body())
 
 
@@ -913,7 +913,7 @@ def test_a_new_pod_slice_cached_from_its_cgroup_is_read_over_dbus_by_the_next_fu
     async def body():
         async with Harness(fake_systemd, tmp_path, [BURSTABLE, GUARANTEED]) as h:
             fake_systemd.add_unit(GPOD)
-            await until(lambda: GPOD in h.daemon.applier.observed)
+            await until(lambda: GPOD in h.cache)
             await h.settle()
             assert GPOD in h.daemon.applier.unconfirmed
             fake_systemd.clear_calls()
@@ -958,8 +958,8 @@ def test_a_unit_removed_while_a_timer_resync_reads_is_not_kept_in_the_cache(fake
             await h.settle()
             assert units_read(fake_systemd) == ["kubepods.slice"]
             assert units_listed(fake_systemd)[0] == UPPER_NAMES
-            assert BPOD not in h.daemon.applier.observed
-            assert h.daemon.applier.observed[BCTR] is not None and h.daemon.applier.observed[GPOD] is not None
+            assert BPOD not in h.cache
+            assert h.cache[BCTR] is not None and h.cache[GPOD] is not None
     run(body())
 
 
@@ -989,12 +989,19 @@ def test_an_unchanged_pod_list_is_not_planned_again_until_something_changes(fake
     the same cache is not planned again. Anything else they depend on still is: the pods, the
     node's memory, a value read back from systemd, a unit event. (`planned` counts the rounds
     that plan and diff; `computed`, the calls of `plan` itself, which the same inputs reuse.)"""
-    import memqos_systemd.daemon as daemon_mod
+    import memqos_systemd.round as round_mod
 
     planned, computed = [], []
-    real_plan, real_step = daemon_mod.plan, daemon_mod.Daemon._plan
-    monkeypatch.setattr(daemon_mod, "plan", lambda *a, **kw: computed.append(1) or real_plan(*a, **kw))
-    monkeypatch.setattr(daemon_mod.Daemon, "_plan", lambda self, pods: planned.append(1) or real_step(self, pods))
+    real_plan, real_run = round_mod.plan, round_mod.Round.run
+
+    async def run_counted(self, *a, **kw):
+        outcome = await real_run(self, *a, **kw)
+        if outcome is not None and not outcome.settled:
+            planned.append(1)
+        return outcome
+
+    monkeypatch.setattr(round_mod, "plan", lambda *a, **kw: computed.append(1) or real_plan(*a, **kw))
+    monkeypatch.setattr(round_mod.Round, "run", run_counted)
     start_pods(fake_systemd, *NODE_UNITS)
 
     async def settle_after(h: Harness, change) -> int:
@@ -1213,7 +1220,7 @@ async def reload_during_a_held_fetch(h, fake, units, how: str) -> list:
             fake.announce_removed(unit)
         else:
             fake.remove_unit(unit)
-    await until(lambda: not set(units) & h.daemon.applier.observed.keys())
+    await until(lambda: not set(units) & h.cache.keys())
     if how != "reexecuted":
         for unit in units:
             fake.add_unit(unit, memory=memory[unit])

@@ -466,15 +466,15 @@ def test_churn_of_200_pods_never_writes_to_a_removed_unit_and_leaks_nothing(fake
             # 4. Bounded caches: what is cached is loaded or planned, except units that came and went
             # between two reconciles, cached as "not loaded" (None) until the next full re-read
             # (test_units_that_came_and_went_leave_nothing_in_the_cache); the resync clears them.
-            planned = set(h.daemon.last_plan.by_unit())
+            planned = set(h.daemon.round.last_plan.by_unit())
             assert h.daemon.agenda.unknown_units == frozenset()
             assert not h.daemon.agenda.has_units()
             live = set(fake_systemd._run(lambda: list(fake_systemd._units)))
-            stale = {u: v for u, v in h.daemon.applier.observed.items() if u not in live and u not in planned}
+            stale = {u: v for u, v in h.cache.items() if u not in live and u not in planned}
             assert all(v is None for v in stale.values()), stale
             h.reread()  # every unit read from systemd, as after a daemon-reload
             await h.settle()
-            assert set(h.daemon.applier.observed) <= live | planned
+            assert set(h.cache) <= live | planned
             assert h.watch.violations == [], h.watch.violations[:5]
             assert h.alive()
             FIGURES["churn pods"] = len(pods)
@@ -503,7 +503,7 @@ def test_units_that_came_and_went_leave_nothing_in_the_cache(fake_systemd, tmp_p
                 gone += [pod_scope(p), pod_slice(p)]
                 await h.settle()
             await h.settle()
-            stale = [u for u in gone if u in h.daemon.applier.observed]
+            stale = [u for u in gone if u in h.cache]
             assert stale == [], f"{len(stale)} removed units still cached"
     run(body())
 
@@ -754,11 +754,11 @@ def test_the_token_never_reaches_the_daemons_log(fake_systemd, tmp_path, kubelet
 
 
 def test_metrics_default_to_loopback_and_tls_verifies_by_default():
-    from memqos_systemd.config import Config, KubeletSource
+    from memqos_systemd.config import Config, KubeletSettings
 
     assert Config().metrics.listen.startswith("127.0.0.1:")
     assert parse_config({}).metrics.listen == "127.0.0.1:9759"
-    assert KubeletSource().insecure_skip_tls_verify is False
+    assert KubeletSettings().insecure_skip_tls_verify is False
     assert parse_config({"kubelet": {"url": "https://127.0.0.1:10250/pods"}}).kubelet.insecure_skip_tls_verify is False
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from memqos_systemd.config import KubeletSource as KubeletConfig
+from memqos_systemd.config import KubeletSettings
 from memqos_systemd.sources import MAX_RESPONSE_BYTES, SourceError
 from memqos_systemd.sources.kubelet import KubeletSource
 from kubelet_standin import Kubelet, Server, make_pki, pod, pod_list, server_context
@@ -71,7 +71,7 @@ def token_file(tmp_path) -> Path:
 
 def source(url: str, hostname: str = HOSTNAME, **kw) -> KubeletSource:
     kw.setdefault("timeout", 5.0)
-    return KubeletSource(KubeletConfig(url=url, **kw), hostname=lambda: hostname)
+    return KubeletSource(KubeletSettings(url=url, **kw), hostname=lambda: hostname)
 
 
 # ---------------------------------------------------------------- happy paths
@@ -139,7 +139,7 @@ def test_environment_proxy_is_ignored(serve, pki, monkeypatch):
 
 def test_fetched_at_uses_injected_clock(serve):
     s = serve(tls=None)
-    src = KubeletSource(KubeletConfig(url=s.url()), clock=lambda: 1234.5)
+    src = KubeletSource(KubeletSettings(url=s.url()), clock=lambda: 1234.5)
     assert src.fetch().fetched_at == 1234.5
 
 
@@ -558,7 +558,7 @@ def test_an_unchanged_document_is_not_decoded_again_and_a_changed_one_is(serve):
     body = {"now": GOOD}
     s = serve(lambda h: answer(body=body["now"])(h), tls=None)
     clock = iter(range(100))
-    src = KubeletSource(KubeletConfig(url=s.url()), clock=lambda: float(next(clock)))
+    src = KubeletSource(KubeletSettings(url=s.url()), clock=lambda: float(next(clock)))
     first, second = src.fetch(), src.fetch()
     assert second.pods is first.pods and second.fetched_at > first.fetched_at
     body["now"] = pod_list(pod("a", UID1), pod("b", UID2, memory="256Mi"))

@@ -367,3 +367,52 @@ def test_guard_interval(enabled, engaged, want):
 def test_guard_interval_with_the_kernels_notification():
     assert Agenda.guard_interval(True, 0.25, False, notified=True) == agenda_mod.GUARD_IDLE_INTERVAL  # events wake it
     assert Agenda.guard_interval(True, 0.25, True, notified=True) == 0.25  # engaged: the release is a matter of time
+
+
+# ---- the ticks beside the rounds (issue 27: every periodic task on the agenda's schedule) --------
+def ticks_over(a: Agenda, until: float, guard=None) -> list[tuple[float, str]]:
+    """Play the daemon's tick loop from 0 to `until`: (time, tick) of every tick carried out."""
+    done, t = [], 0.0
+    while t <= until:
+        for tick in a.ticks_due(t):
+            done.append((round(t, 3), str(tick)))
+            a.tick_done(tick, t, guard=guard)
+        t = t + a.tick_timeout(t) if a.tick_timeout(t) > 0 else t + 0.001
+    return done
+
+
+def test_the_heartbeat_comes_at_once_then_every_interval_whatever_else_is_due():
+    a = Agenda(resync_interval=RESYNC, poll_interval=POLL, heartbeat_interval=agenda_mod.HEARTBEAT_INTERVAL)
+    beats = [t for t, tick in ticks_over(a, 35.0) if tick == "heartbeat"]
+    assert beats == [0.0, 10.0, 20.0, 30.0]
+
+
+def test_a_watchdog_shorter_than_the_beat_makes_the_beat_its_half():
+    a = Agenda(resync_interval=RESYNC, poll_interval=POLL, heartbeat_interval=2.5)  # WatchdogSec=5s
+    assert [t for t, tick in ticks_over(a, 6.0) if tick == "heartbeat"] == [0.0, 2.5, 5.0]
+
+
+def test_the_watch_tick_follows_the_watch_interval():
+    a = Agenda(resync_interval=RESYNC, poll_interval=POLL)
+    idle = [t for t, tick in ticks_over(a, 11.0) if tick == "watch"]
+    assert idle == [agenda_mod.KERNEL_WATCH_IDLE, 2 * agenda_mod.KERNEL_WATCH_IDLE]
+    a.kernel_drift(11.0)  # a writer about: every second from the next watch on
+    watched = [t for t, tick in ticks_over(a, 20.0) if tick == "watch" and t > 11.0]
+    assert watched[1:4] == [watched[0] + 1.0, watched[0] + 2.0, watched[0] + 3.0]
+
+
+def test_the_guard_tick_comes_at_once_then_on_the_guards_own_interval():
+    a = Agenda(resync_interval=RESYNC, poll_interval=POLL)
+    engaged = [t for t, tick in ticks_over(a, 1.0, guard=(True, 0.25, True, False)) if tick == "guard"]
+    assert engaged == [0.0, 0.25, 0.5, 0.75, 1.0]
+    a = Agenda(resync_interval=RESYNC, poll_interval=POLL)
+    off = [t for t, tick in ticks_over(a, 11.0, guard=(False, 0.25, False, False)) if tick == "guard"]
+    assert off == [0.0, agenda_mod.GUARD_IDLE_INTERVAL, 2 * agenda_mod.GUARD_IDLE_INTERVAL]
+
+
+def test_the_tick_loop_sleeps_until_the_next_tick():
+    a = Agenda(resync_interval=RESYNC, poll_interval=POLL, now=100.0)
+    assert [str(t) for t in a.ticks_due(100.0)] == ["heartbeat", "guard"]
+    a.tick_done(agenda_mod.Tick.HEARTBEAT, 100.0)
+    a.tick_done(agenda_mod.Tick.GUARD, 100.0)
+    assert a.tick_timeout(100.0) == min(agenda_mod.KERNEL_WATCH_IDLE, agenda_mod.GUARD_IDLE_INTERVAL)

@@ -624,7 +624,7 @@ def test_unit_names_config_of_garbage_is_the_defaults(tmp_path, text):
 
 
 def test_pressure_guard_is_off_by_default_and_every_number_is_a_key():
-    from memqos_systemd.guard import GuardSettings
+    from memqos_systemd.config import GuardSettings
     assert parse_config({}).pressure_guard == GuardSettings() and not GuardSettings().enabled
     cfg = parse_config({"pressureGuard": {"enabled": True, "interval": "100ms", "lowEvents": 3,
                                           "minBestEffort": "64Mi", "step": 0.2, "floor": "128Mi",

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from memqos_systemd import cgroupfs, config, daemon, last_pods, ledger, metrics, node
+from memqos_systemd import agenda, cgroupfs, config, last_pods, ledger, metrics, node
 from memqos_systemd.config import parse_config
 from prereq import require
 
@@ -114,7 +114,7 @@ def test_the_configmap_is_a_config_the_daemon_accepts_and_matches_the_pod(objs, 
     # /livez turns 503 only after the loop missed several beats; the kubelet restarts the daemon
     # within the "about 90 s" its comment says.
     live = ctr["livenessProbe"]
-    assert daemon.HEARTBEAT_INTERVAL * 3 <= metrics.LIVENESS_WINDOW
+    assert agenda.HEARTBEAT_INTERVAL * 3 <= metrics.LIVENESS_WINDOW
     assert metrics.LIVENESS_WINDOW + live["periodSeconds"] * live["failureThreshold"] <= 90
     svc = objs[("Service", "memqos-systemd-metrics")]["spec"]
     assert svc["ports"][0]["targetPort"] == "metrics" and svc["selector"] == \

@@ -9,7 +9,8 @@ import dataclasses
 
 import pytest
 
-from memqos_systemd.guard import MIB, GuardSettings, GuardState, Reading, decide, overlay
+from memqos_systemd.config import GuardSettings
+from memqos_systemd.guard import MIB, GuardState, Reading, decide, overlay
 from memqos_systemd.plan import INFINITY, NodeFacts, plan
 from memqos_systemd.config import Config
 

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from memqos_systemd import config
-from memqos_systemd.config import Config, KubeletSource, MetricsConfig, load_config, parse_config
-from memqos_systemd.guard import GuardSettings
+from memqos_systemd.config import Config, KubeletSettings, MetricsConfig, load_config, parse_config
+from memqos_systemd.config import GuardSettings
 
 
 def _shipped() -> Path:
@@ -67,8 +67,8 @@ def _uncommented(text: str) -> str:
 
 def _builtin_but_on_purpose(cfg: Config) -> Config:
     """`cfg` with the settings the shipped file makes on purpose put back to the built-in defaults."""
-    return dataclasses.replace(cfg, memory_reservation_policy="None", kubelet=KubeletSource(
-        **{f.name: getattr(cfg.kubelet, f.name) for f in dataclasses.fields(KubeletSource)
+    return dataclasses.replace(cfg, memory_reservation_policy="None", kubelet=KubeletSettings(
+        **{f.name: getattr(cfg.kubelet, f.name) for f in dataclasses.fields(KubeletSettings)
            if _norm(f.name) not in {_norm(k) for k in KUBELET_ON_PURPOSE}}))
 
 
@@ -114,7 +114,7 @@ def test_names_every_top_level_key_config_py_knows():
     assert top - known == set(), "keys in the shipped file that config.py does not know"
 
 
-@pytest.mark.parametrize("block, record", [("kubelet", KubeletSource), ("metrics", MetricsConfig),
+@pytest.mark.parametrize("block, record", [("kubelet", KubeletSettings), ("metrics", MetricsConfig),
                                            ("pressureGuard", GuardSettings)])
 def test_names_every_nested_key_config_py_knows(block, record):
     _, nested = _mentioned(_text())

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from memqos_systemd.config import Config, KubeletSource as KubeletConfig
+from memqos_systemd.config import Config, KubeletSettings
 from memqos_systemd.sources import (
     MAX_RESPONSE_BYTES, FileSource, KubeletSource, Snapshot, SourceError, make_source, snapshot_from_doc,
 )
@@ -291,13 +291,13 @@ def test_make_source_passes_clock(tmp_path):
 
 
 def test_kubelet_name_hides_the_query():
-    src = KubeletSource(KubeletConfig(url="https://127.0.0.1:10250/pods?token=abc"))
+    src = KubeletSource(KubeletSettings(url="https://127.0.0.1:10250/pods?token=abc"))
     assert src.name == "kubelet https://127.0.0.1:10250/pods"
 
 
 def test_a_kubelet_url_with_credentials_is_refused_without_showing_them():
     """The config refuses it (config.url_problem); a source made from code says so at fetch."""
-    src = KubeletSource(KubeletConfig(url="https://user:secret@127.0.0.1:10250/pods?token=abc"))
+    src = KubeletSource(KubeletSettings(url="https://user:secret@127.0.0.1:10250/pods?token=abc"))
     with pytest.raises(SourceError) as e:
         src.fetch()
     assert "secret" not in str(e.value) and "abc" not in str(e.value) and "user" not in src.name
@@ -403,7 +403,7 @@ def test_certificate_name_matching(name, kind, value, ok):
     ("https://127.0.0.1:10250/pods", "kubelet.example", ("kubelet.example",)),
 ])
 def test_names_the_kubelets_certificate_may_carry(url, server_name, names):
-    src = KubeletSource(KubeletConfig(url=url, server_name=server_name), hostname=lambda: "node-1")
+    src = KubeletSource(KubeletSettings(url=url, server_name=server_name), hostname=lambda: "node-1")
     assert src._names == names
 
 
@@ -420,7 +420,7 @@ def test_fifo_instead_of_pods_file_does_not_hang(tmp_path):
 def test_fifo_instead_of_token_file_does_not_hang(tmp_path):
     f = tmp_path / "token"
     os.mkfifo(f, 0o600)
-    src = KubeletSource(KubeletConfig(url="http://127.0.0.1:1/pods", token_file=str(f)))
+    src = KubeletSource(KubeletSettings(url="http://127.0.0.1:1/pods", token_file=str(f)))
     with pytest.raises(SourceError) as e:
         src.fetch()
     assert e.value.kind == "auth" and "not a regular file" in str(e.value)
@@ -429,7 +429,7 @@ def test_fifo_instead_of_token_file_does_not_hang(tmp_path):
 @pytest.mark.parametrize("url", ["http://127.0.0.1:99999/pods", "ftp://127.0.0.1/pods", "https:///pods",
                                  "https://[::1/pods"])
 def test_bad_url_fails_at_fetch_not_at_construction(url):
-    src = KubeletSource(KubeletConfig(url=url))  # a SIGHUP must never crash on making a source
+    src = KubeletSource(KubeletSettings(url=url))  # a SIGHUP must never crash on making a source
     with pytest.raises(SourceError) as e:
         src.fetch()
     assert str(e.value).startswith(f"kubelet: kubelet.url: {url!r} "), str(e.value)
@@ -479,7 +479,7 @@ def test_fuzz_file_bytes(tmp_path, data):
 @settings(max_examples=100, deadline=None)
 @given(data=st.binary(max_size=3000) | _json.map(lambda d: json.dumps(d).encode()))
 def test_fuzz_kubelet_body(data):
-    src = KubeletSource(KubeletConfig(url="http://127.0.0.1:1/pods"))
+    src = KubeletSource(KubeletSettings(url="http://127.0.0.1:1/pods"))
     src._get = lambda token: data  # the HTTP exchange itself is tested against real servers
     try:
         _check(src.fetch())

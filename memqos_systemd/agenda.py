@@ -6,7 +6,9 @@ handlers are one-line transitions here (`unit_new`, `unit_removed`, `job_done`,
 what is due, `timeout(now)` how long it may sleep, takes the work it does (`take_refresh`,
 `take_units`, `fetch_started`) and puts back what a failed step did not do (`put_back_refresh`,
 `put_back_units`). So every interleaving of events and timers is a table test
-(tests/unit/test_agenda.py), with no bus, threads or sleeps.
+(tests/unit/test_agenda.py), with no bus, threads or sleeps. The work beside the rounds (the
+heartbeat, the watch of the upper slices, the pressure guard, the throttle read) is on the same
+schedule: each is a `Tick` (`ticks_due`, `tick_done`, `tick_timeout`).
 
 What is re-read from systemd first is one ordered value, `Refresh`: a merge of what is asked is
 the larger of the two, and its `levels` and `trust_kernel` follow from it.

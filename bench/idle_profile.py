@@ -359,7 +359,6 @@ def sys_now() -> float:
 
 def child(args) -> int:
     import memqos_systemd.agenda as agenda_mod
-    import memqos_systemd.daemon as daemon_mod
     from memqos_systemd.applier import Applier
     from memqos_systemd.config import parse_config
     import memqos_systemd.metrics as metrics_mod
@@ -371,7 +370,7 @@ def child(args) -> int:
     from memqos_systemd.systemd import Systemd
 
     speed = args.speed
-    daemon_mod.THROTTLE_READ_INTERVAL = DEFAULT_THROTTLE / speed
+    agenda_mod.THROTTLE_READ_INTERVAL = DEFAULT_THROTTLE / speed
     cfg = parse_config(config_dict(args.url, speed))
     if args.no_pod_signals:
         set_plan = Metrics.set_plan
@@ -425,9 +424,9 @@ def child(args) -> int:
                       make_source=make_src, read_capacity=lambda: 64 << 30, page_size=4096,
                       metrics=metrics, notifier=Notifier(os.environ.get("NOTIFY_SOCKET", "")),
                       cgroupfs=Cgroupfs(args.cgroup))
+    Daemon.read_throttle_events = timed_thread(Daemon.read_throttle_events, events_a)  # a tick's work
     d = Daemon(None, cfg, outside)
-    d.reconcile = timed_async(d.reconcile, plan_a)
-    d.read_throttle_events = timed_thread(d.read_throttle_events, events_a)
+    d.round.run = timed_async(d.round.run, plan_a)
     refresh_all = Applier.refresh_all
     light_refresh, full_refresh = timed_async(refresh_all, light_a), timed_async(refresh_all, full_a)
 
@@ -468,8 +467,8 @@ def child(args) -> int:
                 task.result()
             await asyncio.sleep(0.05)
         # memory.events files for every planned container, as the kernel has them.
-        paths = plan_cgroup_paths(d.last_plan.units)
-        for u in d.last_plan.units:
+        paths = plan_cgroup_paths(d.round.last_plan.units)
+        for u in d.round.last_plan.units:
             if u.level == "container":
                 p = os.path.join(args.cgroup, paths[u.unit].lstrip("/"))
                 os.makedirs(p, exist_ok=True)

@@ -45,7 +45,6 @@ import os
 import shutil
 import signal as signals
 import subprocess
-import tempfile
 import threading
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -56,6 +55,7 @@ from dbus_next.aio import MessageBus
 from dbus_next.constants import PropertyAccess
 from dbus_next.errors import DBusError
 from dbus_next.service import ServiceInterface, dbus_property, method, signal
+from sockets import short_dir
 
 SYSTEMD_NAME = "org.freedesktop.systemd1"
 MANAGER_PATH = "/org/freedesktop/systemd1"
@@ -107,7 +107,7 @@ class DBusDaemon:
 
     def __init__(self, executable: str):
         self.executable = executable
-        self._dir = tempfile.mkdtemp(prefix="memqos-bus-")  # short: AF_UNIX paths max 107 bytes
+        self._dir = short_dir("memqos-bus-")  # AF_UNIX paths max 107 bytes
         self._socket = os.path.join(self._dir, "bus")
         self.address = f"unix:path={self._socket}"
         self._proc: Optional[subprocess.Popen] = None

@@ -26,6 +26,7 @@ import threading
 import yaml
 from dbus_next.errors import DBusError
 from fakesystemd import unit_path
+from sockets import socket_path
 
 from memqos_systemd.cgroupfs import Cgroupfs
 from memqos_systemd.config import parse_config
@@ -72,7 +73,7 @@ class NotifySocket:
     """A $NOTIFY_SOCKET the test reads (READY=1, STATUS=..., RELOADING=1)."""
 
     def __init__(self, tmp_path):
-        self.path = str(tmp_path / "notify")
+        self.path = socket_path(tmp_path, "notify")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(self.path)
         self.sock.setblocking(False)

@@ -30,6 +30,7 @@ from memqos_systemd.node import check_node, read_meminfo
 from memqos_systemd.sources.kubelet import node_hostname
 from kubelet_standin import Kubelet, Server, make_pki, pod, pod_list, server_context
 from prereq import require
+from sockets import socket_path
 
 pytestmark = pytest.mark.integration
 
@@ -97,7 +98,9 @@ class Node:
             require(False, "examples/ not found above tests/")
         self.fake = fake
         self.tmp = tmp_path
-        self.address = fake.address if fake is not None else f"unix:path={tmp_path}/no-bus-here"
+        # Without the stand-in: a socket that is not there (in a directory short enough to name one).
+        self.no_bus = socket_path(tmp_path, "no-bus-here")
+        self.address = fake.address if fake is not None else f"unix:path={self.no_bus}"
         self.pods_doc = json.loads((EXAMPLES / "pods.json").read_text())
         self.pods_path = tmp_path / "pods.json"
         self.pods_path.write_text(json.dumps(self.pods_doc))
@@ -451,7 +454,7 @@ def test_apply_off_a_node_says_so_first_and_changes_nothing(tmp_path, command):
     config = node.write_config("gone.yaml", podsFile=str(tmp_path / "gone.json"))
     line = one_error_line(node.cli(*command, config=config), 1)
     assert line == (f"memqos-systemd: error: this machine is no systemd/cgroup v2 node: the system bus socket"
-                    f" {tmp_path}/no-bus-here is missing: DBUS_SYSTEM_BUS_ADDRESS names it; nothing changed")
+                    f" {node.no_bus} is missing: DBUS_SYSTEM_BUS_ADDRESS names it; nothing changed")
     (node.cgroup / "cgroup.controllers").unlink()
     line = one_error_line(node.cli(*command, config=config), 1)
     assert line.startswith("memqos-systemd: error: this machine is no systemd/cgroup v2 node: the system bus socket")
@@ -779,7 +782,7 @@ def test_check_with_systemd_unreachable_names_the_missing_socket_and_exits_1(tmp
     p = node.cli("check")
     assert p.returncode == 1
     first, second = errors(p)[:2]
-    assert first == f"system bus: the system bus socket {tmp_path}/no-bus-here is missing: DBUS_SYSTEM_BUS_ADDRESS names it"
+    assert first == f"system bus: the system bus socket {node.no_bus} is missing: DBUS_SYSTEM_BUS_ADDRESS names it"
     assert second.startswith("D-Bus: cannot reach systemd: ")
 
 

@@ -48,7 +48,7 @@ CLOSED = object()  # stdin=CLOSED: the command runs with descriptor 0 closed (`<
 
 
 def cli(*args: str, stdin: bytes | None | object = None, timeout: float = 30, env: dict | None = None,
-        stdout: int = subprocess.PIPE) -> subprocess.CompletedProcess:
+        stdout: int = subprocess.PIPE, cwd: Path = CODE_ROOT) -> subprocess.CompletedProcess:
     """Run the command line as an operator would; stdout/stderr as bytes, stdin a pipe, /dev/null
     or closed."""
     env = dict(os.environ, COLUMNS="100", **(env or {}),
@@ -63,7 +63,7 @@ def cli(*args: str, stdin: bytes | None | object = None, timeout: float = 30, en
         argv = ["/bin/sh", "-c", 'exec "$@" <&-', "sh", *argv]
     return subprocess.run(argv, input=None if closed else stdin,
                           stdin=subprocess.DEVNULL if stdin is None else None, stdout=stdout,
-                          stderr=subprocess.PIPE, env=env, timeout=timeout, cwd=str(CODE_ROOT))
+                          stderr=subprocess.PIPE, env=env, timeout=timeout, cwd=str(cwd))
 
 
 def ok_json(*args: str, stdin: bytes | None = None) -> dict:
@@ -350,8 +350,11 @@ def _table_mentions_every_unit(text: str, doc: dict) -> None:
 
 
 def _demo(*extra: str) -> str:
-    p = cli("plan", "--pods", str(EXAMPLES / "pods.json"), "--config", str(EXAMPLES / "config.yaml"),
-            "--node-memory", "16Gi", *extra)
+    """What `make demo` prints: its arguments (the Makefile's EXAMPLE_ARGS), relative to the top of
+    the tree, from there. Never absolute paths: the table's header names the config as given, and
+    the tree may live anywhere (a package build's directory is long)."""
+    p = cli("plan", "--pods", "examples/pods.json", "--config", "examples/config.yaml",
+            "--node-memory", "16Gi", *extra, cwd=EXAMPLES.parent)
     assert p.returncode == 0 and p.stderr == b"", p.stderr
     return p.stdout.decode()
 
@@ -374,7 +377,7 @@ def test_the_demo_table_teaches(example_args):
     text = _demo("--output", "table")
     lines = text.splitlines()
     assert max(map(len, lines)) <= 100, max(lines, key=len)
-    assert f"config: {EXAMPLES / 'config.yaml'}" in lines
+    assert "config: examples/config.yaml" in lines
     assert lines[0] == "node: capacity 16Gi (--node-memory), allocatable 14.4Gi"
     assert any(line.startswith("legend: MemoryMin ") for line in lines)
     # kubepods.slice: MemoryMin 2Gi (ledger-db-0) + MemoryLow 2.91Gi (the Burstable pods), by hand above

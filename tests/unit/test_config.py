@@ -483,6 +483,12 @@ def load_text(tmp_path, text: str | bytes):
     return msg
 
 
+def said(tmp_path, text: str | bytes) -> str:
+    """What load_text's message says after the file's name, which is as long as the temporary
+    directory's (a package build's may be long): the part whose length the file decides."""
+    return load_text(tmp_path, text).removeprefix(str(tmp_path / "config.yaml"))
+
+
 @pytest.mark.parametrize("text", [
     "memoryThrottlingFactor: [0.9\n",
     "a: b: c\n",
@@ -525,8 +531,8 @@ def test_deep_nesting_is_refused_quickly(tmp_path):
 
 
 def test_nesting_that_parses_still_gives_a_one_line_error(tmp_path):
-    msg = load_text(tmp_path, "metrics: " + "[" * 50 + "1" + "]" * 50 + "\n")
-    assert "metrics" in msg and len(msg) < 300
+    msg = said(tmp_path, "metrics: " + "[" * 50 + "1" + "]" * 50 + "\n")
+    assert "metrics" in msg and len(msg) < 200
 
 
 def test_huge_file_is_refused_without_parsing_it(tmp_path):
@@ -548,9 +554,9 @@ def test_alias_bomb_fails_fast(tmp_path):
     levels = ["&a0 [" + ", ".join(["lol"] * 9) + "]"]
     levels += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
     start = time.process_time()
-    msg = load_text(tmp_path, "resyncInterval: [" + ", ".join(levels) + "]\n")
+    msg = said(tmp_path, "resyncInterval: [" + ", ".join(levels) + "]\n")
     # Refused outright: none of our documents has a use for aliases.
-    assert "aliases" in msg and len(msg) < 300
+    assert "aliases" in msg and len(msg) < 200
     assert time.process_time() - start < 2
 
 

@@ -3,10 +3,11 @@
 import socket
 
 from memqos_systemd.notify import Notifier
+from sockets import socket_path
 
 
 def receiver(tmp_path):
-    path = str(tmp_path / "notify")
+    path = socket_path(tmp_path, "notify")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(path)
     sock.setblocking(False)

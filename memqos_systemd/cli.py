@@ -475,9 +475,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     saved = sys.stdout
     sys.stdout = _Stdout(_tolerant(saved) if saved is not None else None)
     try:
-        parser = build_parser()
-        args = parser.parse_args(_join_values(sys.argv[1:] if argv is None else argv))
         try:
+            args = _parse(build_parser(), _join_values(sys.argv[1:] if argv is None else argv))
             code = args.func(args)
             sys.stdout.flush()
             return code
@@ -495,6 +494,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
     finally:
         sys.stdout = saved
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The arguments. argparse prints --help and --version itself and exits at once: what it
+    printed is flushed here, so that standard output closed or full (`> /dev/full`, `>&-`) is
+    the same one-line error (OutputError) as for any command's output, never a traceback or a
+    success that printed nothing."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as e:
+        if e.code in (0, None):
+            sys.stdout.flush()
+        raise
 
 
 if __name__ == "__main__":

@@ -636,6 +636,30 @@ def test_stdout_closed_is_one_line_and_exit_1():
     assert p.stderr.decode().splitlines() == ["memqos-systemd: error: cannot write the output: standard output is closed"]
 
 
+HELP_AND_VERSION = [["--help"], ["--version"], ["plan", "--help"], ["check", "--help"], ["status", "-h"]]
+
+
+@pytest.mark.parametrize("argv", HELP_AND_VERSION, ids=" ".join)
+def test_help_and_version_into_a_full_or_closed_stdout_is_one_line_and_exit_1(argv):
+    """argparse prints these itself, before any command runs (issue 26: an OutputError traceback)."""
+    with open("/dev/full", "wb") as full:
+        p = cli(*argv, stdout=full.fileno())
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.decode().splitlines() == ["memqos-systemd: error: cannot write the output: No space left on device"]
+    p = subprocess.run(["/bin/sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "memqos_systemd", *argv],
+                       stderr=subprocess.PIPE, cwd=str(CODE_ROOT), env=dict(os.environ, PYTHONPATH=str(CODE_ROOT)),
+                       timeout=30)
+    assert p.returncode == 1
+    assert p.stderr.decode().splitlines() == ["memqos-systemd: error: cannot write the output: standard output is closed"]
+
+
+@pytest.mark.parametrize("argv", HELP_AND_VERSION, ids=" ".join)
+def test_help_and_version_still_print_and_exit_0(argv):
+    p = cli(*argv)
+    assert p.returncode == 0 and p.stderr == b"", p.stderr
+    assert p.stdout.decode().startswith("usage: memqos-systemd" if argv[-1] != "--version" else "memqos-systemd ")
+
+
 def test_a_reader_that_stops_early_is_no_error():
     p = subprocess.run(f'{sys.executable} -m memqos_systemd plan --pods {EXAMPLES / "pods.json"} --node-memory 16Gi'
                        f' --output json | head -c 10 >/dev/null', shell=True, stderr=subprocess.PIPE,

@@ -118,6 +118,9 @@ def _read_pods(arg: str) -> Any:
         raise UsageError(f"--pods {arg}: cannot read: {e.strerror or e}") from None
     if len(data) > MAX_PODS_INPUT:
         raise UsageError(f"--pods {where}: larger than {MAX_PODS_INPUT >> 20} MiB")
+    if arg == "-" and not data.strip():
+        raise UsageError("--pods -: nothing on standard input (when a command pipes it in, did that command fail?"
+                         " it says why on its own standard error)")
     try:
         return decode(data)
     except DocumentError as e:
@@ -381,10 +384,11 @@ def build_parser() -> argparse.ArgumentParser:
             "when it exists, as every other command does; the table's header says which config it used.\n\n"
             "examples:\n"
             "  memqos-systemd plan --pods pods.json --output table\n"
-            "  curl -s --cacert /var/lib/kubelet/pki/kubelet.crt --resolve \"$(hostname):10250:127.0.0.1\" \\\n"
+            "  curl -fsS --cacert /var/lib/kubelet/pki/kubelet.crt --resolve \"$(hostname):10250:127.0.0.1\" \\\n"
             "    -H \"Authorization: Bearer $(cat /etc/memqos-systemd/kubelet-token)\" \\\n"
             "    \"https://$(hostname):10250/pods\" | memqos-systemd plan --pods -\n"
-            "  (the kubelet's authenticated port, as the packaged config reads it; README, \"On a kubeadm node\")"
+            "  (the kubelet's authenticated port, as the packaged config reads it; README, \"On a kubeadm node\";\n"
+            "  -f: an answer other than 200, such as 401 for a wrong token, is curl's error, not plan's input)"
             % DEFAULT_CONFIG_PATH)
     p.add_argument("--pods", required=True, metavar="PODS",
                    help="a PodList, a Pod, or a list of Pods as JSON or YAML (as the kubelet's /pods serves); - for stdin")

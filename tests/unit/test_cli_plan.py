@@ -531,7 +531,7 @@ def _bad_cases(tmp_path: Path) -> dict:
         "reservations bigger than the node": (["--pods", pods, *NODE, "--config", _write(
             tmp_path, "big.yaml", "kubeReserved: {memory: 10Gi}\nsystemReserved: {memory: 6Gi}\n")],
             ["big.yaml: allocatable", "negative", "kubeReserved 10Gi", "systemReserved 6Gi", "= -100Mi"]),
-        "empty stdin": (["--pods", "-", *NODE], ["--pods", "standard input", "empty"]),
+        "empty stdin": (["--pods", "-", *NODE], ["--pods -: nothing on standard input", "did that command fail?"]),
         "JSON nested too deeply": (["--pods", _write(tmp_path, "deep.json", "[" * 100_000 + "]" * 100_000), *NODE],
                                    ["--pods", "deep.json", "nested too deeply"]),
         "reserved cgroup that is kubepods.slice": (["--pods", pods, *NODE, "--config", _write(

@@ -9,28 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from memqos_systemd import cli, commands
+from repo_docs import help_text as _help, man_text as _man_text, repo_file as _repo_file
+from memqos_systemd import commands
 
 STORY = "systemctl disable --now memqos-systemd"
-
-
-def _repo_file(*parts: str) -> Path:
-    for d in Path(__file__).resolve().parents:
-        if (d.joinpath(*parts)).is_file():
-            return d.joinpath(*parts)
-    pytest.fail(f"{'/'.join(parts)} not found above tests/ (debian/pybuild.testfiles copies what tests read)")
-
-
-def _man_text() -> str:
-    # roff: "\-" is a hyphen, "\e" a backslash; fonts and requests do not matter here.
-    text = _repo_file("man", "memqos-systemd.8").read_text(encoding="utf-8").replace("\\-", "-")
-    return "\n".join(line for line in text.splitlines() if not line.startswith(".\\\""))
-
-
-def _help(command: str) -> str:
-    parser = cli.build_parser()
-    sub = next(a for a in parser._actions if a.dest == "command")
-    return sub.choices[command].format_help() if command else parser.format_help()
 
 
 @pytest.mark.parametrize("where", ["README.md", "man page", "prerm", "--help", "reset --help"])

@@ -16,7 +16,7 @@ from .documents import DocumentError, decode
 from .config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
 from .plan import INFINITY, MAX_PAGE_SIZE, NodeFacts, Plan, PlanError, UnitPlan, plan
 from .pods import PodsError, count_finished, one_line, parse_pods
-from .quantity import QuantityError, format_bytes, parse_bytes
+from .quantity import NOT_A_QUANTITY, QuantityError, format_bytes, parse_bytes
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 MAX_PODS_INPUT = 64 << 20
@@ -139,8 +139,9 @@ def _node_memory(arg: str | None) -> int:
         raise UsageError(f"--node-memory: {arg!r} must be a positive memory quantity (e.g. 16Gi)")
     try:
         value = parse_bytes(arg)
-    except QuantityError:
-        raise UsageError(f"--node-memory: {arg!r} is not a memory quantity (e.g. 16Gi)") from None
+    except QuantityError as e:
+        problem = "is not a memory quantity" if e.problem == NOT_A_QUANTITY else e.problem
+        raise UsageError(f"--node-memory: {arg!r} {problem}: give the node's memory (e.g. 16Gi)") from None
     if value <= 0:
         raise UsageError(f"--node-memory: {arg!r} must be positive")
     return value

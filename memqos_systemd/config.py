@@ -26,7 +26,7 @@ import yaml
 
 from .documents import DocumentError, decode
 from .naming import valid_slice_name
-from .quantity import QuantityError, parse_bytes, parse_quantity
+from .quantity import NEGATIVE, NOT_A_QUANTITY, QuantityError, parse_bytes, parse_quantity
 
 __all__ = [
     "ConfigError", "Config", "KubeletSettings", "MetricsConfig", "Reserve", "load_config",
@@ -194,8 +194,11 @@ def _bool(src, key, value):
 def _bytes(src, key, value):
     try:
         return parse_bytes(value)
-    except QuantityError:
-        raise _fail(src, key, value, "is not a memory quantity (e.g. 512Mi, 1.5Gi, 1073741824)") from None
+    except QuantityError as e:
+        # A quantity that parses but is negative or too large is not called "not a quantity".
+        why = {NOT_A_QUANTITY: "is not a memory quantity (e.g. 512Mi, 1.5Gi, 1073741824)",
+               NEGATIVE: f"{NEGATIVE}: a memory quantity is 0 or more"}.get(e.problem, e.problem)
+        raise _fail(src, key, value, why) from None
 
 
 # What the kubelet's parsePercentage (strconv.ParseFloat) takes before the '%'.

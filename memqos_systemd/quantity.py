@@ -17,7 +17,8 @@ import math
 import re
 from fractions import Fraction
 
-__all__ = ["QuantityError", "parse_quantity", "to_bytes", "parse_bytes", "format_bytes", "MAX_BYTES", "UINT64_MAX", "show_value"]
+__all__ = ["QuantityError", "parse_quantity", "to_bytes", "parse_bytes", "format_bytes", "MAX_BYTES", "UINT64_MAX",
+           "show_value", "NOT_A_QUANTITY", "NEGATIVE", "TOO_LARGE"]
 
 # The largest memory property systemd takes (D-Bus type `t`): its `infinity`, the kernel's "max".
 UINT64_MAX = 2**64 - 1
@@ -39,7 +40,18 @@ _MAX_EXPONENT = 30
 
 
 class QuantityError(ValueError):
-    """A value that is not a Kubernetes quantity (the message says why)."""
+    """A value refused as a quantity (the message says why). `problem` is the words that follow
+    the value in a message: NOT_A_QUANTITY, or what is wrong with a quantity that parses (negative,
+    too large), which a caller must not call "not a quantity"."""
+
+    def __init__(self, message: str, problem: str | None = None):
+        super().__init__(message)
+        self.problem = problem or NOT_A_QUANTITY
+
+
+NOT_A_QUANTITY = "is not a quantity"
+NEGATIVE = "is negative"
+TOO_LARGE = "is larger than 8Ei (9223372036854775807 bytes)"
 
 
 def parse_quantity(value: object) -> Fraction:
@@ -69,7 +81,10 @@ def _parse_text(value: str) -> Fraction:
     if m.group("exp"):
         exp = int(m.group("exp")[1:])
         if abs(exp) > _MAX_EXPONENT:
-            raise QuantityError(f"{value!r} has an exponent out of range")
+            nonzero = bool(num.strip("0."))
+            raise QuantityError(f"{value!r} has an exponent out of range",
+                                NEGATIVE if nonzero and m.group("sign") == "-" else
+                                TOO_LARGE if nonzero and exp > 0 else "has an exponent out of range (at most 30)")
         result *= Fraction(10) ** exp
     else:
         suffix = m.group("suffix") or ""
@@ -80,10 +95,10 @@ def _parse_text(value: str) -> Fraction:
 def to_bytes(q: Fraction, what: str = "quantity") -> int:
     """Whole bytes, fractional bytes rounded up; negative and absurd sizes refused."""
     if q < 0:
-        raise QuantityError(f"{what} is negative")
+        raise QuantityError(f"{what} {NEGATIVE}", NEGATIVE)
     n = math.ceil(q)
     if n > MAX_BYTES:
-        raise QuantityError(f"{what} is larger than {MAX_BYTES} bytes")
+        raise QuantityError(f"{what} is larger than {MAX_BYTES} bytes", TOO_LARGE)
     return n
 
 
@@ -94,7 +109,7 @@ def parse_bytes(value: object) -> int:
     except QuantityError as e:
         if str(e).startswith(repr(value)):
             raise
-        raise QuantityError(f"{value!r}: {e}") from None
+        raise QuantityError(f"{value!r}: {e}", e.problem) from None
 
 
 def format_bytes(n: int) -> str:

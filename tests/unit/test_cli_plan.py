@@ -500,7 +500,11 @@ def _bad_cases(tmp_path: Path) -> dict:
                               ["--pods", "bad.yaml", "not valid YAML (or JSON)", "line"]),
         "invalid YAML config": (["--pods", pods, "--config", _write(tmp_path, "c.yaml", "a: [b\n"), *NODE],
                                 ["c.yaml", "not valid YAML", "line"]),
-        "node memory 12Q": (["--pods", pods, "--node-memory", "12Q", "--page-size", "4096"], ["--node-memory", "12Q"]),
+        "node memory 12Q": (["--pods", pods, "--node-memory", "12Q", "--page-size", "4096"],
+                            ["--node-memory", "'12Q' is not a memory quantity"]),
+        # A quantity, but too large: the message says so, not "is not a memory quantity" (issue 26).
+        "node memory 99999999Ei": (["--pods", pods, "--node-memory", "99999999Ei", "--page-size", "4096"],
+                                   ["--node-memory: '99999999Ei' is larger than 8Ei"]),
         "node memory 0": (["--pods", pods, "--node-memory", "0", "--page-size", "4096"], ["--node-memory", "'0'"]),
         "node memory -16Gi": (["--pods", pods, "--node-memory", "-16Gi", "--page-size", "4096"],
                               ["--node-memory", "'-16Gi'", "positive"]),
@@ -549,7 +553,7 @@ def _bad_cases(tmp_path: Path) -> dict:
 
 
 BAD_CASES = ["missing pods file", "missing config file", "invalid YAML pods", "invalid YAML config", "node memory 12Q",
-             "node memory 0", "node memory -16Gi", "page size -4096", "stdin closed", "eviction threshold 150%",
+             "node memory 99999999Ei", "node memory 0", "node memory -16Gi", "page size -4096", "stdin closed", "eviction threshold 150%",
              "page size 3000", "page size abc", "throttling factor 1.5", "unknown config key",
              "config key in the wrong case", "wrong policy", "a Deployment", "reservations bigger than the node",
              "empty stdin", "JSON nested too deeply", "reserved cgroup that is kubepods.slice", "cgroupRoot with ..",

@@ -300,6 +300,24 @@ def test_config_must_be_a_map(text):
     assert "config.yaml" in error(text)
 
 
+@pytest.mark.parametrize("value, says", [
+    ("-1Gi", "'-1Gi' is negative: a memory quantity is 0 or more"),
+    ("-1", "'-1' is negative"),
+    ("-1e99", "'-1e99' is negative"),
+    ("99999999Ei", "'99999999Ei' is larger than 8Ei (9223372036854775807 bytes)"),
+    ("9223372036854775808", "'9223372036854775808' is larger than 8Ei"),
+    ("1e31", "'1e31' is larger than 8Ei"),
+    ("1Gb", "'1Gb' is not a memory quantity (e.g. 512Mi"),
+])
+@pytest.mark.parametrize("key", ["kubeReserved", "systemReserved"])
+def test_a_memory_quantity_that_parses_is_not_called_no_quantity(key, value, says):
+    """Negative or too large is what the message says, not "is not a memory quantity" (issue 26)."""
+    msg = error(f"{key}: {{memory: '{value}'}}")
+    assert f"{key}.memory: {says}" in msg, msg
+    if "not a memory quantity" not in says:
+        assert "not a memory quantity" not in msg, msg
+
+
 def test_long_values_are_shortened_in_messages():
     msg = error("memoryReservationPolicy: " + "x" * 5000)
     assert len(msg) < 300

@@ -28,6 +28,44 @@ class _NoAliasLoader(yaml.SafeLoader):
             raise yaml.composer.ComposerError(None, None, "YAML aliases (*ref) are not allowed", event.start_mark)
         return super().compose_node(parent, index)
 
+    def construct_mapping(self, node, deep=False):
+        # A key given twice is refused, not "the last one wins": which of the two the writer
+        # meant is theirs to say (a config with `memoryReservationPolicy` twice, one commented
+        # back in, would otherwise run with whichever comes last).
+        seen = set()
+        if isinstance(node, yaml.MappingNode):
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    again = key in seen
+                except TypeError:  # unhashable: the constructor below says so
+                    continue
+                if again:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {_short(key)}",
+                                                            key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+class _DuplicateKey(Exception):
+    """A JSON object with a key twice (not a ValueError: that would send the text to YAML)."""
+
+
+def _unique_keys(pairs: list) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise _DuplicateKey(key)
+    return out
+
+
+def _short(key: Any) -> str:
+    text = repr(key)
+    return "".join(ch if ch.isprintable() else "?" for ch in (text if len(text) <= 80 else text[:77] + "..."))
+
 
 def _first_line(text: str, limit: int = 200) -> str:
     line = text.splitlines()[0] if text else ""
@@ -52,11 +90,13 @@ def decode(data: bytes | str, *, whole_file: bool = False) -> Any:
         raise DocumentError("empty")
     if text.lstrip()[:1] in ("{", "["):
         try:
-            return json.loads(text)
+            return json.loads(text, object_pairs_hook=_unique_keys)
         except ValueError:
             pass  # YAML flow style also starts so; let the YAML parser say where it breaks
         except RecursionError:
             raise DocumentError("nested too deeply") from None
+        except _DuplicateKey as e:
+            raise DocumentError(f"not valid JSON: duplicate key {_short(e.args[0])}") from None
     try:
         doc = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:

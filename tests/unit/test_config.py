@@ -318,6 +318,26 @@ def test_a_memory_quantity_that_parses_is_not_called_no_quantity(key, value, say
         assert "not a memory quantity" not in msg, msg
 
 
+@pytest.mark.parametrize("text, says", [
+    ("hierarchy: kubelet\nmemoryReservationPolicy: None\nhierarchy: effective\n",
+     "at line 3, column 1: duplicate key 'hierarchy'"),
+    ("memoryReservationPolicy: TieredReservation\n# memoryReservationPolicy: None\nmemoryReservationPolicy: None\n",
+     "at line 3, column 1: duplicate key 'memoryReservationPolicy'"),
+    ("kubelet:\n  url: http://127.0.0.1:10255/pods\n  url: https://127.0.0.1:10250/pods\n",
+     "at line 3, column 3: duplicate key 'url'"),
+    ("kubeReserved: {memory: 1Gi, memory: 2Gi}\n", "duplicate key 'memory'"),
+    ('{"hierarchy": "kubelet", "hierarchy": "effective"}', "not valid JSON: duplicate key 'hierarchy'"),
+    ('{"kubelet": {"timeout": 1, "timeout": 2}}', "not valid JSON: duplicate key 'timeout'"),
+])
+def test_a_key_given_twice_is_refused_not_the_last_one_taken(tmp_path, text, says):
+    """issue 26: the last one won, silently."""
+    assert says in said(tmp_path, text)
+
+
+def test_a_merge_key_is_not_a_duplicate():
+    assert cfg("kubeReserved: {<<: {memory: 1Gi}, cpu: 1}").kube_reserved == Gi
+
+
 def test_long_values_are_shortened_in_messages():
     msg = error("memoryReservationPolicy: " + "x" * 5000)
     assert len(msg) < 300

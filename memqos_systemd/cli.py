@@ -322,7 +322,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         result = plan(pods, node, cfg)
     except PlanError as e:
         raise UsageError(f"{cfg_file or 'built-in defaults'}: {e}") from None
-    result = Plan(result.capacity, result.allocatable, result.units, tuple(pod_warnings) + result.warnings)
+    result = Plan(result.capacity, result.allocatable, result.units, cfg.notes + tuple(pod_warnings) + result.warnings)
     pending = {pod.key: pod.resize_pending for pod in pods if pod.resize_pending}
     output = args.output or ("table" if sys.stdout.isatty() else "json")
     if output == "json":

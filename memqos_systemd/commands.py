@@ -399,6 +399,7 @@ async def _check(cfg: Config) -> int:
     set_keys = sorted(k for k, o in cfg.origins.items() if o != "default")
     findings.append(("ok", f"config: policy {cfg.memory_reservation_policy}, hierarchy {cfg.hierarchy}"
                            + (f"; set: {', '.join(set_keys)}" if set_keys else "; all defaults")))
+    findings += [("warn", f"config: {note}") for note in cfg.notes]
     for f in kubelet_config_findings(cfg.kubelet_config_file):
         findings.append((f.level, f"{f.what}: {f.detail}"))
     findings += await asyncio.to_thread(_check_kubelet_gate, cfg)
@@ -536,6 +537,8 @@ def run(args, cfg: Config) -> int:
                       make_source=make_source, read_capacity=read_meminfo, page_size=page_size(),
                       metrics=metrics, memory_watcher=_memory_watcher(log), ledger_path=LEDGER_PATH,
                       last_pods_path=LAST_PODS_PATH)
+    for note in cfg.notes:
+        log.warning("config: %s", note)
     if cfg.kubelet_memory_qos_gate:
         log.warning("the kubelet's own Memory QoS is on (featureGates in %s): two writers will fight over"
                     " kubepods.slice and kubepods-burstable.slice; %s", cfg.kubelet_config_file, GATE_FIX)

@@ -132,6 +132,8 @@ class Config:
     pressure_guard: GuardSettings = GuardSettings()
     # Where each planner value came from, for `check`/logs: key -> "default"|"kubelet"|"config".
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # What an operator must be told about the file that is not an error (load_config): one line each.
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     def enforced_reservations(self) -> tuple[Reservation, ...]:
         """The reserved cgroups this config enforces, in this order: kubeReservedCgroup when
@@ -604,17 +606,23 @@ def load_config(path: str | Path | None, *, required: bool = False) -> Config:
     """
     data = None
     src = str(path) if path else "defaults"
+    notes: tuple[str, ...] = ()
     if path is not None:
         p = Path(path)
         if p.exists() or required:
             data = read_yaml(p)
+            if data is None or data == {}:
+                # Valid, and easy to take for "the packaged settings": say what it means.
+                notes = (f"{p} sets no key (it is empty, or comments only): the built-in defaults apply,"
+                         f" memoryReservationPolicy None: nothing is protected, only throttled",)
     kubelet_doc = None
     kubelet_src = ""
     if isinstance(data, dict) and data.get("kubeletConfigFile"):
         kpath = _optional_path(src, "kubeletConfigFile", data["kubeletConfigFile"])
         kubelet_src = str(kpath)
         kubelet_doc = read_yaml(kpath, what="kubelet config")
-    return parse_config(data, src, kubelet_doc, kubelet_src)
+    cfg = parse_config(data, src, kubelet_doc, kubelet_src)
+    return dataclasses.replace(cfg, notes=notes) if notes else cfg
 
 
 # The keys that name our units (daemon.naming_for): all `reset` needs, even from a broken file.

@@ -755,6 +755,16 @@ def test_check_runs_every_check_on_the_fake_node(node):
     assert p.returncode == 1
 
 
+def test_check_says_what_an_empty_config_means(node):
+    """issue 26: valid, and it means policy None: nothing protected."""
+    empty = node.tmp / "empty.yaml"
+    empty.write_text("# memoryReservationPolicy: TieredReservation\n")
+    lines = findings(node.cli("check", config=empty))
+    assert ("ok", "config: policy None, hierarchy effective; all defaults") in lines
+    assert ("warn", f"config: {empty} sets no key (it is empty, or comments only): the built-in defaults apply,"
+                    f" memoryReservationPolicy None: nothing is protected, only throttled") in lines
+
+
 def test_check_off_cgroup_v2_goes_on_with_the_remaining_checks(node):
     (node.cgroup / "cgroup.controllers").unlink()
     p = node.cli("check")

@@ -9,11 +9,15 @@ never taken from the code under test.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import pty
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -56,14 +60,24 @@ def cli(*args: str, stdin: bytes | None | object = None, timeout: float = 30, en
     closed = stdin is CLOSED
     if args and args[0] == "plan" and "--config" not in args and "--help" not in args:
         # Not this machine's installed config (plan reads it when it exists): the built-in
-        # defaults, as an empty file gives them. The tests of that choice call main() in-process.
-        args = (*args, "--config", os.devnull)
+        # defaults, from a file that says so (an empty one would add a warning that it is empty).
+        # The tests of that choice call main() in-process.
+        args = (*args, "--config", _defaults_config())
     argv = [sys.executable, "-m", "memqos_systemd", *map(str, args)]
     if closed:  # the shell's `<&-`: exec with descriptor 0 closed
         argv = ["/bin/sh", "-c", 'exec "$@" <&-', "sh", *argv]
     return subprocess.run(argv, input=None if closed else stdin,
                           stdin=subprocess.DEVNULL if stdin is None else None, stdout=stdout,
                           stderr=subprocess.PIPE, env=env, timeout=timeout, cwd=str(cwd))
+
+
+@functools.cache
+def _defaults_config() -> Path:
+    """A config file that sets the built-in defaults' policy and nothing else, removed at exit."""
+    d = Path(tempfile.mkdtemp(prefix="memqos-plan-"))
+    atexit.register(shutil.rmtree, d, True)
+    (d / "defaults.yaml").write_text("memoryReservationPolicy: None\n")
+    return d / "defaults.yaml"
 
 
 def ok_json(*args: str, stdin: bytes | None = None) -> dict:
@@ -697,6 +711,14 @@ def test_plan_reads_the_installed_config_and_says_so(monkeypatch, capsys, tmp_pa
     assert "policy TieredReservation" in text
     assert json.loads(_plan_in_process(monkeypatch, capsys, installed, "--output", "json")) == ok_json(
         "--pods", str(EXAMPLES / "pods.json"), *NODE, "--config", str(EXAMPLES / "config.yaml"))
+
+
+def test_plan_with_an_empty_config_says_what_it_means(tmp_path):
+    empty = _write(tmp_path, "empty.yaml", "")
+    doc = ok_json("--pods", str(EXAMPLES / "pods.json"), *NODE, "--config", empty)
+    assert doc["warnings"][0].startswith(f"{empty} sets no key") and "nothing is protected" in doc["warnings"][0]
+    table = cli("plan", "--pods", str(EXAMPLES / "pods.json"), *NODE, "--config", empty, "--output", "table")
+    assert f"  - {doc['warnings'][0]}" in table.stdout.decode().splitlines()
 
 
 def test_plan_without_any_config_says_so_loudly(monkeypatch, capsys, tmp_path):

@@ -66,6 +66,24 @@ def test_empty_file_and_missing_file_mean_defaults(tmp_path):
         load_config(tmp_path / "absent.yaml", required=True)
 
 
+@pytest.mark.parametrize("text", ["", "\n\n", "# memoryReservationPolicy: TieredReservation\n", "{}\n", "---\n"])
+def test_a_file_that_sets_nothing_says_what_that_means(tmp_path, text):
+    """issue 26: an empty file is valid and means the built-in defaults, policy None: nothing is
+    protected. Easy to take for the packaged settings, so the config says so (check, plan, the
+    service's journal show cfg.notes)."""
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    [note] = load_config(path).notes
+    assert note.startswith(f"{path} sets no key") and "memoryReservationPolicy None: nothing is protected" in note
+
+
+def test_a_file_that_sets_a_key_or_is_absent_has_nothing_to_note(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("memoryReservationPolicy: None\n")
+    assert load_config(path).notes == ()
+    assert load_config(tmp_path / "absent.yaml").notes == () and load_config(None).notes == ()
+
+
 # ------------------------------------------------------------------ valid values
 
 @pytest.mark.parametrize("text, attr, value", [

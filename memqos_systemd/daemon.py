@@ -353,6 +353,8 @@ class Daemon:
                                    watch_source=hasattr(self.source, "changed"), source_changed=source_changed)
         log.info("config reloaded from %s: policy %s, hierarchy %s", self.config_path,
                  config.memory_reservation_policy, config.hierarchy)
+        for note in config.notes:  # e.g. an empty file: policy None (config.load_config)
+            log.warning("config: %s", note)
         self.out.metrics.config_reload(True)
         self.notifier.send("READY=1")
 

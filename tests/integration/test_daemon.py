@@ -331,6 +331,22 @@ def test_reload_with_invalid_config_keeps_the_old_one(fake_systemd, tmp_path):
     run(body())
 
 
+def test_a_reload_to_an_empty_config_says_in_the_journal_what_it_means(fake_systemd, tmp_path, caplog):
+    """issue 26: valid, and it means the built-in defaults, policy None: the protection goes."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE]) as h:
+            h.config_path.write_text("")
+            with caplog.at_level(logging.WARNING, logger="memqos_systemd"):
+                h.daemon.request_reload()
+                await until(lambda: h.memory(BPOD)["MemoryLow"] == 0)
+            said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+            assert f"config: {h.config_path} sets no key (it is empty, or comments only): the built-in defaults" \
+                   f" apply, memoryReservationPolicy None: nothing is protected, only throttled" in said, said
+    run(body())
+
+
 def _source_that_cannot_be_made(config):
     raise RuntimeError("the source's constructor broke\nover two lines")
 

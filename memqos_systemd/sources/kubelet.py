@@ -68,6 +68,17 @@ _TOKEN_HINT = ("put the token of ServiceAccount memqos-system/memqos-systemd the
                " (README, 'On a kubeadm node')")
 _RBAC_HINT = ("bind it to ClusterRole memqos-systemd-pod-reader (get on nodes/pods, deploy/rbac/); a kubelet"
               " before v1.33 checks only nodes/proxy (deploy/rbac/fallback-nodes-proxy.yaml)")
+# /metrics has always been nodes/metrics (the same role grants it).
+_RBAC_METRICS_HINT = "bind it to ClusterRole memqos-systemd-pod-reader (get on nodes/metrics, deploy/rbac/)"
+_HTTPS_HINT = "that port speaks TLS (the kubelet's 10250 does): use https:// in kubelet.url"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Endpoint:
+    """One thing asked of the kubelet: how messages name it, the request path, what it is."""
+    name: str  # "kubelet https://127.0.0.1:10250/pods", the start of every message about it
+    path: str  # with its query
+    what: str  # "pods" or "metrics": the RBAC subresource a 403 is about
 
 
 def node_hostname() -> str:
@@ -110,6 +121,12 @@ class KubeletSource:
         self._host = parts.hostname or ""
         self._port = parts.port or (443 if self._https else 80)
         self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self._pods = _Endpoint(self.name, self._path, "pods")
+        # The kubelet's /metrics, beside /pods (the URL's last path element /pods replaced).
+        base = parts.path.removesuffix("/pods") if parts.path.endswith("/pods") else parts.path.rstrip("/")
+        self._metrics = _Endpoint(f"kubelet {self._safe_url(parts._replace(path=base + '/metrics'))}"
+                                  if problem is None else self.name, base + "/metrics", "metrics")
+        self.metrics_name = self._metrics.name
         # The names the serving certificate may carry (see the module's docstring).
         if config.server_name:
             self._names: tuple[str, ...] = (config.server_name,)
@@ -140,27 +157,23 @@ class KubeletSource:
         if self._url_error:
             raise SourceError(f"{self.name}: {self._url_error}", "connect")
         token = self._read_token()
-        try:
-            snapshot = self._fetch(token)
-        except SourceError as e:
-            # Anything may echo the token back (a reason phrase, a pod name in a
-            # parse warning): scrub it, and any cut-off prefix of it.
-            if token:
-                raise SourceError(redact(str(e), token), e.kind) from None
-            raise
-        if token and any(token[:_MIN_PREFIX] in w for w in snapshot.warnings):
+        # The token is scrubbed from what the kubelet sends back (a reason phrase, an error body,
+        # a pod's name), where it would be an echo of the credential, and never from our own
+        # words: a token 'wrong' once made '(missing, expired or <token>)' of a message.
+        snapshot = self._fetch(token)
+        if _scrubs_body(token) and any(token[:_MIN_PREFIX] in w for w in snapshot.warnings):
             snapshot = dataclasses.replace(snapshot, warnings=tuple(redact(w, token) for w in snapshot.warnings))
         return snapshot
 
     def _fetch(self, token: str | None) -> Snapshot:
-        body = self._get(token)
+        body = self._get(token, self._pods)
         fetched_at = self._clock()
         digest = hashlib.sha256(body).digest()
         last = self._last_good
         if last is not None and last[1] == token and last[0] == digest:
             return dataclasses.replace(last[2], fetched_at=fetched_at)
         self._last_good = None
-        if token and token[:_MIN_PREFIX].encode() in body:
+        if _scrubs_body(token) and token[:_MIN_PREFIX].encode() in body:
             # A server that echoes the token into a pod's name or namespace would have it carried
             # into warnings the planner writes later: scrub it before anything reads the body.
             body = redact(body.decode("utf-8", "replace"), token).encode()
@@ -175,20 +188,14 @@ class KubeletSource:
         return snapshot
 
     def metrics_text(self) -> str:
-        """The kubelet's /metrics (the URL's last path element /pods replaced), as text, for what
-        it says of itself (kubelet_gate.py). Same credentials and checks as the pods; SourceError
-        otherwise (a 403 means the RBAC rule `nodes/metrics` get is missing)."""
+        """The kubelet's /metrics (`metrics_name`), as text, for what it says of itself
+        (kubelet_gate.py). Same credentials and checks as the pods; SourceError otherwise, named
+        by that URL (a 403 means the RBAC rule `nodes/metrics` get is missing)."""
         if self._url_error:
             raise SourceError(f"{self.name}: {self._url_error}", "connect")
-        token = self._read_token()
-        path = self._path.split("?", 1)[0]
-        path = (path[: -len("/pods")] if path.endswith("/pods") else path.rstrip("/")) + "/metrics"
-        try:
-            return self._get(token, path, accept="text/plain").decode("utf-8", "replace")
-        except SourceError as e:
-            raise SourceError(redact(str(e), token) if token else str(e), e.kind) from None
+        return self._get(self._read_token(), self._metrics, accept="text/plain").decode("utf-8", "replace")
 
-    def _get(self, token: str | None, path: str | None = None, accept: str = "application/json") -> bytes:
+    def _get(self, token: str | None, endpoint: _Endpoint, accept: str = "application/json") -> bytes:
         """One GET. The whole exchange is bounded by `timeout`: besides the per-operation
         socket timeout, a timer shuts the socket down at the deadline, so a server that
         trickles headers or body a byte at a time cannot hold the fetch (and the daemon
@@ -223,42 +230,43 @@ class KubeletSource:
             if expired.is_set():
                 raise TimeoutError
             if self._https and not self.config.insecure_skip_tls_verify:
-                self._check_name(conn.sock)
-            conn.request("GET", path or self._path, headers=headers)
+                self._check_name(conn.sock, endpoint, token)
+            conn.request("GET", endpoint.path, headers=headers)
             resp = conn.getresponse()
             if resp.status != 200:
-                raise SourceError(self._status_message(resp, token), "http")
+                raise SourceError(self._status_message(resp, token, endpoint), "http")
             length = resp.getheader("Content-Length")
             if length and length.strip().isdigit() and int(length) > self._max_bytes:
-                raise SourceError(f"{self.name}: response of {int(length)} bytes is larger than the"
+                raise SourceError(f"{endpoint.name}: response of {int(length)} bytes is larger than the"
                                   f" {self._max_bytes} byte limit", "too_large")
-            body = self._read_body(resp, expired)
+            body = self._read_body(resp, expired, endpoint)
             if expired.is_set():
                 raise TimeoutError  # the body may have been cut short by the shutdown
             return body
         except SourceError:
             raise
         except Exception as e:
-            raise self._classify(e, expired.is_set()) from None
+            raise self._classify(e, expired.is_set(), endpoint, token) from None
         finally:
             timer.cancel()
             conn.close()
 
-    def _check_name(self, sock: ssl.SSLSocket) -> None:
+    def _check_name(self, sock: ssl.SSLSocket, endpoint: _Endpoint, token: str | None) -> None:
         """The verified certificate must name one of self._names (exact, or a one-label wildcard)."""
         cert = sock.getpeercert() or {}
         sans = [(kind, value) for kind, value in cert.get("subjectAltName", ()) if kind in ("DNS", "IP Address")]
         if any(_name_matches(name, kind, value) for name in self._names for kind, value in sans):
             return
-        carried = _printable(", ".join(value for _, value in sans))[:200] or "no DNS or IP name"
-        raise SourceError(f"{self.name}: TLS: the kubelet's certificate is for {carried}, not for"
+        carried = _said(", ".join(value for _, value in sans), token, 200) or "no DNS or IP name"
+        raise SourceError(f"{endpoint.name}: TLS: the kubelet's certificate is for {carried}, not for"
                           f" {' or '.join(self._names)}: set kubelet.serverName to the name the kubelet's"
                           f" certificate carries", "tls")
 
-    def _status_message(self, resp: http.client.HTTPResponse, token: str | None) -> str:
-        """One line for a status other than 200, with the fix for 401 and 403."""
+    def _status_message(self, resp: http.client.HTTPResponse, token: str | None, endpoint: _Endpoint) -> str:
+        """One line for a status other than 200, with the fix for 401, 403, 404 and a plain HTTP
+        request to a TLS port (the kubelet, a Go server, answers that with 400)."""
         cfg = self.config
-        head = f"{self.name}: HTTP {resp.status} {_printable(resp.reason)[:80]}".rstrip()
+        head = f"{endpoint.name}: HTTP {resp.status} {_said(resp.reason, token, 80)}".rstrip()
         if resp.status == 401:
             if cfg.token_file:
                 return (f"{head}: the kubelet did not accept the token in {cfg.token_file} (missing, expired or"
@@ -270,37 +278,49 @@ class KubeletSource:
         if resp.status == 403:
             # The kubelet says "Forbidden (user=..., verb=get, resource=nodes, subresource=pods)".
             said = _first_body_line(resp, token).removeprefix("Forbidden").strip()
-            return f"{head}{' ' + said if said else ''}: this user may not read the kubelet's pods: {_RBAC_HINT}"
+            hint = _RBAC_HINT if endpoint.what == "pods" else _RBAC_METRICS_HINT
+            return f"{head}{' ' + said if said else ''}: this user may not read the kubelet's {endpoint.what}: {hint}"
+        if resp.status == 404:
+            return (f"{head}: nothing at {endpoint.path.partition('?')[0]} there: the kubelet serves /pods and /metrics"
+                    f" (kubelet.url, e.g. https://127.0.0.1:10250/pods)")
+        if resp.status == 400 and not self._https and "HTTPS" in _first_body_line(resp, token):
+            # Go's answer to plain HTTP on a TLS listener: "Client sent an HTTP request to an HTTPS server."
+            return f"{head}: {_HTTPS_HINT}"
         return head
 
-    def _classify(self, e: Exception, expired: bool) -> Exception:
+    def _classify(self, e: Exception, expired: bool, endpoint: _Endpoint, token: str | None) -> Exception:
         timeout = self.config.timeout
+        name = endpoint.name
         if expired or isinstance(e, (TimeoutError, socket.timeout)):
-            return SourceError(f"{self.name}: no answer within {timeout:g}s", "timeout")
+            return SourceError(f"{name}: no answer within {timeout:g}s", "timeout")
         if isinstance(e, ssl.SSLCertVerificationError):
             given = f"caFile {self.config.ca_file} did not verify it" if self.config.ca_file else \
                 "no caFile is set, and the system's CA store did not verify it"
-            return SourceError(f"{self.name}: TLS certificate not trusted: {e.verify_message or _first_line(e)}"
+            return SourceError(f"{name}: TLS certificate not trusted: {e.verify_message or _first_line(e)}"
                                f" ({given}): set kubelet.caFile to the CA of the kubelet's serving certificate:"
                                f" {KUBELET_CA_HINT}", "tls")
         if isinstance(e, ssl.SSLError):
-            return SourceError(f"{self.name}: TLS failed: {e.reason or _first_line(e)}", "tls")
+            return SourceError(f"{name}: TLS failed: {e.reason or _said(_first_line(e), token)}", "tls")
         if isinstance(e, ConnectionRefusedError):
             if not self._https:
-                return SourceError(f"{self.name}: connection refused: nothing listens there; if it is the"
+                return SourceError(f"{name}: connection refused: nothing listens there; if it is the"
                                    f" kubelet's read-only port, it is off (kubeadm and most distributions turn it"
                                    f" off): use https://127.0.0.1:10250/pods with tokenFile and caFile (README,"
                                    f" 'On a kubeadm node')", "connect")
-            return SourceError(f"{self.name}: connection refused (is the kubelet running, is the port right?)",
+            return SourceError(f"{name}: connection refused (is the kubelet running, is the port right?)",
                                "connect")
+        # A TLS server that gets plain HTTP resets the connection, closes it, or answers with TLS
+        # bytes that are no status line: on an http:// URL, that is what to say.
+        tls_port = f"; {_HTTPS_HINT}" if not self._https and isinstance(
+            e, (ConnectionResetError, http.client.RemoteDisconnected, http.client.BadStatusLine)) else ""
         if isinstance(e, http.client.HTTPException):
-            return SourceError(f"{self.name}: broken HTTP response: {type(e).__name__}"
-                               f" {_first_line(e)}".rstrip(), "http")
+            return SourceError(f"{name}: broken HTTP response: {type(e).__name__}"
+                               f" {_said(_first_line(e), token)}".rstrip() + tls_port, "http")
         if isinstance(e, OSError):
-            return SourceError(f"{self.name}: {e.strerror or _first_line(e)}", "connect")
+            return SourceError(f"{name}: {e.strerror or _said(_first_line(e), token)}{tls_port}", "connect")
         return e  # a bug, not a fault of the kubelet: let it show
 
-    def _read_body(self, resp: http.client.HTTPResponse, expired: threading.Event) -> bytes:
+    def _read_body(self, resp: http.client.HTTPResponse, expired: threading.Event, endpoint: _Endpoint) -> bytes:
         # Chunks joined once at the end: growing a bytearray and copying it out cost ~0.75 ms
         # for 0.48 MB (fresh pages every poll), 60 % of an unchanged poll's CPU.
         chunks: list[bytes] = []
@@ -314,7 +334,7 @@ class KubeletSource:
             chunks.append(chunk)
             size += len(chunk)
             if size > self._max_bytes:
-                raise SourceError(f"{self.name}: response is larger than the {self._max_bytes} byte limit",
+                raise SourceError(f"{endpoint.name}: response is larger than the {self._max_bytes} byte limit",
                                   "too_large")
         raise TimeoutError
 
@@ -463,6 +483,20 @@ def _name_matches(name: str, kind: str, value: str) -> bool:
     return "*" not in value and name == value
 
 
+def _scrubs_body(token: str | None) -> bool:
+    """Whether a pod list is scrubbed of `token` before it is read: only a token long enough not
+    to be found in ordinary names (a ServiceAccount token is a JWT of hundreds of characters; a
+    kubelet that answers 200 has taken it for one), or a pod named like the token would change."""
+    return token is not None and len(token) >= _MIN_PREFIX
+
+
+def _said(text: object, token: str | None, limit: int = 200) -> str:
+    """What the kubelet (or the network) said, for one of our messages: printable, bounded, and
+    with the token masked, where an echo of it would be (never in our own words around it)."""
+    line = _printable(text)[:limit]
+    return redact(line, token) if token else line
+
+
 def _first_body_line(resp: http.client.HTTPResponse, token: str | None) -> str:
     """The first line of a short error body (the kubelet's 'Forbidden (user=...)'), scrubbed."""
     try:
@@ -470,8 +504,7 @@ def _first_body_line(resp: http.client.HTTPResponse, token: str | None) -> str:
     except (OSError, http.client.HTTPException):
         return ""
     text = body.decode("utf-8", "replace").strip()
-    line = _printable(text.splitlines()[0] if text else "")[:200]
-    return redact(line, token) if token else line
+    return _said(text.splitlines()[0] if text else "", token)
 
 
 def _printable(text: object) -> str:

@@ -258,8 +258,10 @@ def test_a_token_with_the_rbac_rule_reads_pods(serve, pki, token_file, fine_grai
     assert len(source(s.url(), ca_file=str(pki / "kubelet.crt"), token_file=str(token_file)).fetch().pods) == 2
 
 
-@pytest.mark.parametrize("token", [None, "expired-or-wrong-token"])
+@pytest.mark.parametrize("token", [None, "expired-or-wrong-token", "wrong", "kubelet", "memqos-system"])
 def test_401_says_the_token_is_missing_expired_or_wrong(serve, pki, tmp_path, token):
+    """A token whose text is also in our words leaves them alone (issue 26: a token 'wrong' made
+    '(missing, expired or <token>)' of this message): it is masked where the kubelet echoes it."""
     s = serve(Kubelet(GOOD, {TOKEN: (READER, {"pods"})}), tls="kubelet")
     kw = {}
     if token:
@@ -379,6 +381,21 @@ def test_token_never_in_messages_or_logs(serve, pki, token_file, caplog):
     assert "<token>" in messages[0]
 
 
+@pytest.mark.parametrize("token", [TOKEN, "wrong"])
+def test_a_token_the_kubelet_echoes_is_masked_there_and_only_there(serve, pki, tmp_path, token):
+    f = tmp_path / "token"
+    f.write_text(token)
+    f.chmod(0o600)
+    s = serve(answer(403, f"Forbidden (token {token} is wrong)\n".encode(), reason=f"Forbidden {token}"))
+    with pytest.raises(SourceError) as e:
+        source(s.url(), ca_file=str(pki / "ca.crt"), token_file=str(f)).fetch()
+    echoed = "<token> is <token>" if token == "wrong" else "<token> is wrong"  # the body's own "wrong" too
+    assert str(e.value) == (f"kubelet {s.url()}: HTTP 403 Forbidden <token> (token {echoed}): this user may"
+                            f" not read the kubelet's pods: bind it to ClusterRole memqos-systemd-pod-reader (get on"
+                            f" nodes/pods, deploy/rbac/); a kubelet before v1.33 checks only nodes/proxy"
+                            f" (deploy/rbac/fallback-nodes-proxy.yaml)")
+
+
 def test_token_never_in_warnings(serve, pki, token_file):
     echo = {"metadata": {"name": TOKEN, "namespace": TOKEN, "uid": "x"},
             "spec": {"containers": [{"name": "c", "resources": {"requests": {"memory": TOKEN}}}]}}
@@ -404,6 +421,49 @@ def test_connection_refused():
     with pytest.raises(SourceError) as e:
         source(f"https://127.0.0.1:{port}/pods").fetch()
     assert str(e.value).endswith("connection refused (is the kubelet running, is the port right?)")
+
+
+def test_a_wrong_path_says_where_the_kubelet_serves_its_pods(serve, pki, token_file):
+    kubelet = Kubelet(GOOD, {TOKEN: (READER, {"pods"})})
+    s = serve(lambda h: kubelet(h) if h.path == "/pods" else
+              answer(404, b"404 page not found\n", content_type="text/plain")(h), tls="kubelet")
+    url = s.url().replace("/pods", "/api/v1/pods")
+    with pytest.raises(SourceError) as e:
+        source(url, ca_file=str(pki / "kubelet.crt"), token_file=str(token_file)).fetch()
+    assert str(e.value) == (f"kubelet {url}: HTTP 404 Not Found: nothing at /api/v1/pods there: the kubelet serves"
+                            f" /pods and /metrics (kubelet.url, e.g. https://127.0.0.1:10250/pods)")
+
+
+def test_http_to_a_tls_port_says_to_use_https(serve, pki):
+    """issue 26: 'Connection reset by peer' alone. A TLS server given plain HTTP resets or closes
+    (Python's ssl) or answers 400 (Go's, the kubelet's): each says to use https://."""
+    s = serve(tls="kubelet")
+    with pytest.raises(SourceError) as e:
+        source(s.url().replace("https://", "http://")).fetch()
+    assert str(e.value).endswith("that port speaks TLS (the kubelet's 10250 does): use https:// in kubelet.url"), \
+        str(e.value)
+    go = serve(answer(400, b"Client sent an HTTP request to an HTTPS server.\n", content_type="text/plain"), tls=None)
+    with pytest.raises(SourceError) as e:
+        source(go.url()).fetch()
+    assert str(e.value) == (f"kubelet {go.url()}: HTTP 400 Bad Request: that port speaks TLS (the kubelet's 10250"
+                            f" does): use https:// in kubelet.url")
+
+
+def test_metrics_are_named_by_their_own_url_with_their_own_rbac_rule(serve, pki, token_file):
+    """issue 26: /metrics' errors were labelled with the /pods URL, and a 403 advised nodes/pods."""
+    now = [Kubelet(GOOD, {TOKEN: (READER, {"pods"})})]  # what the server answers now
+    s = serve(lambda h: now[0](h), tls="kubelet")
+    src = source(s.url(), ca_file=str(pki / "kubelet.crt"), token_file=str(token_file))
+    assert src.metrics_name == s.url().replace("/pods", "/metrics").replace("https", "kubelet https", 1)
+    with pytest.raises(SourceError) as e:
+        src.metrics_text()
+    assert str(e.value) == (f"{src.metrics_name}: HTTP 403 Forbidden (user={READER}, verb=get, resource=nodes,"
+                            f" subresource=metrics): this user may not read the kubelet's metrics: bind it to"
+                            f" ClusterRole memqos-systemd-pod-reader (get on nodes/metrics, deploy/rbac/)")
+    now[0] = answer(404, b"404 page not found\n", content_type="text/plain")  # not a kubelet
+    with pytest.raises(SourceError) as e:
+        src.metrics_text()
+    assert str(e.value).startswith(f"{src.metrics_name}: HTTP 404 Not Found: nothing at /metrics there")
 
 
 @pytest.mark.parametrize("scheme", ["http", "https"])

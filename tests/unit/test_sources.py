@@ -480,7 +480,7 @@ def test_fuzz_file_bytes(tmp_path, data):
 @given(data=st.binary(max_size=3000) | _json.map(lambda d: json.dumps(d).encode()))
 def test_fuzz_kubelet_body(data):
     src = KubeletSource(KubeletSettings(url="http://127.0.0.1:1/pods"))
-    src._get = lambda token: data  # the HTTP exchange itself is tested against real servers
+    src._get = lambda token, endpoint: data  # the HTTP exchange itself is tested against real servers
     try:
         _check(src.fetch())
     except SourceError as e:

@@ -450,8 +450,10 @@ def build_parser() -> argparse.ArgumentParser:
             "Check that this node can run memqos-systemd and say what is wrong if not: systemd as PID 1\n"
             "and the system bus socket, systemd >= 240 reachable over D-Bus, cgroup v2 unified with the\n"
             "memory controller, memory_recursiveprot, kernel >= 5.9, the config, the kubelet's\n"
-            "cgroupDriver (from its config file) and its own MemoryQoS gate, and the pod source as the\n"
-            "service will see it. Every check runs, whatever an earlier one found.\n"
+            "cgroupDriver (from its config file) and its own MemoryQoS gate (an error when it is on: two\n"
+            "writers would fight), and the pod source as the service will see it. A config that cannot\n"
+            "be used stops it first (every other check needs it); after that every check runs, whatever\n"
+            "an earlier one found.\n"
             "One line per finding (ok, warn, error). Exit status: 0 when nothing is an error (warnings\n"
             "allowed), 1 when something is (no pod source answering is one: the service would protect\n"
             "no pod), 2 when the config cannot be used (one line names the key and the value).")

@@ -454,30 +454,37 @@ def kubelet_gate(cfg: Config):
     reported = version = None
     unasked = "the pod source is a file" if cfg.pods_file else None
     if not cfg.pods_file:
+        source = KubeletSource(cfg.kubelet)
         try:
-            gates, version = parse_kubelet_metrics(KubeletSource(cfg.kubelet).metrics_text())
+            gates, version = parse_kubelet_metrics(source.metrics_text())
+        except SourceError as e:  # it names the /metrics URL, and for a 403 the RBAC rule
+            unasked = str(e)
+        else:
             reported = gates.get("MemoryQoS")
-        except SourceError as e:
-            unasked = str(e) + (" (the RBAC rule nodes/metrics get lets it be read: deploy/rbac)"
-                                if getattr(e, "kind", "") == "http" and "403" in str(e) else "")
+            if reported is None:
+                unasked = (f"{source.metrics_name} lists no MemoryQoS gate" if gates else
+                           f"{source.metrics_name} answered, but not with the kubelet's metrics (no"
+                           f" kubernetes_feature_enabled line): is kubelet.url the kubelet's?")
     gate = memory_qos_gate(reported=reported, version=version, configured=cfg.kubelet_memory_qos_gate,
                            config_file=cfg.kubelet_config_file)
     return gate, unasked
 
 
 def _check_kubelet_gate(cfg: Config) -> list[tuple[str, str]]:
-    """The kubelet's own Memory QoS: off (ok), on (warn: the fight, the fix, what keeping it means),
+    """The kubelet's own Memory QoS: off (ok), on (error: the fight, the fix, what keeping it means),
     or not known (warn: how to find out); and the fight as the service has seen it."""
     gate, unasked = kubelet_gate(cfg)
     out = []
     if gate.on is False:
         out.append(("ok", f"kubelet: its own Memory QoS is off ({gate.how})"))
     elif gate.on:
-        out.append(("warn", f"kubelet: its own Memory QoS is on ({gate.how}): two writers fight over kubepods.slice"
-                            f" and kubepods-burstable.slice; fix: {GATE_FIX}; {GATE_KEPT}"))
+        # An error, as README's node requirements have it: the service puts its values back, but
+        # the protection dips every minute, and an operator who reads only warnings moves on.
+        out.append(("error", f"kubelet: its own Memory QoS is on ({gate.how}): two writers fight over kubepods.slice"
+                             f" and kubepods-burstable.slice; fix: {GATE_FIX}; {GATE_KEPT}"))
     else:
-        out.append(("warn", f"kubelet: cannot tell whether its own Memory QoS is on ({gate.how};"
-                            f" /metrics: {unasked}); it is on by default from v1.37: {GATE_FIX}"))
+        out.append(("warn", f"kubelet: cannot tell whether its own Memory QoS is on ({gate.how}; {unasked});"
+                            f" it is on by default from v1.37: {GATE_FIX}"))
     seen = _service_foreign_writes(cfg)
     if seen:
         out.append(("warn", "kubelet: the service has put back values someone else wrote: "

@@ -796,14 +796,17 @@ def test_check_with_systemd_unreachable_names_the_missing_socket_and_exits_1(tmp
     assert second.startswith("D-Bus: cannot reach systemd: ")
 
 
-def test_check_warns_about_the_kubelets_memoryqos_gate(node):
+def test_check_fails_on_the_kubelets_memoryqos_gate(node):
+    """An error, as README's node requirements say (issue 26: it was a warning there)."""
     kubelet_config = node.tmp / "kubelet.yaml"
     kubelet_config.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
                               "cgroupDriver: systemd\nfeatureGates: {MemoryQoS: true}\n")
-    config = node.write_config("gate.yaml", kubeletConfigFile=str(kubelet_config))
-    warns = [text for level, text in findings(node.cli("check", config=config)) if level == "warn"]
-    assert any(f"its own Memory QoS is on (featureGates in {kubelet_config})" in w and "fight" in w
-               and "featureGates: {MemoryQoS: false}" in w and "kept on" in w for w in warns), warns
+    config = node.write_config("gate.yaml", podsFile=str(node.pods_path), kubeletConfigFile=str(kubelet_config))
+    p = node.cli("check", config=config)
+    gate = [e for e in errors(p) if e.startswith("kubelet: ")]
+    assert len(gate) == 1 and f"its own Memory QoS is on (featureGates in {kubelet_config})" in gate[0], errors(p)
+    assert "fight" in gate[0] and "featureGates: {MemoryQoS: false}" in gate[0] and "kept on" in gate[0]
+    assert p.returncode == 1
 
 
 # ---------------------------------------------------------------------- check: the pod source
@@ -890,26 +893,42 @@ GATE_METRICS = ('kubernetes_build_info{git_version="v1.37.1",major="1",minor="37
                 'kubernetes_feature_enabled{name="MemoryQoS",stage="BETA"} %d\n')
 
 
-@pytest.mark.parametrize("case", ["on by default (v1.37, nothing in its config)", "off", "metrics forbidden"])
+@pytest.mark.parametrize("case", ["on by default (v1.37, nothing in its config)", "off", "metrics forbidden",
+                                  "metrics that are not metrics", "metrics without the gate"])
 def test_check_asks_the_kubelet_whether_its_own_memory_qos_is_on(node, kubelet, kubelet_pki, case):
     """The running kubelet says it in /metrics (kubernetes_feature_enabled), defaults included;
     without the RBAC rule nodes/metrics get, check says it cannot tell, and what to do."""
-    kubelet.respond.metrics = (GATE_METRICS % (0 if case == "off" else 1)).encode()
+    kubelet.respond.metrics = (b"<html>a proxy's page</html>\n" if case == "metrics that are not metrics" else
+                               b'kubernetes_feature_enabled{name="SidecarContainers",stage=""} 1\n'
+                               if case == "metrics without the gate" else
+                               (GATE_METRICS % (0 if case == "off" else 1)).encode())
     if case != "metrics forbidden":
         kubelet.respond.tokens = {GOOD_TOKEN: (READER, {"pods", "metrics"})}
     p = node.cli("check", config=kubeadm_config(node, kubelet, kubelet_pki))
     lines = [(level, text) for level, text in findings(p) if text.startswith("kubelet: ")]
-    assert p.returncode == 0, p.stdout  # a warning, not an error: the service still protects
+    # On: an error (README's node requirement); not known: a warning that says how to find out.
+    assert p.returncode == (1 if case.startswith("on") else 0), p.stdout
     if case == "off":
         assert lines == [("ok", "kubelet: its own Memory QoS is off (the kubelet's /metrics (kubernetes_feature_enabled))")]
     elif case.startswith("on"):
         (level, text), = lines
-        assert level == "warn" and "its own Memory QoS is on (the kubelet's /metrics" in text
+        assert level == "error" and "its own Memory QoS is on (the kubelet's /metrics" in text
         assert "featureGates: {MemoryQoS: false}" in text and "kept on, the kubelet writes" in text
     else:
         (level, text), = lines
         assert level == "warn" and "cannot tell whether its own Memory QoS is on" in text
-        assert "HTTP 403" in text and "nodes/metrics get" in text and "on by default from v1.37" in text
+        assert "on by default from v1.37" in text and "None" not in text, text
+        metrics = f"kubelet https://127.0.0.1:{kubelet.port}/metrics"  # named by what was asked (issue 26)
+        if case == "metrics forbidden":
+            assert f"; {metrics}: HTTP 403 Forbidden (user={READER}, verb=get, resource=nodes," \
+                   f" subresource=metrics): this user may not read the kubelet's metrics: bind it to ClusterRole" \
+                   f" memqos-systemd-pod-reader (get on nodes/metrics, deploy/rbac/)" in text, text
+            assert "/pods" not in text and "nodes/pods" not in text, text
+        elif case == "metrics without the gate":
+            assert f"; {metrics} lists no MemoryQoS gate)" in text, text
+        else:
+            assert f"; {metrics} answered, but not with the kubelet's metrics (no kubernetes_feature_enabled line)" \
+                   in text, text
 
 
 def test_check_names_the_fight_the_service_has_seen(node, kubelet, kubelet_pki):

@@ -38,7 +38,18 @@ changed=$(git status --porcelain --untracked-files=no)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/memqos-deb.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-src=$work/memqos-systemd-$version
+# The tree is built (and its tests run) at least BUILD_PATH_MIN characters deep, as on a buildd
+# or under reprotest, whose build paths are long: a test that depends on where the tree lives
+# fails here, in `make deb` and `make test`, not first on a packager's machine.
+BUILD_PATH_MIN=150
+name=memqos-systemd-$version
+build=$work
+pad=$((BUILD_PATH_MIN - ${#work} - ${#name} - 2))
+if [ "$pad" -gt 0 ]; then
+  build=$work/$(printf '%*s' "$pad" '' | tr ' ' _)
+  mkdir "$build"
+fi
+src=$build/$name
 mkdir "$src"
 # Tracked files that exist in the work tree (a deleted tracked file is simply left out).
 git ls-files -z --cached | while IFS= read -r -d '' f; do
@@ -52,17 +63,17 @@ fi
 log "building $version (DEB_BUILD_OPTIONS='${DEB_BUILD_OPTIONS:-}' DEB_BUILD_PROFILES='${DEB_BUILD_PROFILES:-}')"
 
 # The source package too, only so lintian can check debian/ as a source package.
-(cd "$work" && dpkg-source --build "memqos-systemd-$version" >/dev/null)
+(cd "$build" && dpkg-source --build "$name" >/dev/null)
 (cd "$src" && dpkg-buildpackage -us -uc -b)
 
-deb=$work/memqos-systemd_${version}_all.deb
-changes=$(ls "$work"/memqos-systemd_"${version}"_*.changes)
+deb=$build/memqos-systemd_${version}_all.deb
+changes=$(ls "$build"/memqos-systemd_"${version}"_*.changes)
 [ -f "$deb" ] || die "dpkg-buildpackage made no $deb"
 
 log "lintian (errors fail the build):"
 status=0
 lintian --fail-on error --display-level '>=warning' \
-  "$changes" "$work/memqos-systemd_${version}.dsc" || status=$?
+  "$changes" "$build/memqos-systemd_${version}.dsc" || status=$?
 [ "$status" = 0 ] || die "lintian found errors (exit $status)"
 
 mkdir -p "$out"

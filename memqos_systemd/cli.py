@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from . import __version__
+from . import __version__, columns
 from .documents import DocumentError, decode
 from .config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
 from .plan import INFINITY, MAX_PAGE_SIZE, NodeFacts, Plan, PlanError, UnitPlan, plan
@@ -226,24 +226,26 @@ def _tree_order(p: Plan) -> list[tuple[int, UnitPlan]]:
     return out
 
 
-def _pod_cell(u: UnitPlan, pending: Mapping[str, str] | None) -> str:
+def _pod_cell(u: UnitPlan, pending: Mapping[str, str] | None, limit: int) -> str:
     """A pod's name; its own row says when a resize of it is pending (planned from what the
     kubelet allocated, not from the spec)."""
-    name = one_line(u.pod or "")
+    name = one_line(u.pod or "", limit)
     if u.level == "pod" and pending and u.pod in pending:
         return f"{name} (resize pending: {pending[u.pod]})"
     return name
 
 
-def _name_cell(u: UnitPlan, pending: Mapping[str, str] | None) -> str:
+def _name_cell(u: UnitPlan, pending: Mapping[str, str] | None, limit: int) -> str:
     """What a person looks for on a row: the slice's name for the slices of the node, the
-    pod's name for a pod slice, the container's name for a container scope. The unit names of
-    pods and containers (up to 72 characters) are never cut: `--output wide` and JSON give them."""
+    pod's name for a pod slice, the container's name for a container scope, cut at `limit`
+    characters. The unit names of pods and containers (up to 72 characters) are never cut:
+    `--output wide` and JSON give them."""
     if u.level == "pod":
-        return _pod_cell(u, pending)
+        return _pod_cell(u, pending, limit)
     if u.level == "container":
-        return one_line(u.container) if u.container is not None else u.unit
+        return one_line(u.container, limit) if u.container is not None else u.unit
     return u.unit
+
 
 
 @dataclass(frozen=True)
@@ -262,11 +264,13 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
                   context: TableContext = TableContext(), wide: bool = False) -> str:
     """The plan for a person: a tree by name (pod, container) that fits 100 columns for an
     ordinary node, with where its inputs came from, a legend, totals and what to run next.
-    `wide` adds the full unit name of every row."""
+    `wide` adds the full unit name of every row, and cuts no name. Columns are measured as a
+    terminal draws them (columns.py: a CJK character takes two)."""
+    limit = sys.maxsize if wide else columns.NAME_LIMIT
     header = ("SLICE / POD / CONTAINER", "LEVEL", "MemoryMin", "MemoryLow", "MemoryHigh") + (("UNIT",) if wide else ())
-    rows = [("  " * d + _name_cell(u, pending), u.level, _show_bytes(u.memory_min), _show_bytes(u.memory_low),
+    rows = [("  " * d + _name_cell(u, pending, limit), u.level, _show_bytes(u.memory_min), _show_bytes(u.memory_low),
              _show_bytes(u.memory_high)) + ((u.unit,) if wide else ()) for d, u in _tree_order(p)]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    widths = [max(columns.width(r[i]) for r in [header, *rows]) for i in range(len(header))]
     factor = "off" if cfg.memory_throttling_factor is None else f"{cfg.memory_throttling_factor:g}"
     lines = [
         f"node: capacity {format_bytes(p.capacity)} ({context.capacity_from}), allocatable {format_bytes(p.allocatable)}",
@@ -275,7 +279,7 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
         "",
     ]
     for r in [header, *rows]:
-        lines.append("  ".join(c.ljust(w) if i in (0, 1, 5) else c.rjust(w)
+        lines.append("  ".join(columns.ljust(c, w) if i in (0, 1, 5) else columns.rjust(c, w)
                                for i, (c, w) in enumerate(zip(r, widths))).rstrip())
     lines += ["", LEGEND]
     top = [u for u in p.units if u.level == "node"]
@@ -422,7 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_daemon_command("run"))
 
     p = add("status", "per pod: protection, usage, breaches, pressure; drift marked; holding",
-            "Show the node's slices, then one line per pod (at most 100 columns): QoS class, request,\n"
+            "Show the node's slices, then one line per pod (at most 100 columns; --output wide cuts no\n"
+            "name): QoS class, request,\n"
             "protection (MemoryMin/MemoryLow, the plan's), usage (memory.current), the kernel's count of\n"
             "`low` events (reclaimed below its memory.low: soft protection breached) and `oom_kill`\n"
             "since the pod's cgroup began, and PSI `full` avg10 (memory.pressure); its containers by\n"
@@ -431,7 +436,9 @@ def build_parser() -> argparse.ArgumentParser:
             "the node's protection against allocatable, and whether the service holds (sends only\n"
             "raising values). --output json has every value, per unit and per pod.")
     p.add_argument("--config", metavar="CONFIG", help=config_help)
-    p.add_argument("--output", choices=("json", "table"), help="table (default on a terminal) or json")
+    p.add_argument("--output", choices=("json", "table", "wide"),
+                   help="table for people (default on a terminal; names cut to fit 100 columns), wide (the table"
+                        " with whole names) or json")
     p.set_defaults(func=_daemon_command("status"))
 
     p = add("reset", "set every managed property back to 0 / infinity (rollback)",

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from . import last_pods, ledger
+from . import columns, last_pods, ledger
 from .applier import Applier, ApplyResult, summarize
 from .cgroupfs import (
     Cgroupfs, cgroup_path, kernel_shows, read_cgroup_memory, read_memory_events, read_pressure, read_value,
@@ -27,6 +27,7 @@ from .metrics import Metrics, parse_listen
 from .naming import Naming, container_scope
 from .node import MemoryWatcher, check_node, kubelet_config_findings, page_size, read_meminfo, systemd_findings
 from .notify import setup_logging
+from .pods import one_line
 from .plan import INFINITY, NodeFacts, Plan, plan
 from .quantity import format_bytes
 from .reconcile import DEFAULTS, MAY_CREATE, reset_plan
@@ -225,7 +226,7 @@ async def _status(cfg: Config, output: str) -> int:
         json.dump(doc, sys.stdout, indent=2, default=str)
         print()
     else:
-        print("\n".join(status_lines(doc)))
+        print("\n".join(status_lines(doc, wide=output == "wide")))
     return EXIT_OK
 
 
@@ -297,30 +298,30 @@ def _human(n: int | None) -> str:
     return "-" if n is None else "inf" if n == INFINITY else "0" if n == 0 else format_bytes(n)
 
 
-def _fit(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _table(rows: list[list[str]], *, words_last: bool = False) -> list[str]:
+def _table(rows: list[list[str]], *, words_last: bool = False, wide: bool = False) -> tuple[list[str], bool]:
     """A drift mark (one character), then columns two spaces apart: the first two (a name, a kind)
     left-aligned and the numbers right-aligned (a last column of words left-aligned too); the name
-    is cut so that every line fits WIDTH."""
-    widths = [max(len(r[i]) for r in rows) for i in range(1, len(rows[0]))]
+    is cut so that every line fits WIDTH, unless `wide`. Columns are measured as a terminal draws
+    them (columns.py). Returns the lines, and whether a name was cut."""
+    widths = [max(columns.width(r[i]) for r in rows) for i in range(1, len(rows[0]))]
     rest = sum(widths[1:]) + 2 * (len(widths) - 1) + 2
-    widths[0] = max(12, min(widths[0], WIDTH - rest))
+    longest = widths[0]
+    if not wide:
+        widths[0] = max(12, min(widths[0], WIDTH - rest))
     out = []
     for mark, *cells in rows:
-        parts = [_fit(c, w).ljust(w) if i < 2 or (words_last and i == len(cells) - 1) else c.rjust(w)
-                 for i, (c, w) in enumerate(zip(cells, widths))]
+        parts = [columns.ljust(columns.fit(c, w), w) if i < 2 or (words_last and i == len(cells) - 1)
+                 else columns.rjust(c, w) for i, (c, w) in enumerate(zip(cells, widths))]
         out.append(f"{mark} " + "  ".join(parts).rstrip())
-    return out
+    return out, widths[0] < longest
 
 
-def status_lines(doc: dict) -> list[str]:
+def status_lines(doc: dict, *, wide: bool = False) -> list[str]:
     """`status` for people: the node's slices (drift marked `!`, with its reason) and the pods with
     their containers (drift marked `!`), one line each, then a summary: protection against
-    allocatable, and holding."""
+    allocatable, and holding. Names are cut to fit WIDTH, and a line says so; `wide` cuts none."""
     lines = []
+    cut = False
     upper = [r for r in doc["units"] if r["level"] in ("node", "qos", "reserved")]
     if upper:
         rows = [[" ", "UNIT", "LEVEL", "MIN/LOW (plan)", "HIGH", "DRIFT"]]
@@ -329,21 +330,25 @@ def status_lines(doc: dict) -> list[str]:
             rows.append(["!" if r["drift"] else " ", r["unit"], r["level"],
                          f"{_human(want.get('MemoryMin'))}/{_human(want.get('MemoryLow'))}",
                          _human(want.get("MemoryHigh")), r["why"]])
-        lines += _table(rows, words_last=True) + [""]
+        table, cut = _table(rows, words_last=True, wide=wide)
+        lines += table + [""]
+    limit = sys.maxsize if wide else columns.NAME_LIMIT
     if doc["pods"]:
         rows = [[" ", "POD", "QOS", "REQUEST", "MIN/LOW", "USAGE", "LOW EV", "OOM KILL", "FULL10"]]
         for p in doc["pods"]:
             full = p["pressureFullAvg10"]
-            rows.append(["!" if p["drift"] else " ", f"{p['namespace']}/{p['pod']}", p["qosClass"],
+            rows.append(["!" if p["drift"] else " ", one_line(f"{p['namespace']}/{p['pod']}", limit), p["qosClass"],
                          _human(p["requestBytes"]), f"{_human(p['MemoryMin'])}/{_human(p['MemoryLow'])}",
                          _human(p["usageBytes"]), _count(p["events"]["low"]), _count(p["events"]["oom_kill"]),
                          "-" if full is None else f"{full:.2f}"])
             for c in p["containers"]:
-                name = c["name"] or c["unit"]
+                name = one_line(c["name"], limit) if c["name"] else c["unit"]
                 rows.append(["!" if c["drift"] else " ", f"  {name} ({_scope_id(c['unit'])})", "container",
                              _human(c["requestBytes"]), f"{_human(c['MemoryMin'])}/{_human(c['MemoryLow'])}",
                              _human(c["usageBytes"]), "", "", ""])
-        lines += _table(rows) + [""]
+        table, cut_here = _table(rows, wide=wide)
+        lines += table + [""]
+        cut = cut or cut_here
     unplanned = [r for r in doc["units"] if r["level"] == "unplanned"]
     if unplanned:
         lines.append(f"not in the plan (pods gone; the service resets them): {len(unplanned)} unit(s)"
@@ -352,6 +357,8 @@ def status_lines(doc: dict) -> list[str]:
     lines.append(_summary(doc))
     if doc["drift"]:
         lines.append("drift (!): the plan, systemd and the kernel disagree (why, and the values: --output json)")
+    if cut:
+        lines.append(f"names cut (…) to fit {WIDTH} columns: --output wide shows them whole")
     return lines
 
 

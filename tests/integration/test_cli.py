@@ -677,6 +677,14 @@ def test_status_for_people_one_line_per_pod_and_the_summary(node):
     summary = [line for line in lines if line.startswith("node: ")]
     assert len(summary) == 1 and "6 pods" in summary[0] and "allocatable" in summary[0]
     assert "not holding" in summary[0] and "2/19 units drift" in summary[0]
+    # A name cut to fit is said to be, and --output wide shows every one whole (issue 26).
+    assert lines[-1] == "names cut (…) to fit 100 columns: --output wide shows them whole"
+    wide = node.cli("status", "--output", "wide")
+    assert wide.returncode == 0 and "…" not in wide.stdout, wide.stderr
+    doc = json.loads(node.cli("status", "--output", "json").stdout)
+    for p in doc["pods"]:
+        assert any(line.split()[:2] == [f"{p['namespace']}/{p['pod']}", p["qosClass"]]
+                   for line in wide.stdout.splitlines()), p["pod"]
 
     doc = json.loads(node.cli("status", "--output", "json").stdout)
     pods = {f"{x['namespace']}/{x['pod']}": x for x in doc["pods"]}

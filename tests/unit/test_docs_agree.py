@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from repo_docs import help_text, man_text
 
 
@@ -21,3 +23,30 @@ def test_every_curl_that_feeds_plan_fails_on_an_http_error():
         assert curls, where
         for line in curls:
             assert re.search(r"curl -[a-zA-Z]*f[a-zA-Z]*\b", line) and "-fsS" in line, (where, line)
+
+
+def _output_choices(command: str) -> tuple[str, ...] | None:
+    from memqos_systemd import cli
+
+    sub = next(a for a in cli.build_parser()._actions if a.dest == "command").choices[command]
+    return next((tuple(a.choices) for a in sub._actions if "--output" in a.option_strings), None)
+
+
+@pytest.mark.parametrize("command", ["plan", "status", "apply", "run", "reset", "check"])
+def test_the_man_page_lists_every_output_a_command_takes(command):
+    """issue 26: the man page's --output lacked wide."""
+    choices = _output_choices(command)
+    synopsis = man_text().split(".SH DESCRIPTION")[0]
+    block = next(b for b in synopsis.split(".SY memqos-systemd")[1:] if b.split()[1] == command)
+    if choices is None:
+        assert "--output" not in block
+        return
+    ordered = sorted(choices, key=["json", "table", "wide"].index)
+    assert f".OP --output {'|'.join(ordered)}" in block, block
+    assert ".B --output " + "\\fR|\\fP".join(ordered) + "\n" in man_text()  # OPTIONS
+
+
+def test_check_help_says_what_a_broken_config_does():
+    """issue 26: 'Every check runs' while a config that cannot be used stops check first (exit 2)."""
+    for text in (" ".join(help_text("check").split()), " ".join(man_text().split())):
+        assert "A config that cannot be used stops it first" in text and "Every check runs" not in text

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from repo_docs import help_text, man_text
+from repo_docs import help_text, man_text, repo_file
 
 
 def _kubelet_curls(text: str) -> list[str]:
@@ -50,3 +50,35 @@ def test_check_help_says_what_a_broken_config_does():
     """issue 26: 'Every check runs' while a config that cannot be used stops check first (exit 2)."""
     for text in (" ".join(help_text("check").split()), " ".join(man_text().split())):
         assert "A config that cannot be used stops it first" in text and "Every check runs" not in text
+
+
+# The documents an operator reads for the metrics' meaning.
+METRIC_DOCS = [("README.md",), ("docs", "DEPLOY.md"), ("docs", "runbook.md"), ("docs", "DESIGN.md"),
+               ("docs", "RELIABILITY.md"), ("deploy", "kubernetes", "daemonset.yaml"), ("monitoring", "README.md"),
+               ("monitoring", "alerts.yaml"), ("monitoring", "rules.yaml"), ("man", "memqos-systemd.8")]
+
+
+def _results_the_code_sets() -> dict[str, set[str]]:
+    """The `result` label values of the counters whose results are a closed set, as the code sets
+    them (each outcome made to happen once)."""
+    from memqos_systemd.metrics import Metrics
+
+    m = Metrics()
+    for ok in (True, False):
+        m.oom_group_restored(ok)
+        m.config_reload(ok)
+    out: dict[str, set[str]] = {}
+    for family in m.registry.collect():
+        for sample in family.samples:
+            if sample.name in ("memqos_oom_group_restores_total", "memqos_config_reloads_total"):
+                out.setdefault(sample.name, set()).add(sample.labels["result"])
+    return out
+
+
+def test_documented_result_labels_are_the_ones_the_code_sets():
+    """issue 26: docs/DEPLOY.md and daemonset.yaml said result="failed" where the code says "error"."""
+    text = "\n".join(repo_file(*parts).read_text(encoding="utf-8") for parts in METRIC_DOCS)
+    for name, values in _results_the_code_sets().items():
+        documented = set(re.findall(rf'{name}\{{[^}}]*result="([^"]*)"', text))
+        assert documented <= values, (name, documented - values)
+    assert re.search(r'memqos_oom_group_restores_total\{result="error"\}', text)

@@ -2,12 +2,13 @@
 
 Checked as Kubernetes objects: every file parses, each object has the kind, name and namespace
 the README, the DaemonSet (deploy/kubernetes/) and the daemon's own error messages use, the role
-grants exactly `get` on `nodes/pods`, and the broader `nodes/proxy` fallback is a separate file
+grants exactly `get` on `nodes/pods` and `nodes/metrics`, and the broader `nodes/proxy` fallback is a separate file
 that the kustomization leaves out. (Schema validation against the API comes separately.)
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,7 @@ def test_the_kustomization_makes_exactly_the_least_privilege_objects():
         assert d["apiVersion"] == ("rbac.authorization.k8s.io/v1" if kind.startswith("Cluster") else "v1"), kind
 
 
-def test_the_role_grants_get_on_nodes_pods_and_nothing_else():
+def test_the_role_grants_get_on_nodes_pods_and_metrics_and_nothing_else():
     role = kustomized()[("ClusterRole", ROLE)]
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes/pods", "nodes/metrics"], "verbs": ["get"]}]
 
@@ -97,6 +98,14 @@ def test_the_daemons_403_message_names_these_objects():
     assert ROLE in hint and "nodes/pods" in hint and "deploy/rbac/" in hint
     assert "fallback-nodes-proxy.yaml" in hint and (RBAC / "fallback-nodes-proxy.yaml").is_file()
     assert f"{NAMESPACE}/{ACCOUNT}" in kubelet._TOKEN_HINT
+
+
+def test_the_readme_names_every_subresource_the_role_grants():
+    """issue 26: the README said the role grants nodes/pods only, while it grants nodes/metrics too."""
+    granted = {r for rule in kustomized()[("ClusterRole", ROLE)]["rules"] for r in rule["resources"]}
+    row = next(line for line in (RBAC / "README.md").read_text(encoding="utf-8").splitlines()
+               if line.startswith("| `clusterrole.yaml` |"))
+    assert set(re.findall(r"`(nodes/[a-z]+)`", row)) == granted, row
 
 
 def test_the_readme_gives_the_token_command_with_mode_0600():

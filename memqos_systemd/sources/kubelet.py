@@ -66,10 +66,13 @@ KUBELET_CA_HINT = ("/var/lib/kubelet/pki/kubelet.crt when the kubelet signed its
                    " is on")
 _TOKEN_HINT = ("put the token of ServiceAccount memqos-system/memqos-systemd there, mode 0600"
                " (README, 'On a kubeadm node')")
-_RBAC_HINT = ("bind it to ClusterRole memqos-systemd-pod-reader (get on nodes/pods, deploy/rbac/); a kubelet"
-              " before v1.33 checks only nodes/proxy (deploy/rbac/fallback-nodes-proxy.yaml)")
+# Where the RBAC is: the source's deploy/rbac/, installed by the package in /usr/share/memqos-systemd/rbac/.
+_RBAC_HINT = ("bind it to ClusterRole memqos-systemd-pod-reader (get on nodes/pods, deploy/rbac/ or"
+              " /usr/share/memqos-systemd/rbac/); a kubelet before v1.33 checks only nodes/proxy"
+              " (fallback-nodes-proxy.yaml there)")
 # /metrics has always been nodes/metrics (the same role grants it).
-_RBAC_METRICS_HINT = "bind it to ClusterRole memqos-systemd-pod-reader (get on nodes/metrics, deploy/rbac/)"
+_RBAC_METRICS_HINT = ("bind it to ClusterRole memqos-systemd-pod-reader (get on nodes/metrics, deploy/rbac/ or"
+                      " /usr/share/memqos-systemd/rbac/)")
 _HTTPS_HINT = "that port speaks TLS (the kubelet's 10250 does): use https:// in kubelet.url"
 
 

@@ -930,7 +930,8 @@ def test_check_asks_the_kubelet_whether_its_own_memory_qos_is_on(node, kubelet, 
         if case == "metrics forbidden":
             assert f"; {metrics}: HTTP 403 Forbidden (user={READER}, verb=get, resource=nodes," \
                    f" subresource=metrics): this user may not read the kubelet's metrics: bind it to ClusterRole" \
-                   f" memqos-systemd-pod-reader (get on nodes/metrics, deploy/rbac/)" in text, text
+                   f" memqos-systemd-pod-reader (get on nodes/metrics, deploy/rbac/ or /usr/share/memqos-systemd/rbac/)" \
+                   in text, text
             assert "/pods" not in text and "nodes/pods" not in text, text
         elif case == "metrics without the gate":
             assert f"; {metrics} lists no MemoryQoS gate)" in text, text

@@ -289,8 +289,9 @@ def test_403_names_the_rbac_rule_that_is_missing(serve, pki, token_file, fine_gr
     assert e.value.kind == "http"
     assert str(e.value) == (f"kubelet {s.url()}: HTTP 403 Forbidden (user={READER}, verb=get, resource=nodes,"
                             f" subresource={subresource}): this user may not read the kubelet's pods: bind it to"
-                            f" ClusterRole memqos-systemd-pod-reader (get on nodes/pods, deploy/rbac/); a kubelet"
-                            f" before v1.33 checks only nodes/proxy (deploy/rbac/fallback-nodes-proxy.yaml)")
+                            f" ClusterRole memqos-systemd-pod-reader (get on nodes/pods, deploy/rbac/ or"
+                            f" /usr/share/memqos-systemd/rbac/); a kubelet before v1.33 checks only nodes/proxy"
+                            f" (fallback-nodes-proxy.yaml there)")
 
 
 def test_a_missing_token_file_says_where_the_token_comes_from(serve, pki, tmp_path):
@@ -392,8 +393,8 @@ def test_a_token_the_kubelet_echoes_is_masked_there_and_only_there(serve, pki, t
     echoed = "<token> is <token>" if token == "wrong" else "<token> is wrong"  # the body's own "wrong" too
     assert str(e.value) == (f"kubelet {s.url()}: HTTP 403 Forbidden <token> (token {echoed}): this user may"
                             f" not read the kubelet's pods: bind it to ClusterRole memqos-systemd-pod-reader (get on"
-                            f" nodes/pods, deploy/rbac/); a kubelet before v1.33 checks only nodes/proxy"
-                            f" (deploy/rbac/fallback-nodes-proxy.yaml)")
+                            f" nodes/pods, deploy/rbac/ or /usr/share/memqos-systemd/rbac/); a kubelet before v1.33"
+                            f" checks only nodes/proxy (fallback-nodes-proxy.yaml there)")
 
 
 def test_token_never_in_warnings(serve, pki, token_file):
@@ -459,7 +460,8 @@ def test_metrics_are_named_by_their_own_url_with_their_own_rbac_rule(serve, pki,
         src.metrics_text()
     assert str(e.value) == (f"{src.metrics_name}: HTTP 403 Forbidden (user={READER}, verb=get, resource=nodes,"
                             f" subresource=metrics): this user may not read the kubelet's metrics: bind it to"
-                            f" ClusterRole memqos-systemd-pod-reader (get on nodes/metrics, deploy/rbac/)")
+                            f" ClusterRole memqos-systemd-pod-reader (get on nodes/metrics, deploy/rbac/ or"
+                            f" /usr/share/memqos-systemd/rbac/)")
     now[0] = answer(404, b"404 page not found\n", content_type="text/plain")  # not a kubelet
     with pytest.raises(SourceError) as e:
         src.metrics_text()

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from memqos_systemd.sources import kubelet
+from repo_docs import repo_file
 
 
 def _rbac_dir() -> Path:
@@ -106,6 +107,21 @@ def test_the_readme_names_every_subresource_the_role_grants():
     row = next(line for line in (RBAC / "README.md").read_text(encoding="utf-8").splitlines()
                if line.startswith("| `clusterrole.yaml` |"))
     assert set(re.findall(r"`(nodes/[a-z]+)`", row)) == granted, row
+
+
+def test_the_package_ships_every_rbac_file_in_usr_share():
+    """issue 26: `kubectl apply -k deploy/rbac/` needed the source; the .deb installs the directory
+    in /usr/share/memqos-systemd/rbac/ (debian/memqos-systemd.install, dh_install's globs)."""
+    install = repo_file("debian", "memqos-systemd.install")
+    top = install.parent.parent
+    shipped = set()
+    for line in install.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            *sources, dest = line.split()
+            if dest.rstrip("/") == "usr/share/memqos-systemd/rbac":
+                shipped |= {p.name for s in sources for p in top.glob(s) if p.is_file()}
+    assert shipped == {p.name for p in RBAC.iterdir() if p.is_file()}, shipped
+    assert "kustomization.yaml" in shipped and "README.md" in shipped
 
 
 def test_the_readme_gives_the_token_command_with_mode_0600():

@@ -35,7 +35,7 @@ from .round import Inputs, Round
 from .runfile import RunLockHeld, hold_run_lock
 from .sources import SourceError, make_source
 from .sources.file import hidden_from_service
-from .sources.kubelet import KubeletSource
+from .sources.kubelet import KubeletSource, unreachable_in_service
 from .systemd import Systemd, SystemdError
 
 EXIT_OK, EXIT_FAILURE = 0, 1
@@ -391,12 +391,16 @@ def check(args, cfg: Config) -> int:
 
 async def _check(cfg: Config) -> int:
     findings: list[tuple[str, str]] = [(f.level, f"{f.what}: {f.detail}") for f in _systemd_host()]
-    version = None
+    version = access = None
     try:
         systemd = await _connect()
         try:
             version = await systemd.version()
             findings.append(("ok", f"D-Bus: connected to systemd {version}"))
+            try:  # what the service's sandbox lets it reach (None: no such service loaded)
+                access = await systemd.ip_address_access(SERVICE)
+            except SystemdError:
+                pass
         finally:
             await systemd.close()
     except SystemdError as e:
@@ -410,7 +414,7 @@ async def _check(cfg: Config) -> int:
     for f in kubelet_config_findings(cfg.kubelet_config_file):
         findings.append((f.level, f"{f.what}: {f.detail}"))
     findings += await asyncio.to_thread(_check_kubelet_gate, cfg)
-    findings += await _check_pods(cfg)
+    findings += await _check_pods(cfg, access)
     for level, text in findings:
         print(f"{level:5} {text}")
     return EXIT_FAILURE if any(level == "error" for level, _ in findings) else EXIT_OK
@@ -429,16 +433,19 @@ def _systemd_host() -> list:
     return systemd_findings(os.environ.get("DBUS_SYSTEM_BUS_ADDRESS") or None)
 
 
-async def _check_pods(cfg: Config) -> list[tuple[str, str]]:
+async def _check_pods(cfg: Config, access) -> list[tuple[str, str]]:
     """The pod source as the service will see it: an answer, or an error with its fix and the
-    consequence (without pods, the service protects no pod)."""
+    consequence (without pods, the service protects no pod). What the service's sandbox hides
+    from it (a podsFile under /tmp; a kubelet address its IPAddressAllow= leaves out: `access`)
+    is an error too, though this command, outside the sandbox, got an answer."""
 
     try:
         snap = await asyncio.to_thread(_fetch, cfg)
     except SourceError as e:
         problem = str(e)
     else:
-        hidden = hidden_from_service(cfg.pods_file) if cfg.pods_file else None
+        hidden = (hidden_from_service(cfg.pods_file) if cfg.pods_file else
+                  await asyncio.to_thread(unreachable_in_service, cfg.kubelet.url, access))
         if not hidden:
             return [("ok", f"pods: {snap.source} answered with {len(snap.pods)} pods")]
         problem = f"{snap.source} answered {len(snap.pods)} pods here, but not in the service: {hidden}"

@@ -258,12 +258,17 @@ def _unix_socket_path(address: str) -> str | None:
 
 def kubelet_config_findings(path: str | None, *, default: str = KUBEADM_KUBELET_CONFIG) -> list[Finding]:
     """The kubelet's cgroupDriver, from `path` (kubeletConfigFile) or, when that is unset, from
-    kubeadm's `default` if it exists. Nothing when neither can be read: only the kubelet knows."""
+    kubeadm's `default` if it exists. When neither is there: unknown, and how to find out."""
     from .config import ConfigError, read_yaml
 
     if path is None:
         if not os.path.isfile(default):
-            return []
+            return [Finding("warn", "kubelet cgroupDriver",
+                            f"unknown: no kubeletConfigFile is set and there is no {default} (kubeadm's);"
+                            f" memqos-systemd needs the systemd driver. To check: the kubelet's command line"
+                            f" (ps -o args= -C kubelet) has --cgroup-driver=systemd, or cgroupDriver: systemd"
+                            f" in the file its --config names (then set kubeletConfigFile to it); with the"
+                            f" systemd driver a running kubelet's pods are under /sys/fs/cgroup/kubepods.slice")]
         path = default
     try:
         doc = read_yaml(path, what="kubelet config")

@@ -115,6 +115,7 @@ _SYSTEMD = "org.freedesktop.systemd1"
 _MANAGER_PATH = "/org/freedesktop/systemd1"
 _MANAGER = "org.freedesktop.systemd1.Manager"
 _UNIT = "org.freedesktop.systemd1.Unit"
+_SERVICE = "org.freedesktop.systemd1.Service"
 _PROPERTIES = "org.freedesktop.DBus.Properties"
 _UNIT_PATH_PREFIX = "/org/freedesktop/systemd1/unit/"
 _BUS_NAME = "org.freedesktop.DBus"
@@ -376,6 +377,25 @@ class Systemd:
         if status is None or status[1] != "loaded":
             return None
         return status[2]
+
+    async def ip_address_access(self, unit: str) -> tuple[list[tuple[bytes, int]], list[tuple[bytes, int]]] | None:
+        """A running service's IPAddressAllow= and IPAddressDeny= as systemd holds them (drop-ins
+        included): (allow, deny), each a list of (address bytes, prefix length); None when the
+        service is not loaded or not running (active, activating or reloading: on a DaemonSet's
+        node the package's service may be there, stopped). For `check`: what the service's
+        sandbox lets it reach."""
+        _check_unit(unit)
+        action = f"read the IP address access of {unit}"
+        status = await self.unit_status(action, unit)
+        if status is None or status[1] != "loaded" or status[2] not in ("active", "activating", "reloading"):
+            return None
+        try:
+            lists = [await self._get_property(action, status[0], _SERVICE, name, "a(iayu)")
+                     for name in ("IPAddressAllow", "IPAddressDeny")]
+        except NoSuchUnit:
+            return None
+        allow, deny = ([(bytes(address), int(prefix)) for _family, address, prefix in entries] for entries in lists)
+        return allow, deny
 
     async def get_memory(self, unit: str) -> dict[str, int] | None:
         """MemoryMin/MemoryLow/MemoryHigh as systemd holds them; None when not loaded.

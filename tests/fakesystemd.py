@@ -181,6 +181,9 @@ class FakeUnit:
     # Delegate=yes means OOMPolicy=continue, and the policy cannot be set after creation).
     swap_max: int = UINT64_MAX
     oom_group: bool = False
+    # A service's IPAddressAllow= / IPAddressDeny=: (address family, address bytes, prefix length).
+    ip_allow: list = field(default_factory=list)
+    ip_deny: list = field(default_factory=list)
 
     @property
     def invocation_path(self) -> Optional[str]:
@@ -303,6 +306,22 @@ class _CgroupInterface(ServiceInterface):
     @dbus_property(access=PropertyAccess.READ)
     def MemoryHigh(self) -> "t":
         return self._unit.memory["MemoryHigh"]
+
+
+class _ServiceInterface(ServiceInterface):
+    """org.freedesktop.systemd1.Service: the IP address access of its sandbox."""
+
+    def __init__(self, unit: FakeUnit):
+        super().__init__("org.freedesktop.systemd1.Service")
+        self._unit = unit
+
+    @dbus_property(access=PropertyAccess.READ)
+    def IPAddressAllow(self) -> "a(iayu)":
+        return [list(entry) for entry in self._unit.ip_allow]
+
+    @dbus_property(access=PropertyAccess.READ)
+    def IPAddressDeny(self) -> "a(iayu)":
+        return [list(entry) for entry in self._unit.ip_deny]
 
 
 # Read-only properties of mixed types that pad a unit's cgroup interface (FakeSystemd's
@@ -556,12 +575,14 @@ class FakeSystemd:
     # ---- units --------------------------------------------------------------------------
 
     def add_unit(self, name: str, *, active_state: str = "active", load_state: str = "loaded",
-                 transient: bool = True, memory: Optional[dict] = None, slice: str = "") -> None:
+                 transient: bool = True, memory: Optional[dict] = None, slice: str = "",
+                 ip_allow: tuple = (), ip_deny: tuple = ()) -> None:
         """Load a unit (as the kubelet starting a pod slice would) and send UnitNew. A scope given
-        its parent `slice` gets a cgroup directory under cgroup_root as slices do (no ID on it)."""
+        its parent `slice` gets a cgroup directory under cgroup_root as slices do (no ID on it).
+        A service may be given its IPAddressAllow=/IPAddressDeny= entries (family, bytes, prefix)."""
         def add() -> None:
             unit = FakeUnit(name, load_state=load_state, active_state=active_state, transient=transient,
-                            slice=slice)
+                            slice=slice, ip_allow=list(ip_allow), ip_deny=list(ip_deny))
             unit.memory.update(memory or {})
             if load_state == "loaded" and active_state != "inactive":
                 unit.invocation_id = os.urandom(16)
@@ -670,6 +691,8 @@ class FakeSystemd:
             interfaces: list[ServiceInterface] = [_UnitInterface(unit, self)]
             if suffix in ("slice", "scope"):
                 interfaces.append(self._cgroup_class(f"org.freedesktop.systemd1.{suffix.capitalize()}", unit))
+            elif suffix == "service":
+                interfaces.append(_ServiceInterface(unit))
             for iface in interfaces:
                 self._bus.export(path, iface)
             exported += interfaces

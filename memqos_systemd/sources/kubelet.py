@@ -49,7 +49,7 @@ from urllib.parse import urlsplit
 from ..config import KubeletSettings, url_problem
 from .snapshot import MAX_RESPONSE_BYTES, Snapshot, SourceError, snapshot_from_doc
 
-__all__ = ["KubeletSource", "MAX_TOKEN_BYTES", "redact", "node_hostname", "KUBELET_CA_HINT"]
+__all__ = ["KubeletSource", "MAX_TOKEN_BYTES", "redact", "node_hostname", "KUBELET_CA_HINT", "unreachable_in_service"]
 
 log = logging.getLogger(__name__)
 
@@ -319,6 +319,9 @@ class KubeletSource:
         if isinstance(e, http.client.HTTPException):
             return SourceError(f"{name}: broken HTTP response: {type(e).__name__}"
                                f" {_said(_first_line(e), token)}".rstrip() + tls_port, "http")
+        if isinstance(e, PermissionError):  # connect() refused by the unit's IPAddressDeny= (a BPF filter)
+            return SourceError(f"{name}: {e.strerror or _first_line(e)}: the service's unit may not let it reach that"
+                               f" address (IPAddressAllow=; memqos-systemd check says)", "connect")
         if isinstance(e, OSError):
             return SourceError(f"{name}: {e.strerror or _said(_first_line(e), token)}{tls_port}", "connect")
         return e  # a bug, not a fault of the kubelet: let it show
@@ -392,6 +395,41 @@ class KubeletSource:
                                   f" {getattr(e, 'strerror', None) or _first_line(e)}", "auth") from None
         self._ssl_context, self._ssl_key = ctx, key
         return ctx
+
+
+def unreachable_in_service(url: str, access: tuple[list, list] | None, *,
+                           resolve: Callable = socket.getaddrinfo) -> str | None:
+    """Why the service cannot reach the kubelet at `url` through its unit's IPAddressAllow= and
+    IPAddressDeny= (`access`: Systemd.ip_address_access, lists of (address bytes, prefix)), or
+    None when it can, or when that cannot be told. As systemd applies them: an address an allow
+    prefix holds passes, else one a deny prefix holds is dropped. The packaged unit allows
+    localhost only; `check` reaches the kubelet from outside that sandbox."""
+    if access is None or url_problem(url) is not None:
+        return None
+    allow, deny = ([ipaddress.ip_network((ipaddress.ip_address(a), p), strict=False) for a, p in entries]
+                   for entries in access)
+    parts = urlsplit(url)
+    try:
+        infos = resolve(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80),
+                        type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return None  # the fetch says why the name does not resolve
+    addresses = set()
+    for info in infos:
+        try:
+            addresses.add(ipaddress.ip_address(info[4][0]))
+        except ValueError:  # an IPv6 address with a scope: not ours to judge
+            return None
+    blocked = sorted((a for a in addresses if not any(a in n for n in allow) and any(a in n for n in deny)), key=str)
+    if not addresses or len(blocked) < len(addresses):
+        return None
+
+    def shown(networks: list) -> str:
+        return " ".join(map(str, networks)) or "nothing"
+    return (f"its unit lets it reach only {shown(allow)} (IPAddressAllow=; IPAddressDeny={shown(deny)}), not"
+            f" {', '.join(map(str, blocked))}: use https://127.0.0.1:10250/pods (the kubelet listens on every"
+            f" address), or allow the address in a drop-in: systemctl edit memqos-systemd, [Service]"
+            f" IPAddressAllow={blocked[0]}")
 
 
 def _stat_key(path: str | None):

@@ -780,7 +780,7 @@ def test_check_off_cgroup_v2_goes_on_with_the_remaining_checks(node):
     whats = [text.split(":", 1)[0] for _, text in findings(p)]
     # cgroup v2 failed, and every check after it still ran and said something.
     assert whats[whats.index("cgroup v2"):] == ["cgroup v2", "memory controller", "memory_recursiveprot", "kernel",
-                                                "systemd", "config", "kubelet", "pods", "pods"]
+                                                "systemd", "config", "kubelet cgroupDriver", "kubelet", "pods", "pods"]
     assert any(e.startswith("cgroup v2: ") and "systemd.unified_cgroup_hierarchy=1" in e for e in errors(p))
 
 
@@ -858,6 +858,30 @@ def test_check_with_the_kubelet_answering_on_10250_exits_0(node, kubelet, kubele
     assert p.returncode == 0, p.stdout
     assert ("ok", f"pods: kubelet {kubelet.url()} answered with 2 pods") in findings(p)
     assert errors(p) == []
+
+
+LOCALHOST = [(2, bytes([127, 0, 0, 0]), 8), (10, bytes(15) + b"\x01", 128)]  # IPAddressAllow=localhost
+ANY = [(2, bytes(4), 0), (10, bytes(16), 0)]  # IPAddressDeny=any
+
+
+@pytest.mark.parametrize("allow", ["localhost", "::1 only", "::1 only, the service stopped"])
+def test_check_says_when_the_services_sandbox_keeps_it_from_the_kubelet(node, kubelet, kubelet_pki, allow):
+    """issue 26: a kubelet URL the unit's IPAddressAllow= leaves out answered check (outside the
+    sandbox), and check said nothing. The running service as systemd holds it (drop-ins included)
+    decides; a stopped one (a DaemonSet's node with the package there) does not."""
+    node.fake.add_unit("memqos-systemd.service", transient=False, ip_deny=ANY,
+                       ip_allow=LOCALHOST if allow == "localhost" else LOCALHOST[1:],
+                       active_state="inactive" if "stopped" in allow else "active")
+    p = node.cli("check", config=kubeadm_config(node, kubelet, kubelet_pki))
+    if allow != "::1 only":  # the packaged unit with the packaged URL, or no service running: fine
+        assert ("ok", f"pods: kubelet {kubelet.url()} answered with 2 pods") in findings(p) and errors(p) == []
+        return
+    assert errors(p) == [f"pods: kubelet {kubelet.url()} answered 2 pods here, but not in the service: its unit lets it"
+                         f" reach only ::1/128 (IPAddressAllow=; IPAddressDeny=0.0.0.0/0 ::/0), not 127.0.0.1: use"
+                         f" https://127.0.0.1:10250/pods (the kubelet listens on every address), or allow the address"
+                         f" in a drop-in: systemctl edit memqos-systemd, [Service] IPAddressAllow=127.0.0.1",
+                         NO_POD_SOURCE]
+    assert p.returncode == 1
 
 
 CHECK_OUTCOMES = {

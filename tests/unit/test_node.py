@@ -436,9 +436,14 @@ def test_the_kubelets_cgroup_driver_from_its_config(tmp_path, text, level, needl
         assert "set cgroupDriver: systemd" in f[0].detail
 
 
-def test_the_kubelets_config_defaults_to_kubeadms_path_and_is_skipped_when_absent(tmp_path):
+def test_the_kubelets_config_defaults_to_kubeadms_path_and_is_unknown_when_absent(tmp_path):
+    """Without either file: unknown, and how to find out (issue 26: check said nothing)."""
     kubeadm = tmp_path / "var/lib/kubelet/config.yaml"
-    assert node.kubelet_config_findings(None, default=str(kubeadm)) == []
+    [unknown] = node.kubelet_config_findings(None, default=str(kubeadm))
+    assert (unknown.level, unknown.what) == ("warn", "kubelet cgroupDriver")
+    assert unknown.detail.startswith(f"unknown: no kubeletConfigFile is set and there is no {kubeadm} (kubeadm's)")
+    for how in ("ps -o args= -C kubelet", "--cgroup-driver=systemd", "set kubeletConfigFile", "kubepods.slice"):
+        assert how in unknown.detail
     kubeadm.parent.mkdir(parents=True)
     kubeadm.write_text("cgroupDriver: systemd\n")
     assert [x.detail for x in node.kubelet_config_findings(None, default=str(kubeadm))] == [f"systemd ({kubeadm})"]

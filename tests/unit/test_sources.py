@@ -316,6 +316,52 @@ def test_redact(text, expect):
     assert redact(text, "abcdefghijklmnop") == expect
 
 
+PACKAGED = ([(bytes([127, 0, 0, 0]), 8), (bytes(15) + b"\x01", 128)], [(bytes(4), 0), (bytes(16), 0)])
+
+
+@pytest.mark.parametrize("url, resolved, access, blocked", [
+    ("https://127.0.0.1:10250/pods", None, PACKAGED, None),
+    ("https://[::1]:10250/pods", None, PACKAGED, None),
+    ("https://10.0.0.5:10250/pods", None, PACKAGED, "10.0.0.5"),
+    ("http://[fd00::5]:10255/pods", None, PACKAGED, "fd00::5"),
+    ("https://node-1:10250/pods", ["10.0.0.5"], PACKAGED, "10.0.0.5"),
+    ("https://node-1:10250/pods", ["127.0.1.1"], PACKAGED, None),  # Debian's /etc/hosts for the hostname
+    ("https://node-1:10250/pods", ["10.0.0.5", "127.0.1.1"], PACKAGED, None),  # one address gets through
+    ("https://node-1:10250/pods", OSError("no such name"), PACKAGED, None),  # the fetch says it
+    ("https://10.0.0.5:10250/pods", None, None, None),  # no such service (the DaemonSet, pip)
+    ("https://10.0.0.5:10250/pods", None, ([(bytes([10, 0, 0, 0]), 8)], PACKAGED[1]), None),  # a drop-in allows it
+    ("https://10.0.0.5:10250/pods", None, ([], []), None),  # no sandbox
+])
+def test_a_kubelet_address_the_services_sandbox_leaves_out_is_named(url, resolved, access, blocked):
+    from memqos_systemd.sources.kubelet import unreachable_in_service
+
+    def resolve(host, port, type):
+        if isinstance(resolved, Exception):
+            raise resolved
+        return [(0, type, 0, "", (a, port)) for a in (resolved or [host])]
+    why = unreachable_in_service(url, access, resolve=resolve)
+    if blocked is None:
+        assert why is None, why
+    else:
+        assert why.startswith("its unit lets it reach only 127.0.0.0/8 ::1/128 (IPAddressAllow=; IPAddressDeny=0.0.0.0/0"
+                              f" ::/0), not {blocked}: use https://127.0.0.1:10250/pods"), why
+        assert why.endswith(f"[Service] IPAddressAllow={blocked}")
+
+
+def test_a_connect_the_sandbox_refuses_says_where_to_look(monkeypatch):
+    """The unit's IPAddressDeny= makes connect() fail with EPERM: the journal line says why."""
+    import errno
+    import socket as sockets
+
+    def refused(*args, **kwargs):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+    monkeypatch.setattr(sockets, "create_connection", refused)
+    with pytest.raises(SourceError) as e:
+        KubeletSource(KubeletSettings(url="http://10.0.0.5:10255/pods")).fetch()
+    assert str(e.value) == ("kubelet http://10.0.0.5:10255/pods: Operation not permitted: the service's unit may not"
+                            " let it reach that address (IPAddressAllow=; memqos-systemd check says)")
+
+
 def test_redact_short_secret():
     from memqos_systemd.sources.kubelet import redact
     assert redact("a abc b", "abc") == "a <token> b"

@@ -247,7 +247,6 @@ def _name_cell(u: UnitPlan, pending: Mapping[str, str] | None, limit: int) -> st
     return u.unit
 
 
-
 @dataclass(frozen=True)
 class TableContext:
     """Where a plan's inputs came from, for the table's header and footer."""

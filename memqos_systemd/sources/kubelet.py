@@ -7,8 +7,10 @@
   the proxy) and no redirects (the token would follow them).
 * The bearer token file is re-read on every fetch, so rotation just works. It
   is refused when world-readable or unreadable; its content never appears in
-  any message or log (messages are also scrubbed of it, in case a library
-  echoes a header). The client key file is refused when world-readable too.
+  any message or log: what the kubelet sends back (a reason phrase, an error body,
+  exception text, certificate names, pod data) is scrubbed of it where it would be
+  an echo, and our own words around it never are. The client key file is refused
+  when world-readable too.
 * TLS verifies the server by default, against `caFile` or the system store;
   `insecureSkipTLSVerify: true` turns that off and logs one warning. The name the
   certificate must carry is `serverName` when set; otherwise the URL's host, and for
@@ -19,7 +21,9 @@
   the node's addresses, never 127.0.0.1. The chain is verified by OpenSSL; the name is
   checked here, after the handshake and before the request (and so the token) is sent.
 * Every failure says what to do about it: a refused read-only port points to 10250,
-  an untrusted certificate names the CA to give, 401 is the token, 403 the RBAC rule.
+  an untrusted certificate names the CA to give, 401 is the token, 403 the RBAC rule
+  (nodes/pods, or nodes/metrics for /metrics), 404 the path, plain HTTP to the TLS
+  port https://. Messages about /metrics name its own URL.
 * The whole exchange (connect, headers, body) must finish within `timeout`
   seconds, and at most MAX_RESPONSE_BYTES of body are read.
 * A body identical to the last good one (same SHA-256, same token) is not decoded

@@ -13,7 +13,7 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/memqos-systemd plan $(EXAMPLE_ARGS) --output table
 
 # The whole test suite: unit, integration (private dbus-daemon), e2e (real systemd in qemu).
-# About 45 minutes, as root; the e2e part prints a line per finished scenario as the VM runs.
+# About 50 minutes, as root; the e2e part prints a line per finished scenario as the VM runs.
 test: $(VENV)/.installed deps-test $(VENV)/.pypi-test
 	scripts/install-deps.sh deb e2e image
 	$(MAKE) deb                             # with the package's build-time tests, as dpkg-buildpackage runs them

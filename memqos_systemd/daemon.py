@@ -135,7 +135,6 @@ class Daemon:
         self._foreign_noted = OncePer(FOREIGN_LOG_EVERY)  # a unit written behind our back: logged
         self._oom_group = OomGroupJournal(outside.metrics.oom_group_restored)  # memory.oom.group put back
         self._wake = asyncio.Event()
-        self._tick_wake = asyncio.Event()
         self._stop_event = asyncio.Event()
         # Every periodic task beside the rounds, on the agenda's schedule (Tick).
         self._ticks: dict[Tick, Callable[[], None]] = {
@@ -213,7 +212,6 @@ class Daemon:
     def stop(self) -> None:
         self.stopping = True
         self._stop_event.set()
-        self._tick_wake.set()
         self.wake()
 
     # ------------------------------------------------------------ the loop
@@ -281,8 +279,7 @@ class Daemon:
                 else:
                     self._ticks[tick]()
                 self.agenda.tick_done(tick, self.out.clock(), guard=self.guard.schedule(self.config.pressure_guard))
-            self._tick_wake.clear()
-            await until_set(self._tick_wake, self.agenda.tick_timeout(self.out.clock()))
+            await asyncio.sleep(self.agenda.tick_timeout(self.out.clock()))  # (a stop cancels it)
 
     async def _refresh(self, now: float) -> None:
         """Re-read what systemd holds, as much as the agenda asks for."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import os
@@ -201,6 +202,8 @@ def plan_to_json(p: Plan, pending: Mapping[str, str] | None = None) -> dict:
         entry["MemoryMin"] = u.memory_min
         entry["MemoryLow"] = u.memory_low
         entry["MemoryHigh"] = "infinity" if u.memory_high == INFINITY else u.memory_high
+        if u.memory_max is not None:  # the BestEffort ceiling (bestEffortCeiling), on that slice only
+            entry["MemoryMax"] = "infinity" if u.memory_max == INFINITY else u.memory_max
         units.append(entry)
     return {"node": {"capacityBytes": p.capacity, "allocatableBytes": p.allocatable},
             "units": units, "warnings": list(p.warnings)}
@@ -266,10 +269,15 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
     `wide` adds the full unit name of every row, and cuts no name. Columns are measured as a
     terminal draws them (columns.py: a CJK character takes two)."""
     limit = sys.maxsize if wide else columns.NAME_LIMIT
-    header = ("SLICE / POD / CONTAINER", "LEVEL", "MemoryMin", "MemoryLow", "MemoryHigh") + (("UNIT",) if wide else ())
+    ceiling = p.ceiling is not None
+    header = (("SLICE / POD / CONTAINER", "LEVEL", "MemoryMin", "MemoryLow", "MemoryHigh")
+              + (("MemoryMax",) if ceiling else ()) + (("UNIT",) if wide else ()))
     rows = [("  " * d + _name_cell(u, pending, limit), u.level, _show_bytes(u.memory_min), _show_bytes(u.memory_low),
-             _show_bytes(u.memory_high)) + ((u.unit,) if wide else ()) for d, u in _tree_order(p)]
+             _show_bytes(u.memory_high)) + ((_show_bytes(u.memory_max) if u.memory_max is not None else "",)
+                                            if ceiling else ())
+            + ((u.unit,) if wide else ()) for d, u in _tree_order(p)]
     widths = [max(columns.width(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    left = (0, 1, len(header) - 1) if wide else (0, 1)
     factor = "off" if cfg.memory_throttling_factor is None else f"{cfg.memory_throttling_factor:g}"
     lines = [
         f"node: capacity {format_bytes(p.capacity)} ({context.capacity_from}), allocatable {format_bytes(p.allocatable)}",
@@ -278,9 +286,9 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
         "",
     ]
     for r in [header, *rows]:
-        lines.append("  ".join(columns.ljust(c, w) if i in (0, 1, 5) else columns.rjust(c, w)
+        lines.append("  ".join(columns.ljust(c, w) if i in left else columns.rjust(c, w)
                                for i, (c, w) in enumerate(zip(r, widths))).rstrip())
-    lines += ["", LEGEND]
+    lines += ["", LEGEND] + (["        MemoryMax: above it the kernel OOM-kills in the slice (bestEffortCeiling)"] if ceiling else [])
     top = [u for u in p.units if u.level == "node"]
     node = top[-1] if top else None
     protected = node.memory_min + node.memory_low if node else 0
@@ -290,6 +298,11 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
                  + (f" (MemoryMin {_show_bytes(node.memory_min)}, MemoryLow {_show_bytes(node.memory_low)})" if node else ""))
     if reserved:
         lines.append(f"       and {format_bytes(reserved)} of MemoryMin for the reserved slices")
+    if ceiling:
+        c = p.ceiling
+        lines += [f"BestEffort ceiling: MemoryMax {_show_bytes(c.memory_max)} on {c.unit}",
+                  f"       = allocatable {format_bytes(p.allocatable)} - Guaranteed and Burstable requests"
+                  f" {_show_bytes(c.requests)} - headroom {_show_bytes(c.headroom)}, at least {_show_bytes(c.minimum)}"]
     if context.finished_pods:
         lines.append(f"skipped: {context.finished_pods} finished pod(s) (Succeeded or Failed), which hold no memory")
     if p.warnings:
@@ -325,7 +338,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         result = plan(pods, node, cfg)
     except PlanError as e:
         raise UsageError(f"{cfg_file or 'built-in defaults'}: {e}") from None
-    result = Plan(result.capacity, result.allocatable, result.units, cfg.notes + tuple(pod_warnings) + result.warnings)
+    result = dataclasses.replace(result, warnings=cfg.notes + tuple(pod_warnings) + result.warnings)
     pending = {pod.key: pod.resize_pending for pod in pods if pod.resize_pending}
     output = args.output or ("table" if sys.stdout.isatty() else "json")
     if output == "json":

@@ -29,7 +29,7 @@ from .naming import valid_slice_name
 from .quantity import NEGATIVE, NOT_A_QUANTITY, QuantityError, parse_bytes, parse_quantity
 
 __all__ = [
-    "ConfigError", "Config", "KubeletSettings", "MetricsConfig", "Reserve", "load_config",
+    "ConfigError", "Config", "CeilingSettings", "KubeletSettings", "MetricsConfig", "Reserve", "load_config",
     "parse_config", "kubelet_config_subset", "POLICIES", "HIERARCHIES", "DEFAULT_CONFIG_PATH",
 ]
 
@@ -106,6 +106,19 @@ class GuardSettings:
 
 
 @dataclass(frozen=True)
+class CeilingSettings:
+    """The `bestEffortCeiling:` block: a planned MemoryMax on the BestEffort QoS slice (plan.py's
+    `besteffort_ceiling`), off unless `enabled`. The defaults are measured (docs/DESIGN.md, "The
+    BestEffort ceiling")."""
+
+    enabled: bool = False
+    # Kept free below what the requests leave: MemoryMax = allocatable - requests - headroom.
+    headroom: int = 256 * 2**20
+    # BestEffort pods are never capped below this.
+    minimum: int = 64 * 2**20
+
+
+@dataclass(frozen=True)
 class Config:
     # --- planner (KubeletConfiguration names) ---
     memory_reservation_policy: str = "None"
@@ -128,6 +141,14 @@ class Config:
     # From the kubelet's config: its own MemoryQoS gate as featureGates sets it, None when it does
     # not (the kubelet's default applies: kubelet_gate.py). Two writers would fight.
     kubelet_memory_qos_gate: bool | None = None
+    # From the kubelet's config: `qosReserved.memory` (e.g. "100%"; None: not set) and its
+    # QOSReserved feature gate (alpha, off by default; None: not set). With both, the kubelet writes
+    # the BestEffort and Burstable QoS slices' MemoryMax itself every minute: the ceiling then
+    # stands down (plan.besteffort_ceiling, kubelet_gate.qos_reserved).
+    kubelet_qos_reserved_memory: str | None = None
+    kubelet_qos_reserved_gate: bool | None = None
+    # The planned BestEffort ceiling (plan.besteffort_ceiling), off unless `bestEffortCeiling: {enabled: true}`.
+    best_effort_ceiling: CeilingSettings = CeilingSettings()
     # The BestEffort pressure guard (guard.py), off unless `pressureGuard: {enabled: true}`.
     pressure_guard: GuardSettings = GuardSettings()
     # Where each planner value came from, for `check`/logs: key -> "default"|"kubelet"|"config".
@@ -469,6 +490,23 @@ def _count(src, key, value) -> int:
     return value
 
 
+def _best_effort_ceiling(src, key, value) -> CeilingSettings:
+    if value is None:
+        return CeilingSettings()
+    if not isinstance(value, dict):
+        raise _fail(src, key, value, "must be a map (enabled, headroom, minimum), or null")
+    fields = {
+        "enabled": ("enabled", lambda k, v: _bool(src, k, v)),
+        "headroom": ("headroom", lambda k, v: _bytes(src, k, v)),
+        "minimum": ("minimum", lambda k, v: _bytes(src, k, v)),
+    }
+    out = _map_fields(src, key, value, fields)
+    if out.get("minimum", 1 << 20) < 1 << 20:
+        raise _fail(src, f"{key}.minimum", value.get("minimum"),
+                    "must be at least 1Mi (BestEffort pods need room to start: runc's init runs in their cgroup)")
+    return CeilingSettings(**out)
+
+
 def _pressure_guard(src, key, value) -> GuardSettings:
     if value is None:
         return GuardSettings()
@@ -514,6 +552,7 @@ _DAEMON = {
     "metrics": ("metrics", _metrics),
     "resyncInterval": ("resync_interval", lambda s, k, v: _duration(s, k, v, minimum=1)),
     "pressureGuard": ("pressure_guard", _pressure_guard),
+    "bestEffortCeiling": ("best_effort_ceiling", _best_effort_ceiling),
 }
 _KUBELET_KEYS = tuple(k for k in _PLANNER if k not in ("hierarchy", "protectionHeadroom"))
 
@@ -536,9 +575,17 @@ def read_yaml(path: str | Path, what: str = "config") -> Any:
         raise ConfigError(f"{p}: {e}") from None
 
 
-def kubelet_config_subset(doc: Any, src: str) -> tuple[dict, bool | None]:
-    """The planner keys, and the MemoryQoS gate as its featureGates set it (None: not set; the
-    kubelet's default then applies, see kubelet_gate.py), out of a KubeletConfiguration document."""
+class KubeletWriters(NamedTuple):
+    """What a KubeletConfiguration says about the kubelet writing our units' values itself."""
+
+    memory_qos_gate: bool | None  # featureGates.MemoryQoS; None: not set (its default: kubelet_gate.py)
+    qos_reserved_gate: bool | None  # featureGates.QOSReserved; None: not set (off by default: alpha)
+    qos_reserved_memory: str | None  # qosReserved.memory, e.g. "100%"; None: not set
+
+
+def kubelet_config_subset(doc: Any, src: str) -> tuple[dict, KubeletWriters]:
+    """The planner keys, and what the kubelet writes itself (KubeletWriters), out of a
+    KubeletConfiguration document."""
     if not isinstance(doc, dict):
         raise ConfigError(f"{src}: not a KubeletConfiguration (expected a map, got {type(doc).__name__})")
     kind = doc.get("kind")
@@ -549,8 +596,12 @@ def kubelet_config_subset(doc: Any, src: str) -> tuple[dict, bool | None]:
     # is as good as absent: it must not turn into our `null` (no MemoryHigh) or into an error.
     subset = {k: doc[k] for k in _KUBELET_KEYS if k in doc and doc[k] is not None and doc[k] != ""}
     gates = doc.get("featureGates") or {}
-    gate = gates.get("MemoryQoS") if isinstance(gates, dict) else None
-    return subset, gate if isinstance(gate, bool) else None
+    gates = gates if isinstance(gates, dict) else {}
+    reserved = doc.get("qosReserved")
+    memory = reserved.get("memory") if isinstance(reserved, dict) else None
+    return subset, KubeletWriters(*(g if isinstance(g, bool) else None for g in (gates.get("MemoryQoS"),
+                                                                                gates.get("QOSReserved"))),
+                                  None if memory in (None, "") else _show(memory).strip("'"))
 
 
 def parse_config(data: Any, src: str = "config", kubelet_doc: Any = None, kubelet_src: str = "") -> Config:
@@ -570,9 +621,9 @@ def parse_config(data: Any, src: str = "config", kubelet_doc: Any = None, kubele
 
     values: dict[str, Any] = {}
     origins: dict[str, str] = {k: "default" for k in known}
-    gate = None
+    writers = KubeletWriters(None, None, None)
     if kubelet_doc is not None:
-        subset, gate = kubelet_config_subset(kubelet_doc, kubelet_src)
+        subset, writers = kubelet_config_subset(kubelet_doc, kubelet_src)
         for k, v in subset.items():
             attr, check = _PLANNER[k]
             values[attr] = check(kubelet_src, k, v)
@@ -582,7 +633,9 @@ def parse_config(data: Any, src: str = "config", kubelet_doc: Any = None, kubele
         values[attr] = check(src, k, v)
         origins[k] = "config"
 
-    cfg = Config(**values, kubelet_memory_qos_gate=gate, origins=origins)
+    cfg = Config(**values, kubelet_memory_qos_gate=writers.memory_qos_gate,
+                 kubelet_qos_reserved_gate=writers.qos_reserved_gate,
+                 kubelet_qos_reserved_memory=writers.qos_reserved_memory, origins=origins)
     _cross_check(cfg, src)
     return cfg
 

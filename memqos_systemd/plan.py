@@ -11,6 +11,8 @@ so every number can be table-tested. Where the numbers come from:
 * `_ancestors`    hierarchy: `effective` backs every protection with the same kind on every
                   ancestor (the kernel honours nothing more); `kubelet` reproduces the KEP's numbers.
 * `_capacity_guard` total hard protection never exceeds capacity minus the headroom.
+* `besteffort_ceiling` bestEffortCeiling: MemoryMax of the BestEffort QoS slice, from the requests
+                  of the Guaranteed and Burstable pods (the one MemoryMax we plan).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from .naming import Naming, NamingError, container_scope, reserved_slice
 from .pods import Pod, one_line
 from .quantity import MAX_BYTES, UINT64_MAX, format_bytes
 
-__all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "allocatable", "memory_high", "plan"]
+__all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "Ceiling", "allocatable", "memory_high",
+           "besteffort_ceiling", "qos_reserved_writer", "plan"]
 
 # systemd's `infinity` for MemoryHigh.
 INFINITY = UINT64_MAX
@@ -53,9 +56,26 @@ class UnitPlan:
     memory_high: int = INFINITY
     pod: str | None = None  # "namespace/name" for pod and container levels
     container: str | None = None  # the container's name (spec.containers[].name), container level only
+    # The BestEffort QoS slice's ceiling (besteffort_ceiling); None on every other unit, and there
+    # when it is off: MemoryMax is then not ours and never sent.
+    memory_max: int | None = None
 
     def properties(self) -> dict[str, int]:
-        return {"MemoryMin": self.memory_min, "MemoryLow": self.memory_low, "MemoryHigh": self.memory_high}
+        props = {"MemoryMin": self.memory_min, "MemoryLow": self.memory_low, "MemoryHigh": self.memory_high}
+        if self.memory_max is not None:
+            props["MemoryMax"] = self.memory_max
+        return props
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """How the BestEffort ceiling was planned, for people (`plan`, `status`, the journal)."""
+
+    unit: str  # the BestEffort QoS slice
+    memory_max: int
+    requests: int  # the Guaranteed and Burstable pods' requests, summed
+    headroom: int
+    minimum: int
 
 
 @dataclass(frozen=True)
@@ -64,6 +84,7 @@ class Plan:
     allocatable: int
     units: tuple[UnitPlan, ...]  # parents always before their children
     warnings: tuple[str, ...] = ()
+    ceiling: Ceiling | None = None  # bestEffortCeiling, when planned
 
     def by_unit(self) -> dict[str, UnitPlan]:
         return {u.unit: u for u in self.units}
@@ -113,6 +134,14 @@ def _memory_high(request: int, ceiling: int, factor: Fraction, page_size: int) -
     value = (request * d + n * (ceiling - request)) // (d * page_size) * page_size
     # At or past 2**64-1 (a ceiling above any real node's memory) it throttles nothing: infinity.
     return value if request < value < INFINITY else INFINITY
+
+
+def besteffort_ceiling(alloc: int, requests: int, headroom: int, minimum: int, page_size: int) -> int:
+    """MemoryMax of the BestEffort QoS slice: what allocatable leaves after the Guaranteed and
+    Burstable pods' `requests` and the `headroom`, down to a page; never below `minimum` (up to a
+    page: the kernel keeps memory.max in whole pages, rounded down)."""
+    floor = -(-minimum // page_size) * page_size
+    return max(floor, (alloc - requests - headroom) // page_size * page_size)
 
 
 def _protection(policy: str, qos: str) -> str | None:
@@ -220,9 +249,12 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
                         f" {format_bytes(alloc)} (capacity {format_bytes(node.capacity)}); the largest: pod"
                         f" {biggest[0]} with {format_bytes(biggest[1])}")
 
+    ceiling = _ceiling(config, naming.qos_slice("BestEffort"), alloc,
+                       requested["Guaranteed"] + requested["Burstable"], node.page_size, warnings)
     qos_units = [
         UnitPlan(naming.qos_slice("Burstable"), "qos", node_slice, *held["Burstable"]),
-        UnitPlan(naming.qos_slice("BestEffort"), "qos", node_slice, *held["BestEffort"]),
+        UnitPlan(naming.qos_slice("BestEffort"), "qos", node_slice, *held["BestEffort"],
+                 memory_max=ceiling.memory_max if ceiling else None),
     ]
     if effective or policy == "None":
         node_min = sum(u.memory_min for u in qos_units) + held["Guaranteed"][0]
@@ -250,7 +282,33 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
             parent = name
     node_unit = UnitPlan(node_slice, "node", parent, node_min, node_low, INFINITY)
     units = _fit((*root_units, node_unit, *reserved_units, *qos_units, *pod_units, *container_units))
-    return Plan(node.capacity, alloc, units, tuple(warnings))
+    return Plan(node.capacity, alloc, units, tuple(warnings), ceiling)
+
+
+def qos_reserved_writer(config: Config) -> str | None:
+    """What says that the kubelet caps the BestEffort QoS slice itself (its QOSReserved gate on and
+    qosReserved.memory set in the kubelet config we read); None when its config does not say so."""
+    if config.kubelet_qos_reserved_gate and config.kubelet_qos_reserved_memory is not None:
+        return (f"the kubelet's QOSReserved is on with qosReserved.memory {config.kubelet_qos_reserved_memory}"
+                f" ({config.kubelet_config_file})")
+    return None
+
+
+def _ceiling(config: Config, unit: str, alloc: int, requests: int, page_size: int,
+             warnings: list[str]) -> Ceiling | None:
+    """The BestEffort ceiling when bestEffortCeiling is on, and not left to the kubelet: one whose
+    config turns on its QOSReserved with a memory reserve writes the same slice's MemoryMax every
+    minute (kubelet_gate.py); two writers would fight, so the ceiling is not planned, and says so."""
+    s = config.best_effort_ceiling
+    if not s.enabled:
+        return None
+    rival = qos_reserved_writer(config)
+    if rival is not None:
+        warnings.append(f"bestEffortCeiling: not planned: {rival}, and it sets {unit}'s MemoryMax itself every"
+                        f" minute; turn one of the two off")
+        return None
+    value = besteffort_ceiling(alloc, requests, s.headroom, s.minimum, page_size)
+    return Ceiling(unit, min(value, MAX_BYTES), requests, s.headroom, s.minimum)
 
 
 def _fit(units: tuple[UnitPlan, ...]) -> tuple[UnitPlan, ...]:

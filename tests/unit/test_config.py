@@ -287,6 +287,15 @@ def test_factor_message_is_exactly_the_issue_example():
     ("pressureGuard: {releaseStep: -1}", "pressureGuard.releaseStep", "-1"),
     ("pressureGuard: {calmPressure: 2}", "pressureGuard.calmPressure", "2"),
     ("pressureGuard: {enable: true}", "pressureGuard.enable", "True"),
+    # bestEffortCeiling
+    ("bestEffortCeiling: true", "bestEffortCeiling", "True"),
+    ("bestEffortCeiling: {enabled: on please}", "bestEffortCeiling.enabled", "on please"),
+    ("bestEffortCeiling: {headroom: 10%}", "bestEffortCeiling.headroom", "10%"),
+    ("bestEffortCeiling: {headroom: -1Gi}", "bestEffortCeiling.headroom", "-1Gi"),
+    ("bestEffortCeiling: {minimum: lots}", "bestEffortCeiling.minimum", "lots"),
+    ("bestEffortCeiling: {minimum: 512Ki}", "bestEffortCeiling.minimum", "512Ki"),
+    ("bestEffortCeiling: {minimum: 0}", "bestEffortCeiling.minimum", "0"),
+    ("bestEffortCeiling: {enable: true}", "bestEffortCeiling.enable", "True"),
 ])
 def test_invalid_values_name_key_and_value(text, key, shown):
     msg = error(text)
@@ -694,3 +703,26 @@ def test_pressure_guard_is_off_by_default_and_every_number_is_a_key():
                                           "calmPressure": 0.1}})
     assert cfg.pressure_guard == GuardSettings(True, 0.1, 3, 64 << 20, 0.2, 128 << 20, 60.0, 2.0, 1.0, 0.1)
     assert parse_config({"pressureGuard": None}).pressure_guard == GuardSettings()
+
+
+def test_best_effort_ceiling_is_off_by_default_and_every_number_is_a_key():
+    from memqos_systemd.config import CeilingSettings
+    assert parse_config({}).best_effort_ceiling == CeilingSettings() and not CeilingSettings().enabled
+    assert CeilingSettings() == CeilingSettings(False, 256 * Mi, 64 * Mi)  # measured: docs/DESIGN.md
+    cfg = parse_config({"bestEffortCeiling": {"enabled": True, "headroom": "1Gi", "minimum": "128Mi"}})
+    assert cfg.best_effort_ceiling == CeilingSettings(True, 1 * Gi, 128 * Mi)
+    assert parse_config({"bestEffortCeiling": {"enabled": True, "headroom": 0}}).best_effort_ceiling.headroom == 0
+    assert parse_config({"bestEffortCeiling": None}).best_effort_ceiling == CeilingSettings()
+
+
+@pytest.mark.parametrize("kubelet, gate, memory", [
+    ("featureGates: {QOSReserved: true}\nqosReserved: {memory: 100%}", True, "100%"),
+    ("featureGates: {QOSReserved: false}\nqosReserved: {memory: 50%}", False, "50%"),
+    ("qosReserved: {memory: 50%}", None, "50%"),
+    ("featureGates: {QOSReserved: true}", True, None),
+    ("featureGates: {QOSReserved: true}\nqosReserved: {memory: ''}", True, None),
+    ("qosReserved: [memory]", None, None),
+])
+def test_the_kubelets_qos_reserved_is_read_from_its_config(kubelet, gate, memory):
+    c = merged("{}", f"kind: KubeletConfiguration\n{kubelet}\n")
+    assert (c.kubelet_qos_reserved_gate, c.kubelet_qos_reserved_memory) == (gate, memory)

@@ -668,3 +668,82 @@ items:
     assert got[pod_unit(2)] == (0, 512 * Mi, INF)
     assert got[scope(2)] == (0, 512 * Mi, 1020051456)
     assert pod_unit(3) not in got
+
+
+# ---- the BestEffort ceiling (issue 25) --------------------------------------------------------
+BE_SLICE = "kubepods-besteffort.slice"
+
+
+@pytest.mark.parametrize("alloc, requests, headroom, minimum, page, expected", [
+    # allocatable - requests - headroom, down to a page
+    (8 * Gi, 3 * Gi, 256 * Mi, 64 * Mi, 4096, 5 * Gi - 256 * Mi),
+    (8 * Gi, 3 * Gi + 1, 256 * Mi, 64 * Mi, 4096, 5 * Gi - 256 * Mi - 4096),  # 1 byte more: a page less
+    (8 * Gi, 0, 0, 64 * Mi, 4096, 8 * Gi),  # no requests, no headroom: all of allocatable
+    # never below the minimum: requests fill the node, or overfill it (the sum is negative)
+    (8 * Gi, 8 * Gi - 300 * Mi, 256 * Mi, 64 * Mi, 4096, 64 * Mi),
+    (8 * Gi, 12 * Gi, 256 * Mi, 64 * Mi, 4096, 64 * Mi),
+    (8 * Gi, 8 * Gi - 300 * Mi, 256 * Mi, 44 * Mi, 4096, 44 * Mi),  # 300 - 256 = 44Mi: equal either way
+    # a minimum that is no whole page is rounded up to one (the kernel keeps pages, rounded down)
+    (8 * Gi, 8 * Gi, 0, 10**6, 4096, 245 * 4096),  # 1000000 / 4096 = 244.1
+    (8 * Gi, 3 * Gi, 256 * Mi, 64 * Mi, 2 * Mi, 5 * Gi - 256 * Mi),  # 2 MiB pages: already whole
+    (8 * Gi + Mi, 3 * Gi, 256 * Mi, 64 * Mi, 2 * Mi, 5 * Gi - 256 * Mi),  # down to a 2 MiB page
+])
+def test_besteffort_ceiling_formula(alloc, requests, headroom, minimum, page, expected):
+    from memqos_systemd.plan import besteffort_ceiling
+    assert besteffort_ceiling(alloc, requests, headroom, minimum, page) == expected
+
+
+def ceiling_plan(pods, **keys) -> Plan:
+    return run(pods, capacity=16 * Gi, bestEffortCeiling={"enabled": True, **keys.pop("ceiling", {})}, **keys)
+
+
+def test_ceiling_counts_guaranteed_and_burstable_requests_with_overhead_and_not_besteffort():
+    pods = [P("g", "Guaranteed", 1, C("c", 2 * Gi, 2 * Gi, 1)),
+            P("b", "Burstable", 2, C("c", 1 * Gi, None, 2), overhead=64 * Mi),
+            P("be", "BestEffort", 3, C("c", 0, None, 3))]
+    p = ceiling_plan(pods)
+    alloc = 16 * Gi - 100 * Mi
+    want = alloc - (2 * Gi + 1 * Gi + 64 * Mi) - 256 * Mi  # the default headroom
+    assert p.by_unit()[BE_SLICE].memory_max == want
+    assert p.ceiling.requests == 3 * Gi + 64 * Mi and p.ceiling.unit == BE_SLICE
+    assert p.by_unit()[BE_SLICE].properties() == {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": INF, "MemoryMax": want}
+    # no other unit gets a MemoryMax from us: none of them carries the property
+    assert [u.unit for u in p.units if "MemoryMax" in u.properties()] == [BE_SLICE]
+
+
+@pytest.mark.parametrize("policy", ["None", "TieredReservation", "HardReservation"])
+@pytest.mark.parametrize("hierarchy", ["effective", "kubelet"])
+def test_ceiling_does_not_depend_on_the_reservation_policy(policy, hierarchy):
+    pods = [P("g", "Guaranteed", 1, C("c", 2 * Gi, 2 * Gi, 1)), P("b", "Burstable", 2, C("c", 1 * Gi, None, 2))]
+    p = ceiling_plan(pods, memoryReservationPolicy=policy, hierarchy=hierarchy, ceiling={"headroom": "1Gi"})
+    assert p.by_unit()[BE_SLICE].memory_max == 16 * Gi - 100 * Mi - 3 * Gi - 1 * Gi
+
+
+def test_ceiling_off_plans_no_memorymax_anywhere():
+    p = run([P("be", "BestEffort", 3, C("c", 0, None, 3))])
+    assert p.ceiling is None and all("MemoryMax" not in u.properties() for u in p.units)
+
+
+def test_ceiling_follows_cgroup_root_and_reservations():
+    p = ceiling_plan([], cgroupRoot="/foo", kubeReserved={"memory": "1Gi"}, ceiling={"minimum": "128Mi"})
+    assert p.ceiling.unit == "foo-kubepods-besteffort.slice"
+    assert p.by_unit()["foo-kubepods-besteffort.slice"].memory_max == 16 * Gi - 1 * Gi - 100 * Mi - 256 * Mi
+
+
+def test_ceiling_is_left_to_a_kubelet_whose_config_turns_on_qosreserved_for_memory():
+    from memqos_systemd.config import parse_config as parse
+    keys = {"bestEffortCeiling": {"enabled": True}, "kubeletConfigFile": "/var/lib/kubelet/config.yaml"}
+    for gates, reserved, planned in ((
+            {"QOSReserved": True}, {"memory": "100%"}, False),
+            ({"QOSReserved": False}, {"memory": "100%"}, True),  # the gate off: the kubelet ignores qosReserved
+            ({}, {"memory": "100%"}, True),  # alpha, off by default (a command-line gate: found at run time)
+            ({"QOSReserved": True}, {}, True)):  # on, but nothing reserved for memory
+        c = parse(keys, "config.yaml", {"kind": "KubeletConfiguration", "featureGates": gates, "qosReserved": reserved},
+                  "/var/lib/kubelet/config.yaml")
+        p = plan([], NodeFacts(16 * Gi, 4096), c)
+        assert (p.ceiling is not None) is planned, (gates, reserved)
+        if not planned:
+            assert p.by_unit()[BE_SLICE].memory_max is None
+            assert p.warnings == ("bestEffortCeiling: not planned: the kubelet's QOSReserved is on with qosReserved.memory"
+                                  " 100% (/var/lib/kubelet/config.yaml), and it sets kubepods-besteffort.slice's"
+                                  " MemoryMax itself every minute; turn one of the two off",)

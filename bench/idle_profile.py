@@ -263,7 +263,7 @@ def parent(args) -> int:
         result["scrape"] = {"every_s": args.scrape, "pod_signals": not args.no_pod_signals,
                             "bytes": seen.get("bytes", 0), "scrapes": seen.get("scrapes", 0)}
         result["node"] = {"pods": PODS, "units": len(units), "pods_json_bytes": len(body),
-                          "getall_properties": 3 + PADDING_FOR_SYSTEMD_252}
+                          "getall_properties": 4 + PADDING_FOR_SYSTEMD_252}
         report(result)
         if args.json:
             with open(args.json, "w") as f:

@@ -84,9 +84,14 @@ class Applier:
     def __init__(self, systemd, naming: Naming, *, cgroupfs: Cgroupfs | None = None, page_size: int = 4096,
                  on_call: Callable[[str, str], None] | None = None,
                  on_restore: Callable[[str, str | None], None] | None = None,
-                 on_foreign: Callable[[str, dict[str, int], dict[str, int]], None] | None = None):
+                 on_foreign: Callable[[str, dict[str, int], dict[str, int]], None] | None = None,
+                 max_units: Callable[[], Collection[str]] = frozenset):
         self.systemd = systemd
         self.naming = naming
+        # The units whose MemoryMax is ours, read with the other three (the BestEffort ceiling while
+        # it is on, or a MemoryMax of ours is still to be taken back: ceiling_watch.py); asked at
+        # each read. Nowhere else is MemoryMax read: a runtime's or the kubelet's is not ours.
+        self.max_units = max_units
         self.observed: dict[str, dict[str, int] | None] = {}
         self.generation = 0  # bumped at every change to `observed` (or possible change)
         # States read by refresh_units for this round's apply, which clears them: a state is
@@ -137,7 +142,9 @@ class Applier:
         """The memory properties of `names` (None: not loaded, or gone), read concurrently: one
         GetAll each (`_in_flight`). Raises the first error, if any, after every read has ended."""
         names = sorted(names)
-        results = await _in_flight([self.systemd.read_memory(n, states[n]) for n in names], return_exceptions=True)
+        with_max = self.max_units()
+        results = await _in_flight([self.systemd.read_memory(n, states[n], with_max=n in with_max) for n in names],
+                                   return_exceptions=True)
         values: dict[str, dict[str, int] | None] = {}
         error = None
         for name, value in zip(names, results):
@@ -225,7 +232,8 @@ class Applier:
         compared: their values were never systemd's own."""
         held = self.observed.get(name)
         if (value is not None and held is not None and held is not UNREAD and name not in self.unconfirmed
-                and value != held):
+                and any(value[k] != held[k] for k in value.keys() & held.keys())):
+            # (Only what both hold: MemoryMax is read only while it is ours, Applier.max_units.)
             self._on_foreign(name, dict(held), dict(value))
 
     def _kernel_agrees(self, name: str, status: UnitStatus) -> bool:

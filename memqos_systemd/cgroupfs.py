@@ -10,8 +10,10 @@ no plan (`reset`), a search of the kubepods tree finds. What is read there:
 
 * `user.invocation_id` (`read_invocation_id`, `Cgroupfs.run_of`): the run systemd started a slice
   as, put on its cgroup as it starts it (systemd.py's docstring; e2e 12-invocation-path X).
-* memory.min/low/high (`read_cgroup_memory`, `Cgroupfs.kernel_values`, `Cgroupfs.shows`): what
-  systemd applied, page-rounded by the kernel.
+* memory.min/low/high, and memory.max where MemoryMax is ours (`read_cgroup_memory`,
+  `Cgroupfs.kernel_values`, `Cgroupfs.shows`): what systemd applied, page-rounded by the kernel.
+* memory.current of the BestEffort QoS slice (`Cgroupfs.usage`): how far its ceiling may go down
+  in one write (ceiling.py).
 * memory.events (`read_events_file`, `Cgroupfs.container_events`): the throttling metric.
 * memory.events, memory.pressure and memory.current of the pod and QoS slices
   (`read_memory_events`, `read_pressure`, `read_value`): read by metrics.py at each scrape.
@@ -68,6 +70,8 @@ _MAX_FILE_BYTES = 64
 INVOCATION_XATTRS = ("user.invocation_id", "trusted.invocation_id")
 _HEX = frozenset("0123456789abcdef")
 _MEMORY_FILES = {"MemoryMin": "memory.min", "MemoryLow": "memory.low", "MemoryHigh": "memory.high"}
+# With MemoryMax where it is ours (the BestEffort ceiling: held values that carry it).
+_WITH_MAX = {**_MEMORY_FILES, "MemoryMax": "memory.max"}
 
 
 # ---- where a unit's cgroup is ----------------------------------------------------------------
@@ -138,15 +142,15 @@ def read_invocation_id(cgroup_dir: str | os.PathLike) -> bytes | None:
     return None
 
 
-def read_cgroup_memory(cgroup_dir: str | os.PathLike) -> dict[str, int] | None:
+def read_cgroup_memory(cgroup_dir: str | os.PathLike, *, with_max: bool = False) -> dict[str, int] | None:
     """MemoryMin/MemoryLow/MemoryHigh as the kernel holds them for a cgroup (memory.min,
-    memory.low, memory.high; "max" is infinity): for a slice systemd has just realized, what it
-    applied from the unit's properties, read without a D-Bus call. None when a file is missing
-    or not a number. Differs from systemd's own values only where systemd derives the kernel's
-    (a parent's DefaultMemoryLow=/DefaultMemoryMin=, page rounding); the full re-read over D-Bus
-    corrects what that hides."""
+    memory.low, memory.high; "max" is infinity), and MemoryMax (memory.max) `with_max`: for a slice
+    systemd has just realized, what it applied from the unit's properties, read without a D-Bus
+    call. None when a file is missing or not a number. Differs from systemd's own values only where
+    systemd derives the kernel's (a parent's DefaultMemoryLow=/DefaultMemoryMin=, page rounding);
+    the full re-read over D-Bus corrects what that hides."""
     values = {}
-    for name, file in _MEMORY_FILES.items():
+    for name, file in (_WITH_MAX if with_max else _MEMORY_FILES).items():
         value = read_value(os.path.join(cgroup_dir, file))
         if value is None:
             return None
@@ -237,11 +241,17 @@ def pressure_total(text: bytes, line: bytes = b"some") -> int | None:
 
 
 def kernel_shows(kernel: Mapping[str, int], held: Mapping[str, int], page_size: int) -> bool:
-    """Whether memory.min/low/high as the kernel shows them are `held` (MemoryMin/Low/High as
-    systemd holds them): the kernel stores each rounded down to a page, infinity as is."""
+    """Whether memory.min/low/high (and memory.max, where `held` has MemoryMax) as the kernel shows
+    them are `held` (as systemd holds them): the kernel stores each rounded down to a page,
+    infinity as is."""
     return all(prop in held and kernel.get(prop) == (held[prop] if held[prop] == UINT64_MAX
                                                      else held[prop] // page_size * page_size)
-               for prop in _MEMORY_FILES)
+               for prop in _files(held))
+
+
+def _files(held: Mapping[str, int]) -> Mapping[str, str]:
+    """The property -> file pairs to compare with `held`."""
+    return _WITH_MAX if "MemoryMax" in held else _MEMORY_FILES
 
 
 @dataclass(frozen=True)
@@ -313,16 +323,21 @@ class Cgroupfs:
         (systemd 252 puts none on them) or when there is none (read_invocation_id)."""
         return read_invocation_id(self.root / cgroup_path(unit)) if unit.endswith(".slice") else None
 
-    def kernel_values(self, unit: str) -> dict[str, int] | None:
-        """memory.min/low/high of a unit's cgroup (read_cgroup_memory); None where it cannot be
-        placed or read."""
+    def kernel_values(self, unit: str, *, with_max: bool = False) -> dict[str, int] | None:
+        """memory.min/low/high (and memory.max `with_max`) of a unit's cgroup (read_cgroup_memory);
+        None where it cannot be placed or read."""
         where = self.dir_of(unit)
-        return None if where is None else read_cgroup_memory(where)
+        return None if where is None else read_cgroup_memory(where, with_max=with_max)
 
     def shows(self, unit: str, held: Mapping[str, int], page_size: int) -> bool:
         """Whether the unit's cgroup shows `held` (kernel_shows); False where it cannot be read."""
-        kernel = self.kernel_values(unit)
+        kernel = self.kernel_values(unit, with_max="MemoryMax" in held)
         return kernel is not None and kernel_shows(kernel, held, page_size)
+
+    def usage(self, unit: str) -> int | None:
+        """memory.current of a slice (the BestEffort ceiling's steps, ceiling.py); None when it
+        cannot be read. Opened each time: read only while the ceiling is above or going down."""
+        return read_value(self.root / cgroup_path(unit) / "memory.current") if unit.endswith(".slice") else None
 
     def container_events(self) -> tuple[tuple[str, str], ...]:
         """(container scope, its memory.events path) of the placed plan."""
@@ -339,19 +354,22 @@ class Cgroupfs:
             self._close_watch(unit)
         differ = []
         for unit, values in held.items():
-            kernel = self._watched_values(unit)
+            kernel = self._watched_values(unit, _files(values))
             if kernel is not None and not kernel_shows(kernel, values, page_size):
                 differ.append(unit)
         return differ
 
-    def _watched_values(self, unit: str) -> dict[str, int] | None:
+    def _watched_values(self, unit: str, files: Mapping[str, str]) -> dict[str, int] | None:
         fds = self._watched.get(unit)
+        if fds is not None and fds.keys() != files.keys():
+            self._close_watch(unit)  # MemoryMax became ours, or stopped being
+            fds = None
         if fds is None:
             where = self.dir_of(unit)
             if where is None:
                 return None
             fds = self._watched[unit] = {}
-            for prop, file in _MEMORY_FILES.items():
+            for prop, file in files.items():
                 try:
                     fds[prop] = os.open(where / file, os.O_RDONLY | os.O_CLOEXEC)
                 except OSError:

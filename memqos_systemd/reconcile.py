@@ -26,6 +26,12 @@ JobRemoved when the kubelet makes them.
 Reserved slices dropped from the config (`retired`) are brought back to the
 defaults once, so nothing of ours is left on a slice we no longer manage.
 
+MemoryMax is planned on one unit only, the BestEffort QoS slice, when bestEffortCeiling is on
+(plan.besteffort_ceiling); a unit whose planned properties have no MemoryMax keeps whatever
+MemoryMax it holds (the runtime's limits on container scopes, the kubelet's on kubepods.slice).
+Like MemoryHigh, it grows in the grow pass and shrinks in the shrink pass; how far it may shrink
+in one write is ceiling.py's to say, before the diff.
+
 A unit whose values were not read (`UNREAD`: a pod slice that has just started,
 whose invocation ID came from its cgroup; see daemon.py) gets the plan's three
 values in one write: what it holds is unknown (its defaults, or what its
@@ -44,6 +50,8 @@ from .plan import INFINITY, Plan, UnitPlan
 __all__ = ["Change", "DEFAULTS", "UNREAD", "diff", "grow_only", "one_write_per_container", "reset_plan", "MAY_CREATE"]
 
 DEFAULTS = {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": INFINITY}
+# What a property is when systemd's answer lacks it: MemoryMax is read only where it is ours.
+_UNSET = {**DEFAULTS, "MemoryMax": INFINITY}
 # In `observed`: the unit runs, and what it holds was not read (compared with `is`).
 UNREAD: Mapping[str, int] = MappingProxyType({})
 # Levels whose unit we may create by setting properties on it (see above).
@@ -117,8 +125,8 @@ def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[st
             if level not in MAY_CREATE or dict(want) == DEFAULTS:
                 continue  # nothing to create, or not ours to create
             have = DEFAULTS
-        up = {k: v for k, v in want.items() if have.get(k, DEFAULTS[k]) != v and _grows(k, v, have.get(k, DEFAULTS[k]))}
-        down = {k: v for k, v in want.items() if have.get(k, DEFAULTS[k]) != v and k not in up}
+        up = {k: v for k, v in want.items() if have.get(k, _UNSET[k]) != v and _grows(k, v, have.get(k, _UNSET[k]))}
+        down = {k: v for k, v in want.items() if have.get(k, _UNSET[k]) != v and k not in up}
         if up:
             grow.append(Change(name, level, up, "grow"))
         if down:
@@ -128,10 +136,10 @@ def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[st
 
 def grow_only(changes: list[Change]) -> list[Change]:
     """While holding, only raised protections are sent: no MemoryMin/MemoryLow goes down, and no
-    MemoryHigh moves either way (suspect pod data must not lift or add a throttle)."""
+    MemoryHigh or MemoryMax moves either way (suspect pod data must not lift or add a limit)."""
     out = []
     for c in changes:
-        props = {k: v for k, v in c.props.items() if k != "MemoryHigh"}
+        props = {k: v for k, v in c.props.items() if k not in ("MemoryHigh", "MemoryMax")}
         if c.direction == "grow" and props:
             out.append(Change(c.unit, c.level, props, c.direction))
     return out
@@ -159,9 +167,10 @@ def one_write_per_container(changes: list[Change]) -> list[Change]:
 
 
 def reset_plan(observed: Mapping[str, Mapping[str, int] | None], naming: Naming,
-               also: Iterable[str] = ()) -> list[Change]:
+               also: Iterable[str] = (), ceilings: Iterable[str] = ()) -> list[Change]:
     """Changes that bring every unit of ours back to the defaults, children first. `also`: more
-    reserved slices (ones the config no longer names but the service wrote; ledger.py)."""
+    reserved slices (ones the config no longer names but the service wrote; ledger.py).
+    `ceilings`: the units whose MemoryMax the service set (ledger.py): back to infinity too."""
     order = {"node": 0, "reserved": 0, "qos": 1, "pod": 2, "container": 3}
     also = set(also)
     ours = []
@@ -173,9 +182,11 @@ def reset_plan(observed: Mapping[str, Mapping[str, int] | None], naming: Naming,
         # Root slices above kubepods come before it; kubepods itself is "node" too.
         rank = order[level] - (1 if level == "node" and name != naming.node_slice() else 0)
         ours.append((rank, name, level))
+    ceilings = set(ceilings)
     changes = []
     for _, name, level in sorted(ours, reverse=True):
-        down = {k: v for k, v in DEFAULTS.items() if observed[name].get(k, v) != v}
+        defaults = _UNSET if name in ceilings else DEFAULTS
+        down = {k: v for k, v in defaults.items() if observed[name].get(k, v) != v}
         if down:
             changes.append(Change(name, level, down, "shrink"))
     return changes

@@ -74,7 +74,8 @@ on a real systemd; until it has, treat this as "what the source says".
   non-empty before anything is sent.
 
 Values: properties are D-Bus type `t` (uint64); 2**64-1 means `infinity`. systemd refuses
-MemoryHigh=0 ("MemoryHigh= is too small"); 0 is valid for MemoryMin/MemoryLow.
+MemoryHigh=0 and MemoryMax=0 ("...= is too small"); 0 is valid for MemoryMin/MemoryLow. MemoryMax
+is ours on one unit only, the BestEffort QoS slice (the ceiling): `read_memory(with_max=True)`.
 
 Lifecycle: when the connection is lost (dbus-daemon restart), calls raise `BusClosed` and
 the `on_disconnect` callbacks run once. The caller then `close()`s this instance and
@@ -97,7 +98,7 @@ from .bus import AccessDenied, Bus, BusClosed, CallTimeout, NoSuchUnit, SystemdE
 from .quantity import UINT64_MAX, show_value
 
 __all__ = [
-    "MEMORY_PROPERTIES", "CARRIED_PROPERTIES", "UINT64_MAX", "ACTIVE_STATES",
+    "MEMORY_PROPERTIES", "CEILING_PROPERTY", "CARRIED_PROPERTIES", "UINT64_MAX", "ACTIVE_STATES",
     "SystemdError", "NoSuchUnit", "AccessDenied", "CallTimeout", "BusClosed",
     "Systemd", "UnitStatus", "describe_call",
 ]
@@ -105,6 +106,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MEMORY_PROPERTIES = ("MemoryMin", "MemoryLow", "MemoryHigh")
+# Planned on the BestEffort QoS slice alone (plan.besteffort_ceiling), and read only where it is ours.
+CEILING_PROPERTY = "MemoryMax"
+_OURS = MEMORY_PROPERTIES + (CEILING_PROPERTY,)
 # Sent beside ours, never planned: a value the runtime wrote only to its cgroup's file, which the
 # re-apply our write causes would otherwise undo (cgroupfs.py, "Why that file").
 CARRIED_PROPERTIES = ("MemorySwapMax",)
@@ -165,19 +169,19 @@ def _check_unit(unit: object, *, cgroup: bool = False) -> str:
 
 
 def _check_props(unit: str, props: object) -> list[tuple[str, int]]:
-    """Validated (name, value) pairs, ours in MEMORY_PROPERTIES order and then any carried one
-    (CARRIED_PROPERTIES); at least one of ours. ValueError otherwise."""
+    """Validated (name, value) pairs, ours in MEMORY_PROPERTIES order (then MemoryMax) and then any
+    carried one (CARRIED_PROPERTIES); at least one of ours. ValueError otherwise."""
     if not isinstance(props, Mapping):
         raise ValueError(f"{unit}: properties must be a mapping, not {type(props).__name__}")
     if not props:
         raise ValueError(f"{unit}: no properties to set")
-    allowed = MEMORY_PROPERTIES + CARRIED_PROPERTIES
+    allowed = _OURS + CARRIED_PROPERTIES
     unknown = sorted(str(k) for k in props if k not in allowed)
     if unknown:
         raise ValueError(f"{unit}: unknown propert{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}"
                          f" (allowed: {', '.join(allowed)})")
-    if not any(k in props for k in MEMORY_PROPERTIES):
-        raise ValueError(f"{unit}: none of {', '.join(MEMORY_PROPERTIES)} to set")
+    if not any(k in props for k in _OURS):
+        raise ValueError(f"{unit}: none of {', '.join(_OURS)} to set")
     pairs = []
     for name in allowed:
         if name not in props:
@@ -187,8 +191,8 @@ def _check_props(unit: str, props: object) -> list[tuple[str, int]]:
             raise ValueError(f"{unit}: {name}={value!r} is not an integer number of bytes")
         if not 0 <= value <= UINT64_MAX:
             raise ValueError(f"{unit}: {name}={value} is outside [0, 2**64-1]")
-        if name == "MemoryHigh" and value == 0:
-            raise ValueError(f"{unit}: MemoryHigh=0 is refused by systemd (use 2**64-1 for no limit)")
+        if name in ("MemoryHigh", "MemoryMax") and value == 0:
+            raise ValueError(f"{unit}: {name}=0 is refused by systemd (use 2**64-1 for no limit)")
         pairs.append((name, int(value)))
     return pairs
 
@@ -353,10 +357,10 @@ class Systemd:
         read of the unit before then may describe a unit that is gone."""
         return self._removed_at.get(unit, -1) > seen
 
-    async def read_memory(self, unit: str, status: UnitStatus) -> dict[str, int] | None:
-        """MemoryMin/MemoryLow/MemoryHigh of a unit `unit_states` found loaded: one GetAll on its
-        object path. None when it is not loaded, or has been removed since (reading through its
-        path would load it again)."""
+    async def read_memory(self, unit: str, status: UnitStatus, *, with_max: bool = False) -> dict[str, int] | None:
+        """MemoryMin/MemoryLow/MemoryHigh (and MemoryMax `with_max`) of a unit `unit_states` found
+        loaded: one GetAll on its object path. None when it is not loaded, or has been removed since
+        (reading through its path would load it again)."""
         _check_unit(unit, cgroup=True)
         if status.load_state != "loaded" or self._removed_at.get(unit, -1) > status.seen:
             return None
@@ -368,7 +372,8 @@ class Systemd:
         except NoSuchUnit:
             return None
         values = body[0]
-        return {name: variant_value(values.get(name), "t", f"{action} ({name})") for name in MEMORY_PROPERTIES}
+        return {name: variant_value(values.get(name), "t", f"{action} ({name})")
+                for name in (_OURS if with_max else MEMORY_PROPERTIES)}
 
     async def unit_state(self, unit: str) -> str | None:
         """ActiveState of a loaded unit; None when it is not loaded."""

@@ -12,7 +12,7 @@ What it serves, mirroring systemd (see memqos_systemd/systemd.py for the source 
   UnitRemoved, JobRemoved, Reloading (sent only while someone is subscribed).
 - one object per unit at /org/freedesktop/systemd1/unit/<escaped name> with
   org.freedesktop.systemd1.Unit (Id, LoadState, ActiveState, InvocationID; method
-  SetProperties) and .Slice or .Scope (MemoryMin, MemoryLow, MemoryHigh, type t; with
+  SetProperties) and .Slice or .Scope (MemoryMin, MemoryLow, MemoryHigh, MemoryMax, type t; with
   `padding_properties=N`, N more read-only properties of mixed types, so that a GetAll reply is
   as long as systemd's: 252 answers ~72 properties for a slice, see PADDING_FOR_SYSTEMD_252).
 - the same unit at its invocation path /org/freedesktop/systemd1/unit/<escaped hex of its
@@ -23,7 +23,7 @@ What it serves, mirroring systemd (see memqos_systemd/systemd.py for the source 
   transient) like systemd does, and records it in `created`; on a scope that is not loaded
   it fails with org.freedesktop.systemd1.NoSuchUnit. Properties are checked all first,
   then applied, as systemd does: unknown names -> PropertyReadOnly, a type other than `t`
-  or MemoryHigh=0 -> InvalidArgs.
+  or MemoryHigh=0 or MemoryMax=0 -> InvalidArgs.
 
 `writes` lists SetUnitProperties and SetProperties alike as (unit, runtime, {property: value}).
 
@@ -180,6 +180,7 @@ class FakeUnit:
     # cgroup_context_apply): MemorySwapMax, and memory.oom.group from OOMPolicy (0 for a runc scope:
     # Delegate=yes means OOMPolicy=continue, and the policy cannot be set after creation).
     swap_max: int = UINT64_MAX
+    memory_max: int = UINT64_MAX  # MemoryMax (kept apart from `memory`: ours on one slice only)
     oom_group: bool = False
     # A service's IPAddressAllow= / IPAddressDeny=: (address family, address bytes, prefix length).
     ip_allow: list = field(default_factory=list)
@@ -307,6 +308,10 @@ class _CgroupInterface(ServiceInterface):
     def MemoryHigh(self) -> "t":
         return self._unit.memory["MemoryHigh"]
 
+    @dbus_property(access=PropertyAccess.READ)
+    def MemoryMax(self) -> "t":
+        return self._unit.memory_max
+
 
 class _ServiceInterface(ServiceInterface):
     """org.freedesktop.systemd1.Service: the IP address access of its sandbox."""
@@ -325,9 +330,9 @@ class _ServiceInterface(ServiceInterface):
 
 
 # Read-only properties of mixed types that pad a unit's cgroup interface (FakeSystemd's
-# padding_properties): signature and value, in systemd's style. 69 + the 3 memory properties
+# padding_properties): signature and value, in systemd's style. 68 + the 4 memory properties
 # makes the ~72 that systemd 252 answers to GetAll on org.freedesktop.systemd1.Slice.
-PADDING_FOR_SYSTEMD_252 = 69
+PADDING_FOR_SYSTEMD_252 = 68
 _PADDING_KINDS = (
     ("t", UINT64_MAX), ("b", False), ("s", "/kubepods.slice/kubepods-burstable.slice"), ("t", 0),
     ("as", ["cpu", "memory", "pids"]), ("a(st)", [["/dev/sda", 1048576]]), ("ay", b"\x00\x01"),
@@ -723,9 +728,9 @@ class FakeSystemd:
             # What the kernel shows of the values systemd applied (memory.min/low/high), and the
             # other memory files 252 rewrites from its own state at the same time, whatever a
             # runtime had written to them (cgroupfs.py, "Why that file").
-            values = {**unit.memory, "MemorySwapMax": unit.swap_max}
+            values = {**unit.memory, "MemorySwapMax": unit.swap_max, "MemoryMax": unit.memory_max}
             for prop, file in (("MemoryMin", "memory.min"), ("MemoryLow", "memory.low"), ("MemoryHigh", "memory.high"),
-                               ("MemorySwapMax", "memory.swap.max")):
+                               ("MemorySwapMax", "memory.swap.max"), ("MemoryMax", "memory.max")):
                 value = values[prop]
                 (path / file).write_text("max\n" if value == UINT64_MAX else f"{value}\n")
             (path / "memory.oom.group").write_text("1\n" if unit.oom_group else "0\n")
@@ -776,15 +781,17 @@ class FakeSystemd:
             raise DBusError(error, text.format(name))
         # First check every property, then apply: systemd does the same two passes.
         for prop, value in properties:
-            if prop not in MEMORY_PROPERTIES + ("MemorySwapMax",):
+            if prop not in MEMORY_PROPERTIES + ("MemorySwapMax", "MemoryMax"):
                 raise DBusError(PROPERTY_READ_ONLY, f"Cannot set property {prop}, or unknown property.")
             if not isinstance(value, Variant) or value.signature != "t":
                 raise DBusError(INVALID_ARGS, f"Invalid type for {prop}: expected t")
-            if prop == "MemoryHigh" and value.value == 0:
-                raise DBusError(INVALID_ARGS, "MemoryHigh= is too small")
+            if prop in ("MemoryHigh", "MemoryMax") and value.value == 0:
+                raise DBusError(INVALID_ARGS, f"{prop}= is too small")
         for prop, value in properties:
             if prop == "MemorySwapMax":
                 unit.swap_max = value.value
+            elif prop == "MemoryMax":
+                unit.memory_max = value.value
             else:
                 unit.memory[prop] = value.value
             unit.dropins[prop] = (value.value, runtime)

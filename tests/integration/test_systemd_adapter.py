@@ -257,7 +257,9 @@ def test_set_memory_on_a_unit_that_failed_to_load(fake_systemd, load_state, expe
 @pytest.mark.integration
 @pytest.mark.parametrize("unit, props", [
     ("kubepods.slice", {}),
-    ("kubepods.slice", {"MemoryMax": GiB}),
+    ("kubepods.slice", {"MemoryMax": 0}),  # (MemoryMax is ours on the BestEffort slice: the ceiling)
+    ("kubepods.slice", {"MemorySwapMax": GiB}),  # carried beside ours, never alone
+    ("kubepods.slice", {"CPUWeight": 100}),
     ("kubepods.slice", {"memorylow": GiB}),
     ("kubepods.slice", {"MemoryLow": -1}),
     ("kubepods.slice", {"MemoryLow": 2**64}),

@@ -171,3 +171,27 @@ def test_guard_notifier_is_none_where_the_file_cannot_be_polled(tmp_path):
     (burst / "memory.events").write_text("low 0\n")
     assert fs.guard_notifier("kubepods-burstable.slice") is None
     fs.close_kept()
+
+
+def test_memory_max_is_compared_where_it_is_ours(tmp_path):
+    """The BestEffort ceiling: a held MemoryMax is compared with memory.max (the watch, a timer
+    resync's trust in the kernel); without one, memory.max is not looked at (the runtime's)."""
+    import os
+    held = {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": UINT64_MAX}
+    be = tmp_path / "kubepods.slice" / "kubepods-besteffort.slice"
+    be.mkdir(parents=True)
+    for file, text in (("memory.min", "0"), ("memory.low", "0"), ("memory.high", "max"), ("memory.max", "1000001"),
+                       ("memory.current", "123456789")):
+        (be / file).write_text(text + "\n")
+    fs = Cgroupfs(tmp_path)
+    unit = "kubepods-besteffort.slice"
+    assert fs.kernel_values(unit, with_max=True)["MemoryMax"] == 1000001
+    assert not fs.shows(unit, {**held, "MemoryMax": 1000001}, 4096)  # the kernel would show it page-rounded
+    assert fs.shows(unit, held, 4096)  # not ours: memory.max is not looked at
+    (be / "memory.max").write_text(f"{1000001 // 4096 * 4096}\n")
+    assert fs.shows(unit, {**held, "MemoryMax": 1000001}, 4096)  # page-rounded, as the kernel keeps it
+    before = len(os.listdir("/proc/self/fd"))
+    assert fs.watch({unit: held}, 4096) == [] and len(os.listdir("/proc/self/fd")) == before + 3
+    assert fs.watch({unit: {**held, "MemoryMax": 500 << 20}}, 4096) == [unit]  # reopened with memory.max
+    assert len(os.listdir("/proc/self/fd")) == before + 4
+    assert fs.usage(unit) == 123456789 and fs.usage("nothing.slice") is None

@@ -274,3 +274,56 @@ def test_a_pending_resize_changes_nothing():
         huge = {"requests": {"cpu": "250m", "memory": "64Gi"}, "limits": {"cpu": "500m", "memory": "96Gi"}}
         assert diff(_resize_plan(spec=huge, conditions=pending), held(before), NAMING) == []
         assert diff(_resize_plan(spec=GROWN["spec"], conditions=pending), held(before), NAMING) == []
+
+
+# ---- MemoryMax: the BestEffort ceiling, on that slice alone (issue 25) ----------------------------
+BE = "kubepods-besteffort.slice"
+
+
+def with_ceiling(p: Plan, value: int | None) -> Plan:
+    import dataclasses
+    return dataclasses.replace(p, units=tuple(dataclasses.replace(u, memory_max=value) if u.unit == BE else u
+                                              for u in p.units))
+
+
+def test_memorymax_goes_up_in_the_grow_pass_and_down_in_the_shrink_pass():
+    observed = held(with_ceiling(tree(512 * MI, 256 * MI), 900 * MI))
+    up = diff(with_ceiling(tree(512 * MI, 256 * MI), 1200 * MI), observed, NAMING)
+    assert [(c.unit, dict(c.props), c.direction) for c in up] == [(BE, {"MemoryMax": 1200 * MI}, "grow")]
+    # More protection and a lower ceiling (a new Burstable pod): the protection grows first, parents
+    # first; the ceiling comes down in the shrink pass.
+    down = diff(with_ceiling(tree(512 * MI, 300 * MI), 700 * MI), observed, NAMING)
+    assert [(c.unit, c.direction) for c in down] == [("kubepods.slice", "grow"), ("kubepods-burstable.slice", "grow"),
+                                                     (BPOD, "grow"), (BCTR, "grow"), (BE, "shrink")]
+
+
+def test_a_memorymax_that_is_not_planned_is_never_touched():
+    """The runtime's limit on a container scope, the kubelet's on kubepods.slice, the kubelet's
+    QOSReserved on the BestEffort slice while the ceiling is off: held, never ours."""
+    p = tree(512 * MI, 256 * MI)
+    observed = {u: {**v, "MemoryMax": 123 * MI} for u, v in held(p).items()}
+    assert diff(p, observed, NAMING) == []
+    assert all("MemoryMax" not in c.props for c in reset_plan(observed, NAMING))
+
+
+def test_a_planned_memorymax_not_read_yet_is_taken_as_infinity():
+    p = with_ceiling(tree(0, 0), 900 * MI)
+    assert [(c.unit, dict(c.props), c.direction) for c in diff(p, held(tree(0, 0)), NAMING)] == [
+        (BE, {"MemoryMax": 900 * MI}, "shrink")]
+
+
+def test_while_holding_memorymax_moves_neither_way():
+    from memqos_systemd.reconcile import grow_only
+    observed = held(with_ceiling(tree(0, 0), 900 * MI))
+    for value in (500 * MI, 1200 * MI):
+        assert grow_only(diff(with_ceiling(tree(0, 0), value), observed, NAMING)) == []
+
+
+def test_reset_takes_back_the_memorymax_of_the_ceilings_it_is_told_of():
+    observed = held(with_ceiling(tree(512 * MI, 256 * MI), 900 * MI))
+    changes = reset_plan(observed, NAMING, ceilings={BE})
+    assert (BE, {"MemoryMax": INFINITY}) in [(c.unit, dict(c.props)) for c in changes]
+    assert all("MemoryMax" not in c.props for c in changes if c.unit != BE)
+    assert all("MemoryMax" not in c.props for c in reset_plan(observed, NAMING))  # not ours: left
+    observed[BE]["MemoryMax"] = INFINITY
+    assert BE not in [c.unit for c in reset_plan(observed, NAMING, ceilings={BE})]

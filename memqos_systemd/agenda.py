@@ -38,6 +38,7 @@ __all__ = [
     "FAST_POLL_FIRST", "KUBELET_START_PATIENCE", "KUBELET_START_RETRY", "SOURCE_WATCH_INTERVAL",
     "KERNEL_WATCH_INTERVAL", "KERNEL_WATCH_IDLE", "KERNEL_WATCH_ALERT", "KERNEL_WATCH_AFTER_KUBELET_START",
     "KERNEL_WATCH_AFTER_DRIFT", "GUARD_IDLE_INTERVAL", "HEARTBEAT_INTERVAL", "THROTTLE_READ_INTERVAL", "Tick",
+    "CEILING_FOLLOW_FIRST", "CEILING_FOLLOW_MAX",
 ]
 
 # Every FULL_RESYNC_EVERY-th timer resync reads every unit, pod slices and container scopes
@@ -96,6 +97,15 @@ GUARD_IDLE_INTERVAL = 5.0
 HEARTBEAT_INTERVAL = 10.0
 # How often memory.events of the containers is read for the throttling metric.
 THROTTLE_READ_INTERVAL = 15.0
+# The BestEffort ceiling steps down to the slice's usage, never below it (ceiling.py), and follows
+# it: the usage is looked at again CEILING_FOLLOW_FIRST after a step that moved, then twice as long
+# each time nothing moved, up to CEILING_FOLLOW_MAX. An allocating BestEffort process at the step is
+# OOM-killed in its own context within moments, and the next step follows within a second; a
+# BestEffort pod that holds what it has and does nothing costs a round every 30 s, not every second
+# (a round with nothing to send is most of an idle hour's CPU, bench/idle_profile.py). The
+# kubelet's QOSReserved looks every minute.
+CEILING_FOLLOW_FIRST = 1.0
+CEILING_FOLLOW_MAX = 30.0
 
 
 class Tick(enum.StrEnum):
@@ -169,6 +179,8 @@ class Agenda:
         # When each tick is due next: the heartbeat at once, the others after their interval.
         self._ticks = {Tick.HEARTBEAT: now, Tick.WATCH: now + self.watch_interval(now),
                        Tick.GUARD: now, Tick.THROTTLE: now + THROTTLE_READ_INTERVAL}
+        self._ceiling_at = float("inf")  # when to look at the BestEffort slice's usage again
+        self._ceiling_wait = CEILING_FOLLOW_FIRST
 
     # ---- events ---------------------------------------------------------------------------
     def unit_new(self, name: str, level: str, now: float, planned: bool) -> None:
@@ -247,6 +259,21 @@ class Agenda:
     def _watch_closely(self, until: float) -> None:
         self._close_until = max(self._close_until, until)
 
+    def ceiling_following(self, now: float, following: bool, moved: bool) -> None:
+        """A round put the BestEffort ceiling where the slice's usage lets it (ceiling.step):
+        `following` while that is above the plan, `moved` when its value changed. Look again soon
+        after a move, later each time nothing moved (CEILING_FOLLOW_FIRST); not at all once there."""
+        if not following:
+            self._ceiling_at, self._ceiling_wait = float("inf"), CEILING_FOLLOW_FIRST
+            return
+        if moved or self._ceiling_at == float("inf"):
+            self._ceiling_wait = CEILING_FOLLOW_FIRST
+        elif now >= self._ceiling_at:
+            self._ceiling_wait = min(self._ceiling_wait * 2, CEILING_FOLLOW_MAX)
+        else:
+            return  # a round for another reason: the look already due stands
+        self._ceiling_at = now + self._ceiling_wait
+
     def resync_now(self) -> None:
         """The resync timer comes round at the next step (the next deadline counts from then)."""
         self._next_resync = float("-inf")
@@ -307,7 +334,7 @@ class Agenda:
 
     def timeout(self, now: float) -> float:
         """How long the daemon may sleep before something is due (an event wakes it earlier)."""
-        wake = min(self._next_poll, self._next_resync, self._fast_poll_at(), self._retry_at(now))
+        wake = min(self._next_poll, self._next_resync, self._fast_poll_at(), self._retry_at(now), self._ceiling_at)
         if self.watch_source:
             wake = min(wake, now + SOURCE_WATCH_INTERVAL)
         if now < self._quiet_until:

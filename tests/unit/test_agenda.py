@@ -416,3 +416,32 @@ def test_the_tick_loop_sleeps_until_the_next_tick():
     a.tick_done(agenda_mod.Tick.HEARTBEAT, 100.0)
     a.tick_done(agenda_mod.Tick.GUARD, 100.0)
     assert a.tick_timeout(100.0) == min(agenda_mod.KERNEL_WATCH_IDLE, agenda_mod.GUARD_IDLE_INTERVAL)
+
+
+# ---- the BestEffort ceiling's steps (issue 25) --------------------------------------------------
+def test_ceiling_following_looks_again_soon_after_a_move_and_backs_off_while_nothing_moves():
+    from memqos_systemd.agenda import CEILING_FOLLOW_FIRST, CEILING_FOLLOW_MAX
+    s = steady(poll=1000.0, resync=1000.0)
+    a = s.a
+    assert a.timeout(10.0) == 990.0  # not following: only the timers
+    a.ceiling_following(10.0, following=True, moved=True)  # stepped to the usage
+    assert a.timeout(10.0) == CEILING_FOLLOW_FIRST == 1.0
+    a.ceiling_following(10.5, following=True, moved=False)  # a round for another reason: the look stands
+    assert a.timeout(10.5) == 0.5
+    waits = []
+    t = 11.0
+    for _ in range(7):  # the looks, with nothing moving: 2, 4, 8, 16, 30, 30, 30
+        a.ceiling_following(t, following=True, moved=False)
+        waits.append(a.timeout(t))
+        t += waits[-1]
+    assert waits == [2.0, 4.0, 8.0, 16.0, CEILING_FOLLOW_MAX, 30.0, 30.0]
+    a.ceiling_following(t, following=True, moved=True)  # the usage fell: the next step goes, and soon again
+    assert a.timeout(t) == 1.0
+    a.ceiling_following(t + 1, following=False, moved=True)  # at the plan
+    assert a.timeout(t + 1) > 100
+
+
+def test_ceiling_following_from_a_round_that_did_not_step_starts_at_the_first_interval():
+    s = steady(poll=1000.0, resync=1000.0)
+    s.a.ceiling_following(5.0, following=True, moved=False)  # e.g. usage unreadable: nothing sent yet
+    assert s.a.timeout(5.0) == 1.0

@@ -1,0 +1,52 @@
+"""The BestEffort ceiling's way down: how far its MemoryMax may go in one write. Pure.
+
+plan.py says where the ceiling should be (`besteffort_ceiling`). Getting there is another matter
+when the BestEffort QoS slice already uses more than that: writing a memory.max below a cgroup's
+usage makes the *writer* reclaim the difference, and OOM-kill in the cgroup when reclaim cannot,
+before the write returns (mm/memcontrol.c, `memory_max_write`). Through D-Bus the writer is
+systemd, PID 1: while it reclaims, every unit's start and stop on the node waits.
+
+So MemoryMax is never lowered below the slice's usage in one write. `step` sends the plan when the
+slice's usage (memory.current, rounded up to a page) is at or below it; otherwise it steps down to
+the usage and follows it (the caller looks again: agenda.py's `ceiling_following`). At the step,
+the slice cannot grow: a BestEffort process that allocates then reclaims its own cache and, with
+none left, is OOM-killed by the kernel in its own context, inside the slice; every page it frees
+lets the next step go lower, until the plan is reached. This is what the kubelet's QOSReserved
+does on its minute timer (`retrySetMemoryReserve`: the limit at the usage "to put pressure on the
+cgroup and prevent further growth"), except that the kubelet first writes the target itself, which
+on cgroup v2 is the very write that makes the writer reclaim.
+
+A raise, or a lowering to a value at or above the usage, is sent at once. No usage known (the
+slice's cgroup cannot be read): nothing is lowered until it can be.
+
+Like plan.py: no I/O, no clock, no globals; tests/unit/test_ceiling.py is its table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .quantity import UINT64_MAX as INFINITY
+
+__all__ = ["Step", "step"]
+
+
+@dataclass(frozen=True)
+class Step:
+    value: int  # the MemoryMax to hold now (what systemd holds already: nothing to send)
+    following: bool  # the usage keeps it above the plan: look at the usage again soon
+
+
+def step(target: int, held: int | None, usage: int | None, page_size: int) -> Step:
+    """The MemoryMax to send towards `target` (the plan's), given what systemd `held` (None: not
+    known, taken as infinity, the default) and the slice's `usage` (memory.current; None: not
+    readable)."""
+    held = INFINITY if held is None else held
+    if target >= held:
+        return Step(target, False)  # a raise (or nothing): the kernel reclaims nothing
+    if usage is None:
+        return Step(held, True)
+    floor = -(-usage // page_size) * page_size  # the usage, up to a page
+    if floor <= target:
+        return Step(target, False)
+    return Step(min(floor, held), True)

@@ -1,0 +1,58 @@
+"""The BestEffort ceiling's way down (ceiling.step), row by row: the plan's MemoryMax, what systemd
+holds and the slice's usage in; the value to hold now, and whether to look at the usage again.
+
+The rule (ceiling.py): never a MemoryMax below the slice's usage in one write, since that write
+makes its writer, systemd, reclaim and OOM-kill. Every expected value is worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from memqos_systemd.ceiling import Step, step
+
+Mi = 2**20
+INF = 2**64 - 1
+PAGE = 4096
+
+
+@pytest.mark.parametrize("target, held, usage, expected", [
+    # first write on a slice that holds systemd's default (infinity), usage below the plan: the plan
+    (900 * Mi, INF, 100 * Mi, Step(900 * Mi, False)),
+    (900 * Mi, None, 100 * Mi, Step(900 * Mi, False)),  # not read yet: taken as infinity
+    # usage above the plan: to the usage, up to a page, and look again
+    (900 * Mi, INF, 1500 * Mi, Step(1500 * Mi, True)),
+    (900 * Mi, INF, 1500 * Mi + 1, Step(1500 * Mi + PAGE, True)),
+    (900 * Mi, INF, 1500 * Mi + PAGE - 1, Step(1500 * Mi + PAGE, True)),
+    # following: the usage went down, so does the step; it never goes up again by itself
+    (900 * Mi, 1500 * Mi, 1200 * Mi, Step(1200 * Mi, True)),
+    (900 * Mi, 1200 * Mi, 1300 * Mi, Step(1200 * Mi, True)),  # usage above what is held (the kernel's slack)
+    (900 * Mi, 1200 * Mi, 1200 * Mi, Step(1200 * Mi, True)),  # nothing moved: nothing to send
+    # the usage reached the plan: the plan
+    (900 * Mi, 1200 * Mi, 900 * Mi, Step(900 * Mi, False)),
+    (900 * Mi, 1200 * Mi, 900 * Mi - 1, Step(900 * Mi, False)),
+    (900 * Mi, 1200 * Mi, 900 * Mi + 1, Step(900 * Mi + PAGE, True)),  # one byte above: a page above
+    (900 * Mi, 1200 * Mi, 0, Step(900 * Mi, False)),
+    # the usage cannot be read (the slice's cgroup is not there): nothing lowered, look again
+    (900 * Mi, 1200 * Mi, None, Step(1200 * Mi, True)),
+    (900 * Mi, INF, None, Step(INF, True)),
+    # raising (the requests went down, a pod left) needs no usage and goes at once
+    (1500 * Mi, 900 * Mi, None, Step(1500 * Mi, False)),
+    (1500 * Mi, 900 * Mi, 3000 * Mi, Step(1500 * Mi, False)),
+    (900 * Mi, 900 * Mi, 3000 * Mi, Step(900 * Mi, False)),  # there already
+    # taking ours back (the ceiling was turned off): infinity, a raise
+    (INF, 900 * Mi, None, Step(INF, False)),
+])
+def test_step(target, held, usage, expected):
+    assert step(target, held, usage, PAGE) == expected
+
+
+@pytest.mark.parametrize("usage", [0, 1, 123 * Mi + 7, 900 * Mi, 901 * Mi, 5000 * Mi - 3])
+@pytest.mark.parametrize("held", [None, 950 * Mi, 2000 * Mi, INF])
+def test_no_step_below_the_usage_and_never_up_while_lowering(usage, held):
+    """Whatever the inputs: a lowering never goes below the usage, nor above what is held."""
+    got = step(900 * Mi, held, usage, PAGE)
+    was = INF if held is None else held
+    if got.value < was:
+        assert got.value >= usage and got.value >= 900 * Mi
+    assert got.value <= was
+    assert got.following == (got.value > 900 * Mi)

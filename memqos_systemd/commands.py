@@ -12,7 +12,7 @@ import os
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Collection
 
 from . import columns, last_pods, ledger
 from .applier import Applier, ApplyResult, summarize
@@ -32,6 +32,7 @@ from .plan import INFINITY, NodeFacts, Plan, plan
 from .quantity import format_bytes
 from .reconcile import DEFAULTS, MAY_CREATE, reset_plan
 from .round import Inputs, Round
+from .ceiling_watch import CeilingWatch
 from .runfile import RunLockHeld, hold_run_lock
 from .sources import SourceError, make_source
 from .sources.file import hidden_from_service
@@ -48,6 +49,8 @@ CGROUP_ROOT = Path(os.environ.get("MEMQOS_CGROUP_FS", "/sys/fs/cgroup"))
 LEDGER_PATH = Path(os.environ.get("MEMQOS_LEDGER", str(ledger.DEFAULT_PATH)))
 # The pods of the last run, for the first carry_over after a restart (last_pods.py): next to the ledger.
 LAST_PODS_PATH = Path(os.environ.get("MEMQOS_LAST_PODS", str(LEDGER_PATH.with_name(last_pods.DEFAULT_PATH.name))))
+# The slices whose MemoryMax the service set (the BestEffort ceiling, ledger.CeilingSlices): next to the ledger.
+CEILING_LEDGER_PATH = LEDGER_PATH.with_name(ledger.CEILINGS_PATH.name)
 # One daemon per node, of either route (runfile.hold_run_lock): beside the ledger, in the
 # directory the service and the DaemonSet's pod share.
 RUN_LOCK_PATH = LEDGER_PATH.with_name("run.lock")
@@ -116,7 +119,7 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
         if intake.holding is not None:
             _warn("the pod source lists no pods but pod slices exist; not lowering anything")
         inputs = Inputs(intake.pods, NodeFacts(read_meminfo(), _page_size()), cfg, applier.naming, intake.holding, retired)
-        rnd = Round()
+        rnd = Round(ceiling=ceiling)
         desired = rnd.plan(inputs)
         for w in desired.warnings:
             _warn(w)
@@ -126,9 +129,15 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
             _warn(f"not loaded yet, left for the kubelet to create (the daemon sets them when it does):"
                   f" {', '.join(waiting)}")
         outcome = await rnd.run(inputs, applier, dry_run=dry_run, echo=print)
+        if ceiling.following:
+            _warn(f"{desired.ceiling.unit} uses more than its planned MemoryMax {desired.ceiling.memory_max}: stepped"
+                  f" down to its usage only (a lower write would make systemd reclaim and OOM-kill); the service"
+                  f" follows it down, or run apply again")
         return outcome.changes, outcome.result
 
-    return await _send(cfg, one_round, dry_run=dry_run, label="")
+    # The BestEffort ceiling as the service steps it, its ledger written before a MemoryMax goes out.
+    ceiling = CeilingWatch(Cgroupfs(CGROUP_ROOT), None if dry_run else CEILING_LEDGER_PATH, _page_size())
+    return await _send(cfg, one_round, dry_run=dry_run, label="", max_units=lambda naming: ceiling.units(naming, cfg))
 
 
 # ------------------------------------------------------------------ reset
@@ -137,16 +146,28 @@ def reset(args, cfg: Config) -> int:
 
 
 async def _reset(cfg: Config, *, dry_run: bool) -> int:
+    ceilings = ledger.CeilingSlices(CEILING_LEDGER_PATH)
+
+    def ceiling_units(naming: Naming) -> frozenset[str]:
+        """Whose MemoryMax is ours to take back: the ceiling ledger's slices, and the BestEffort
+        slice when the config turns the ceiling on (in case the ledger could not be written)."""
+        on = cfg.best_effort_ceiling.enabled
+        return frozenset(ceilings.names | ({naming.qos_slice("BestEffort")} if on else set()))
+
     async def changes(systemd, applier: Applier) -> tuple[list, ApplyResult]:
         if await systemd.unit_state(SERVICE) in ("active", "activating", "reloading"):
             _warn(f"{SERVICE} is running and will re-apply its plan; stop it first: systemctl disable --now {SERVICE}")
         # Also the reserved slices the service wrote that the config no longer names (ledger.py).
         former = ledger.read(LEDGER_PATH) - set(applier.naming.reserved_slices())
         await applier.refresh_all(former)
-        found = reset_plan(applier.observed, applier.naming, also=former)
+        found = reset_plan(applier.observed, applier.naming, also=former, ceilings=ceiling_units(applier.naming))
         return found, await applier.apply(found, dry_run=dry_run, echo=print)
 
-    return await _send(cfg, changes, dry_run=dry_run, label="reset: ")
+    status = await _send(cfg, changes, dry_run=dry_run, label="reset: ", max_units=ceiling_units)
+    if status == EXIT_OK and not dry_run:
+        for name in sorted(ceilings.names):
+            ceilings.discard(name)  # MemoryMax back to infinity: nothing of ours is left there
+    return status
 
 
 def _restored(unit: str, error: str | None) -> None:
@@ -154,16 +175,20 @@ def _restored(unit: str, error: str | None) -> None:
         _warn(f"cannot put memory.oom.group of {unit} back to the runtime's 1 after the write: {error}")
 
 
-async def _send(cfg: Config, act, *, dry_run: bool, label: str) -> int:
+async def _send(cfg: Config, act, *, dry_run: bool, label: str,
+                max_units: Callable[[Naming], Collection[str]] = lambda naming: ()) -> int:
     """Connect, and let `act` compute the changes against what systemd holds and send them (or
-    print them): (changes, result)."""
+    print them): (changes, result). `max_units`: the units whose MemoryMax is ours to read
+    (Applier.max_units)."""
     try:
         systemd = await _connect()
     except SystemdError as e:
         _err(f"cannot reach systemd: {e}; nothing changed")
         return EXIT_FAILURE
     try:
-        applier = Applier(systemd, Naming.for_config(cfg), cgroupfs=Cgroupfs(CGROUP_ROOT), on_restore=_restored)
+        naming = Naming.for_config(cfg)
+        applier = Applier(systemd, naming, cgroupfs=Cgroupfs(CGROUP_ROOT), on_restore=_restored,
+                          max_units=lambda: max_units(naming))
         changes, result = await act(systemd, applier)
     except SystemdError as e:
         _err(f"systemd: {e}")
@@ -198,8 +223,10 @@ async def _status(cfg: Config, output: str) -> int:
     except SystemdError as e:
         _err(f"cannot reach systemd: {e}")
         return EXIT_FAILURE
+    naming = Naming.for_config(cfg)
+    ceiling_units = CeilingWatch(Cgroupfs(CGROUP_ROOT), CEILING_LEDGER_PATH, _page_size()).units(naming, cfg)
     try:
-        applier = Applier(systemd, Naming.for_config(cfg))
+        applier = Applier(systemd, naming, max_units=lambda: ceiling_units)
         await applier.refresh_all(u.unit for u in desired.units) if desired else await applier.refresh_all()
     except SystemdError as e:
         _err(f"systemd: {e}")
@@ -216,7 +243,8 @@ async def _status(cfg: Config, output: str) -> int:
             desired = _desired(cfg, intake.snapshot)  # with the pods carried over
     rows = _unit_rows(desired, applier.observed)
     doc = {"node": None, "holding": None if snapshot is None or intake.holding is None else str(intake.holding),
-           "podSource": source_error, "pods": [], "units": rows, "drift": sum(r["drift"] for r in rows)}
+           "podSource": source_error, "pods": [], "units": rows, "drift": sum(r["drift"] for r in rows),
+           "bestEffortCeiling": _ceiling_row(desired, applier.observed, naming, cfg)}
     if desired is not None:
         node = desired.node_unit()
         doc["node"] = {"capacityBytes": desired.capacity, "allocatableBytes": desired.allocatable,
@@ -243,17 +271,40 @@ def _unit_rows(desired: Plan | None, observed: dict) -> list[dict]:
         d = dirs[name] = cgroup_path(name, dirs.get(u.parent) if u and u.parent else None)
         want = u.properties() if u else None
         held = observed.get(name)
-        kernel = read_cgroup_memory(CGROUP_ROOT / d) if held is not None else None
-        why = ""
+        kernel = read_cgroup_memory(CGROUP_ROOT / d, with_max="MemoryMax" in held) if held is not None else None
+        why, drift = "", True
+        differ = [k for k, v in (want or {}).items() if held is not None and held.get(k) != v]
         if held is None and u is not None and u.level in MAY_CREATE and want != DEFAULTS:
             why = "not created"  # a reserved slice the service makes; not yet
-        elif want is not None and held is not None and want != held:
+        elif differ == ["MemoryMax"] and held["MemoryMax"] > want["MemoryMax"]:
+            # The BestEffort ceiling on its way down: never below the slice's usage (ceiling.py).
+            why, drift = "MemoryMax above the plan: it steps down with the slice's usage", False
+        elif differ:
             why = "systemd differs from the plan"
         elif held is not None and kernel is not None and not kernel_shows(kernel, held, page):
             why = "the kernel differs from systemd"
         rows.append({"unit": name, "level": u.level if u else "unplanned", "cgroup": d, "desired": want,
-                     "systemd": held, "kernel": kernel, "drift": bool(why), "why": why})
+                     "systemd": held, "kernel": kernel, "drift": drift and bool(why), "why": why})
     return rows
+
+
+def _ceiling_row(desired: Plan | None, observed: dict, naming: Naming, cfg: Config) -> dict | None:
+    """The BestEffort ceiling as planned and as systemd holds it, beside the slice's usage and its
+    memory.events (`max`: usage reached MemoryMax; `oom_kill`: the kernel killed in the slice, at
+    the ceiling or on a node out of memory). None when the ceiling is off and none of ours is held."""
+    unit = naming.qos_slice("BestEffort")
+    values = observed.get(unit) or {}
+    planned = desired.ceiling if desired is not None else None
+    if planned is None and not cfg.best_effort_ceiling.enabled and "MemoryMax" not in values:
+        return None
+    where = CGROUP_ROOT / cgroup_path(unit)
+    events = read_memory_events(where) if where.is_dir() else {}
+    return {"unit": unit, "enabled": cfg.best_effort_ceiling.enabled,
+            "MemoryMax": planned.memory_max if planned else None, "systemd": values.get("MemoryMax"),
+            "usageBytes": read_value(where / "memory.current"),
+            "requestsBytes": planned.requests if planned else None,
+            "headroomBytes": cfg.best_effort_ceiling.headroom, "minimumBytes": cfg.best_effort_ceiling.minimum,
+            "events": {k: events.get(k) for k in ("max", "oom", "oom_kill")}}
 
 
 def _pod_rows(desired: Plan, pods, units: dict[str, dict]) -> list[dict]:
@@ -354,12 +405,29 @@ def status_lines(doc: dict, *, wide: bool = False) -> list[str]:
         lines.append(f"not in the plan (pods gone; the service resets them): {len(unplanned)} unit(s)"
                      + (f", {sum(r['drift'] for r in unplanned)} with drift" if any(r["drift"] for r in unplanned)
                         else ""))
+    if doc.get("bestEffortCeiling"):
+        lines += _ceiling_lines(doc["bestEffortCeiling"])
     lines.append(_summary(doc))
     if doc["drift"]:
         lines.append("drift (!): the plan, systemd and the kernel disagree (why, and the values: --output json)")
     if cut:
         lines.append(f"names cut (…) to fit {WIDTH} columns: --output wide shows them whole")
     return lines
+
+
+def _ceiling_lines(c: dict) -> list[str]:
+    """The BestEffort ceiling for people, in two lines of at most WIDTH columns: planned, held, the
+    usage; how it was planned, and the slice's max and oom_kill counts."""
+    held, planned = c["systemd"], c["MemoryMax"]
+    state = " (steps down with the usage)" if held is not None and planned is not None and held > planned else ""
+    first = (f"BestEffort ceiling ({c['unit']}): plan {_human(planned) if planned is not None else 'none'},"
+             f" systemd holds {_human(held)}{state}, usage {_human(c['usageBytes'])}")
+    how = (f"allocatable - requests {_human(c['requestsBytes'])} - headroom {_human(c['headroomBytes'])}"
+           f" (at least {_human(c['minimumBytes'])})" if planned is not None
+           else "off" if not c["enabled"] else "left to the kubelet's QOSReserved (plan --output table says why)")
+    ev = c["events"]
+    return [columns.fit(first, WIDTH),
+            columns.fit(f"  {how}; memory.events max {_count(ev['max'])}, oom_kill {_count(ev['oom_kill'])}", WIDTH)]
 
 
 def _count(n: int | None) -> str:
@@ -557,7 +625,7 @@ def run(args, cfg: Config) -> int:
     outside = Outside(connect=lambda address: Systemd.connect(address, call_timeout=CALL_TIMEOUT),
                       make_source=make_source, read_capacity=read_meminfo, page_size=page_size(),
                       metrics=metrics, memory_watcher=_memory_watcher(log), ledger_path=LEDGER_PATH,
-                      last_pods_path=LAST_PODS_PATH)
+                      ceiling_ledger_path=CEILING_LEDGER_PATH, last_pods_path=LAST_PODS_PATH)
     for note in cfg.notes:
         log.warning("config: %s", note)
     if cfg.kubelet_memory_qos_gate:

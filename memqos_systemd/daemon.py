@@ -42,6 +42,7 @@ from typing import Any, Callable
 
 from .agenda import HEARTBEAT_INTERVAL, Agenda, Tick
 from .applier import Applier, OomGroupJournal
+from .ceiling_watch import CeilingWatch
 from .cgroupfs import Cgroupfs, read_events_file
 from .config import Config, ConfigError, load_config
 from .guard_watch import GuardWatch
@@ -77,6 +78,7 @@ class Outside:
     bus_address: str | None = None
     cgroupfs: Cgroupfs = field(default_factory=Cgroupfs)  # the cgroup2 mount (cgroupfs.py)
     ledger_path: Path | None = None  # reserved slices written (ledger.py); None: not kept
+    ceiling_ledger_path: Path | None = None  # slices whose MemoryMax we set (ledger.CeilingSlices); None: not kept
     # The last snapshot's pods, for the first carry_over after a restart (last_pods.py); None: not kept.
     last_pods_path: Path | None = None
     clock: Callable[[], float] = time.monotonic
@@ -125,7 +127,9 @@ class Daemon:
                              heartbeat_interval=min(watchdog_interval() or HEARTBEAT_INTERVAL, HEARTBEAT_INTERVAL))
         self.intake = PodIntake(outside.last_pods_path)  # the pods to act on, and whether we hold
         self.reserved = ReservedSlices(outside.ledger_path)
-        self.round = Round(outside.metrics, outside.clock)
+        # The BestEffort ceiling's steps and ledger (its MemoryMax goes into the round's plan).
+        self.ceiling = CeilingWatch(outside.cgroupfs, outside.ceiling_ledger_path, outside.page_size, outside.metrics)
+        self.round = Round(outside.metrics, outside.clock, self.ceiling)
         self.guard = GuardWatch(outside.cgroupfs)  # the pressure guard; its MemoryHigh goes into the plan
         self.systemd = None
         self.applier: Applier | None = None
@@ -322,7 +326,8 @@ class Daemon:
         self.systemd = systemd
         self.applier = Applier(systemd, self.naming, cgroupfs=self.out.cgroupfs, page_size=self.out.page_size,
                                on_call=self.out.metrics.dbus_call, on_restore=self._oom_group,
-                               on_foreign=self._on_foreign_write)
+                               on_foreign=self._on_foreign_write,
+                               max_units=lambda: self.ceiling.units(self.naming, self.config))
         self.agenda.connected()
         log.info("connected to systemd %s", await systemd.version())
 
@@ -396,6 +401,7 @@ class Daemon:
             log.error("cannot plan, nothing changed: %s", e)
             return
         self.agenda.planned(self.round.planned_units, self.out.clock())
+        self.agenda.ceiling_following(self.out.clock(), self.ceiling.following, self.ceiling.moved)
         if outcome is None or outcome.settled:
             self.reserved.keep(self.naming.reserved_slices())  # a write that failed is tried again
             return
@@ -453,6 +459,10 @@ class Daemon:
         self.out.metrics.foreign_write(unit)
         clock = self.out.clock()
         self.agenda.foreign_write(clock)
+        if self.ceiling.stand_down(unit, before, now, self.config):  # the ceiling's: said there, once
+            before, now = ({p: v for p, v in d.items() if p != "MemoryMax"} for d in (before, now))
+            if before == now:
+                return
         if self._foreign_noted(unit, clock):
             kubelets = {self.naming.node_slice(): "MemoryMin", self.naming.qos_slice("Burstable"): "MemoryLow"}
             log.warning("%s", foreign_write_line(unit, before, now, kubelets.get(unit)))

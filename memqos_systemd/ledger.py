@@ -1,4 +1,4 @@
-"""The reserved slices the daemon has set values on, remembered in a runtime file.
+"""The slices the daemon has set values on that no plan may name later, remembered in runtime files.
 
 Reserved slices (kubeReservedCgroup, systemReservedCgroup) are the only units the daemon creates
 by writing to them, and their values sit in /run/systemd/system.control/<slice>.d/ until reboot.
@@ -7,6 +7,14 @@ when that happens while the service is stopped, nothing would remember the slice
 neither the next start nor `memqos-systemd reset` (nor `apt remove`) would bring it back to the
 defaults. This file remembers, for exactly as long as those drop-ins live: it is under /run too
 (the unit's RuntimeDirectory, kept when the service stops).
+
+The BestEffort ceiling (plan.besteffort_ceiling) is the other such value: a MemoryMax the daemon
+set on the BestEffort QoS slice stays there when the ceiling is turned off while the service is
+stopped, or when the service is removed. `CeilingSlices` (its own file, CEILINGS_PATH) remembers
+the slices whose MemoryMax the daemon set, from before its first write there until systemd holds
+infinity again, so that the daemon (a reload or start with the ceiling off) and `reset` (and so
+`apt remove` and the DaemonSet's uninstall) put it back, and leave alone a MemoryMax someone else
+set (a kubelet with QOSReserved).
 
 One slice name per line. A missing file is an empty ledger; a line that is not a valid slice
 name is ignored with a warning (it names nothing we could have written).
@@ -21,26 +29,27 @@ from typing import Callable, Iterable
 from . import runfile
 from .naming import valid_slice_name
 
-__all__ = ["DEFAULT_PATH", "ReservedSlices", "read", "write"]
+__all__ = ["DEFAULT_PATH", "CEILINGS_PATH", "ReservedSlices", "CeilingSlices", "read", "write"]
 
 log = logging.getLogger("memqos_systemd")
 
 DEFAULT_PATH = Path("/run/memqos-systemd/reserved-slices")
+CEILINGS_PATH = DEFAULT_PATH.with_name("ceiling-slices")
 _MAX_BYTES = 64 * 1024
 
 
-def read(path: Path) -> set[str]:
-    """The slice names in the ledger at `path`; empty when there is none."""
+def read(path: Path, what: str = "reserved-slice ledger") -> set[str]:
+    """The slice names in the ledger at `path` (`what` it is, for the journal); empty when there is none."""
     try:
         with open(path, "rb") as f:
             data = f.read(_MAX_BYTES + 1)
     except FileNotFoundError:
         return set()
     except OSError as e:
-        log.warning("cannot read the reserved-slice ledger %s: %s", path, e.strerror or e)
+        log.warning("cannot read the %s %s: %s", what, path, e.strerror or e)
         return set()
     if len(data) > _MAX_BYTES:
-        log.warning("the reserved-slice ledger %s is larger than %d bytes: ignored", path, _MAX_BYTES)
+        log.warning("the %s %s is larger than %d bytes: ignored", what, path, _MAX_BYTES)
         return set()
     names = set()
     for line in data.decode("utf-8", "replace").splitlines():
@@ -50,16 +59,16 @@ def read(path: Path) -> set[str]:
         if valid_slice_name(name):
             names.add(name)
         else:
-            log.warning("the reserved-slice ledger %s: %r is not a slice name: ignored", path, name[:80])
+            log.warning("the %s %s: %r is not a slice name: ignored", what, path, name[:80])
     return names
 
 
-def write(path: Path, names: set[str] | frozenset[str]) -> bool:
+def write(path: Path, names: set[str] | frozenset[str], what: str = "reserved-slice ledger") -> bool:
     """Replace the ledger at `path` with `names` (atomically); False, with a warning, if it cannot."""
     try:
         runfile.replace(path, "".join(f"{n}\n" for n in sorted(names)).encode())
     except OSError as e:
-        log.warning("cannot write the reserved-slice ledger %s: %s", path, e.strerror or e)
+        log.warning("cannot write the %s %s: %s", what, path, e.strerror or e)
         return False
     return True
 
@@ -104,4 +113,32 @@ class ReservedSlices:
         failed is tried again at the next call."""
         names = frozenset(named) | frozenset(self.retired)
         if self.path is not None and names != self._written and write(self.path, names):
+            self._written = names
+
+
+_CEILINGS = "ceiling ledger"
+
+
+class CeilingSlices:
+    """The slices whose MemoryMax the daemon set (the BestEffort ceiling), kept in the file at
+    `path` (None: in memory only): `add` before the first write of a value other than infinity,
+    `discard` once systemd holds infinity there again. A write of the file that failed is tried
+    again at the next call."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.names: set[str] = read(path, _CEILINGS) if path is not None else set()
+        self._written: frozenset[str] | None = frozenset(self.names)
+
+    def add(self, name: str) -> None:
+        self.names.add(name)
+        self._keep()
+
+    def discard(self, name: str) -> None:
+        self.names.discard(name)
+        self._keep()
+
+    def _keep(self) -> None:
+        names = frozenset(self.names)
+        if self.path is not None and names != self._written and write(self.path, names, _CEILINGS):
             self._written = names

@@ -261,6 +261,10 @@ class Metrics:
                                       "Pressure guard actions on the BestEffort QoS slice's MemoryHigh: lower (a"
                                       " breach), raise (a release step), clear (back to the planner's value)",
                                       ["action"], registry=r)
+        self._ceiling = Gauge("memqos_besteffort_ceiling_bytes",
+                              "The BestEffort ceiling: MemoryMax of the BestEffort QoS slice as planned (kind=planned)"
+                              " and as systemd holds it (kind=held; above the plan while it steps down with the"
+                              " slice's usage); +Inf: none", ["kind"], registry=r)
         self._guard_high = Gauge("memqos_guard_besteffort_high_bytes",
                                  "The pressure guard's MemoryHigh for the BestEffort QoS slice (+Inf: not engaged,"
                                  " the planner's value)", registry=r)
@@ -353,6 +357,11 @@ class Metrics:
 
     # ---------------------------------------------------------------- throttling
 
+    def besteffort_ceiling(self, planned: int | None, held: int | None) -> None:
+        """The BestEffort ceiling after a round: planned and held MemoryMax (None: none)."""
+        self._ceiling.labels("planned").set(_bytes_value(UINT64_MAX if planned is None else planned))
+        self._ceiling.labels("held").set(_bytes_value(UINT64_MAX if held is None else held))
+
     def throttle_events(self, container_unit: str, high_count: int) -> None:
         """memory.events 'high' of a container scope (the kernel's own counter)."""
         if self._throttle.get(container_unit) == float(high_count):
@@ -432,6 +441,7 @@ class NoMetrics:
     def foreign_write(self, unit: str) -> None: pass
     def oom_group_restored(self, ok: bool) -> None: pass
     def guard_action(self, action: str, high: int | None) -> None: pass
+    def besteffort_ceiling(self, planned: int | None, held: int | None) -> None: pass
     def throttle_events(self, container_unit: str, high_count: int) -> None: pass
     def forget_unit(self, unit: str) -> None: pass
 

@@ -21,6 +21,10 @@ service runs.
   (`retired`) go back to the defaults.
 * **Apply.** In the diff's order, siblings together; a round stops at the first group with a
   real failure, and the next one finishes the job.
+* **The BestEffort ceiling.** With `ceiling` (ceiling_watch.CeilingWatch), the plan's MemoryMax of
+  the BestEffort QoS slice is replaced by how far it may go now (never below the slice's usage in
+  one write: ceiling.py), or infinity where a ceiling of ours is to be taken back; a round that
+  stopped above the plan for the usage is never `settled` (the daemon's agenda looks again).
 * **Settled.** Because `plan` is pure and the diff reads only the Applier's cache (whose
   `generation` counts its changes), a round whose inputs and cache equal those of a round that
   found nothing to send would find nothing either (`Round.settled`): on an idle node a poll that
@@ -35,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Collection, Mapping
 
 from .applier import Applier, ApplyResult, name_changes, summarize
+from .ceiling_watch import CeilingWatch
 from .config import Config
 from .guard import overlay
 from .intake import Holding
@@ -105,9 +110,11 @@ class Round:
     round that found nothing to send, and reports each round to `metrics` (metrics.py; NoMetrics
     for `apply --once`) and, when it sends something, to the journal."""
 
-    def __init__(self, metrics=None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, metrics=None, clock: Callable[[], float] = time.monotonic,
+                 ceiling: CeilingWatch | None = None) -> None:
         self.metrics = metrics if metrics is not None else NoMetrics()
         self._clock = clock
+        self.ceiling = ceiling  # the BestEffort ceiling's steps and ledger; None: MemoryMax never ours
         self._planned: tuple[tuple, Plan, dict[str, UnitPlan]] | None = None  # (what it is made of, plan, by unit)
         self._settled: tuple | None = None  # (inputs, applier, generation) of the last round that sent nothing
         self._shown: Plan | None = None  # the plan the metrics show
@@ -160,6 +167,8 @@ class Round:
         except PlanError:
             put_back(new, started)
             raise
+        if self.ceiling is not None:
+            desired = self.ceiling.overlay(desired, applier.observed, inputs.config, inputs.naming)
         if applier.cgroupfs is not None:
             applier.cgroupfs.place(desired)  # where its container scopes are
         if inputs.holding is None:
@@ -191,9 +200,13 @@ class Round:
         changes, held = before if generation == read_from else self._diff(desired, inputs, applier)
         was = {c.unit: applier.observed.get(c.unit) for c in changes}
         result = await applier.apply(changes, dry_run=dry_run, echo=echo)
-        if not changes and applier.generation == generation:
-            # Nothing to send, and the cache did not change while the round awaited.
+        following = self.ceiling is not None and self.ceiling.following
+        if not changes and applier.generation == generation and not following:
+            # Nothing to send, and the cache did not change while the round awaited (nor may the
+            # usage that holds the BestEffort ceiling above its plan: it is looked at again).
             self._settled = (inputs, applier, generation)
+        if self.ceiling is not None and not dry_run:
+            self.ceiling.settle(applier.observed, desired)
         outcome = Outcome(desired, changes, held, result, was)
         if changes and not dry_run:
             log.info("reconcile: %s", outcome.summary())

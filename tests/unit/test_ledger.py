@@ -43,3 +43,18 @@ def test_a_ledger_that_cannot_be_written_is_a_warning_not_an_error(tmp_path, cap
     with caplog.at_level(logging.WARNING, logger="memqos_systemd"):
         assert ledger.write(blocker / "reserved-slices", {"system.slice"}) is False
     assert "cannot write the reserved-slice ledger" in caplog.text
+
+
+def test_ceiling_slices_are_remembered_from_before_the_first_write_until_taken_back(tmp_path, caplog):
+    path = tmp_path / "run" / "ceiling-slices"
+    kept = ledger.CeilingSlices(path)
+    assert kept.names == set() and not path.exists()
+    kept.add("kubepods-besteffort.slice")
+    assert path.read_text() == "kubepods-besteffort.slice\n"
+    assert ledger.CeilingSlices(path).names == {"kubepods-besteffort.slice"}  # read back after a restart
+    kept.discard("kubepods-besteffort.slice")
+    assert ledger.read(path) == set()
+    blocked = ledger.CeilingSlices(tmp_path / "run" / "ceiling-slices" / "x")  # its directory is a file
+    with caplog.at_level(logging.WARNING, logger="memqos_systemd"):
+        blocked.add("kubepods-besteffort.slice")
+    assert blocked.names == {"kubepods-besteffort.slice"} and "cannot write the ceiling ledger" in caplog.text

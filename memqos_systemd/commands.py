@@ -22,7 +22,7 @@ from .cgroupfs import (
 from .config import DEFAULT_CONFIG_PATH, Config
 from .daemon import Daemon, Outside
 from .intake import PodIntake
-from .kubelet_gate import memory_qos_gate, parse_kubelet_metrics
+from .kubelet_gate import memory_qos_gate, parse_kubelet_metrics, qos_reserved
 from .metrics import Metrics, parse_listen
 from .naming import Naming, container_scope
 from .node import MemoryWatcher, check_node, kubelet_config_findings, page_size, read_meminfo, systemd_findings
@@ -529,11 +529,12 @@ GATE_KEPT = ("kept on, the kubelet writes kubepods.slice MemoryMin and kubepods-
              " each time counted in memqos_foreign_writes_total: protection dips every minute")
 
 
-def kubelet_gate(cfg: Config):
-    """The kubelet's own Memory QoS gate and how we know (kubelet_gate.py), asking its /metrics when
-    the pod source is the kubelet; (gate, why the kubelet's /metrics did not say)."""
+def kubelet_gates(cfg: Config):
+    """The kubelet's own Memory QoS gate and its QOSReserved, and how we know (kubelet_gate.py),
+    asking its /metrics once when the pod source is the kubelet; (Memory QoS gate, QOSReserved,
+    why the kubelet's /metrics did not say)."""
 
-    reported = version = None
+    gates, version = {}, None
     unasked = "the pod source is a file" if cfg.pods_file else None
     if not cfg.pods_file:
         source = KubeletSource(cfg.kubelet)
@@ -542,20 +543,26 @@ def kubelet_gate(cfg: Config):
         except SourceError as e:  # it names the /metrics URL, and for a 403 the RBAC rule
             unasked = str(e)
         else:
-            reported = gates.get("MemoryQoS")
-            if reported is None:
+            if gates.get("MemoryQoS") is None:
                 unasked = (f"{source.metrics_name} lists no MemoryQoS gate" if gates else
                            f"{source.metrics_name} answered, but not with the kubelet's metrics (no"
                            f" kubernetes_feature_enabled line): is kubelet.url the kubelet's?")
-    gate = memory_qos_gate(reported=reported, version=version, configured=cfg.kubelet_memory_qos_gate,
+    gate = memory_qos_gate(reported=gates.get("MemoryQoS"), version=version, configured=cfg.kubelet_memory_qos_gate,
                            config_file=cfg.kubelet_config_file)
-    return gate, unasked
+    reserved = qos_reserved(reported=gates.get("QOSReserved"), configured=cfg.kubelet_qos_reserved_gate,
+                            memory=cfg.kubelet_qos_reserved_memory, config_file=cfg.kubelet_config_file)
+    return gate, reserved, unasked
+
+
+QOS_RESERVED_FIX = ("turn one of the two off: bestEffortCeiling: {enabled: false} here, or the kubelet's QOSReserved"
+                    " (featureGates: {QOSReserved: false}, or no memory in qosReserved, in its config) and restart it")
 
 
 def _check_kubelet_gate(cfg: Config) -> list[tuple[str, str]]:
     """The kubelet's own Memory QoS: off (ok), on (error: the fight, the fix, what keeping it means),
-    or not known (warn: how to find out); and the fight as the service has seen it."""
-    gate, unasked = kubelet_gate(cfg)
+    or not known (warn: how to find out); its QOSReserved beside the BestEffort ceiling; and the
+    fight as the service has seen it."""
+    gate, reserved, unasked = kubelet_gates(cfg)
     out = []
     if gate.on is False:
         out.append(("ok", f"kubelet: its own Memory QoS is off ({gate.how})"))
@@ -568,10 +575,30 @@ def _check_kubelet_gate(cfg: Config) -> list[tuple[str, str]]:
         out.append(("warn", f"kubelet: cannot tell whether its own Memory QoS is on ({gate.how}; {unasked});"
                             f" it is on by default from v1.37: {GATE_FIX}"))
     seen = _service_foreign_writes(cfg)
+    besteffort = Naming.for_config(cfg).qos_slice("BestEffort")
+    ceiling_fight = seen.pop(besteffort, None)
     if seen:
         out.append(("warn", "kubelet: the service has put back values someone else wrote: "
                             + ", ".join(f"{unit} {n:g} time(s)" for unit, n in sorted(seen.items()))
                             + f" (memqos_foreign_writes_total); the kubelet's own Memory QoS does this: {GATE_FIX}"))
+    if cfg.best_effort_ceiling.enabled:
+        if reserved.on:
+            out.append(("error", f"kubelet: its QOSReserved is on ({reserved.how}): it sets {besteffort}'s MemoryMax"
+                                 f" itself every minute, and bestEffortCeiling is on here; the service leaves the"
+                                 f" ceiling to the kubelet rather than fight; {QOS_RESERVED_FIX}"))
+        elif reserved.on is None:
+            out.append(("warn", f"kubelet: cannot tell whether its QOSReserved caps {besteffort} ({reserved.how});"
+                                f" if it does, the service leaves the BestEffort ceiling to it"))
+        else:
+            out.append(("ok", f"kubelet: its QOSReserved does not cap {besteffort} ({reserved.how}): the BestEffort"
+                              f" ceiling is the service's alone"))
+    elif reserved.on:
+        out.append(("ok", f"kubelet: its QOSReserved caps {besteffort} itself ({reserved.how}); bestEffortCeiling is"
+                          f" off here: no conflict"))
+    if ceiling_fight:
+        out.append(("warn", f"kubelet: someone else changed {besteffort}'s MemoryMax {ceiling_fight:g} time(s) while the"
+                            f" service ran (memqos_foreign_writes_total), the kubelet's QOSReserved likely: the service"
+                            f" stood down, leaving the BestEffort ceiling to it; {QOS_RESERVED_FIX}"))
     return out
 
 

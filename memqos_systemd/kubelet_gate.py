@@ -16,6 +16,12 @@ How we learn it, most reliable first, without spawning anything:
 Nothing else is known for sure: the version alone needs the metrics too (the read-only /pods does
 not carry it, and the binary is not ours to run).
 
+The same goes for the kubelet's **QOSReserved** (`qos_reserved`): with that alpha gate on (off by
+default) and `qosReserved: {memory: N%}` in its config, the kubelet sets MemoryMax on
+kubepods-burstable.slice and kubepods-besteffort.slice itself every minute (its QoS manager's
+setMemoryReserve), the very MemoryMax of the BestEffort ceiling (plan.besteffort_ceiling). The gate
+comes from the same /metrics, else its config file; the reserve only from its config file.
+
 When a write is found anyway, `foreign_write_line` is the journal's line for it: what changed, and
 the likely writer (the kubelet's pattern named, with the fix).
 """
@@ -29,7 +35,7 @@ from typing import Mapping
 from .quantity import show_value
 
 __all__ = ["Gate", "DEFAULT_ON_FROM", "FOREIGN_LOG_EVERY", "foreign_write_line", "memory_qos_gate",
-           "parse_kubelet_metrics", "parse_version"]
+           "qos_reserved", "parse_kubelet_metrics", "parse_version"]
 
 DEFAULT_ON_FROM = (1, 37)
 # A unit someone else keeps writing (the kubelet's own Memory QoS: every minute) is logged at most
@@ -103,3 +109,25 @@ def foreign_write_line(unit: str, before: Mapping[str, int], now: Mapping[str, i
         writer = "by another writer (systemctl set-property, another agent)"
     return (f"{unit}: {values} changed without us, {writer}; putting ours back (logged once an hour per unit;"
             f" memqos_foreign_writes_total counts each time)")
+
+
+def qos_reserved(*, reported: bool | None = None, configured: bool | None = None, memory: str | None = None,
+                 config_file: str | None = None) -> Gate:
+    """Whether the kubelet caps the QoS slices' MemoryMax itself: its QOSReserved gate (`reported`
+    by its /metrics, else `configured` in its config file, else off: alpha, off by default) and
+    qosReserved.memory (`memory`, from its config file). `on` is None when the gate is on and the
+    reserve is not known (no kubelet config file read)."""
+    if reported is not None:
+        gate, how = reported, "its QOSReserved gate from the kubelet's /metrics"
+    elif configured is not None:
+        gate, how = configured, f"its QOSReserved gate in {config_file or 'the kubelet config'}"
+    else:
+        gate, how = False, "its QOSReserved gate: alpha, off by default, and not turned on in what we can read"
+    if not gate:
+        return Gate(False, how)
+    if memory is not None:
+        return Gate(True, f"{how}; qosReserved.memory {memory} in {config_file or 'the kubelet config'}")
+    if config_file is not None:
+        return Gate(False, f"{how}, but no qosReserved.memory in {config_file}")
+    return Gate(None, f"{how}; whether qosReserved sets memory is in the kubelet's config file, which is not read"
+                      f" (set kubeletConfigFile)")

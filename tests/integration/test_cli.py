@@ -553,6 +553,52 @@ def test_reset_with_a_broken_config_resets_by_the_unit_names_and_the_ledger(node
         assert node.memory(unit) == DEFAULTS, unit
 
 
+BE_SLICE = "kubepods-besteffort.slice"
+
+
+def test_the_ceiling_through_apply_status_and_a_reset_with_a_broken_config(node):
+    """bestEffortCeiling (issue 25): apply --once steps MemoryMax no lower than the slice's usage
+    (memory.current) and remembers the slice in the ledger before it writes; status shows the
+    ceiling beside the usage; reset takes it back by the ledger, with a config it cannot use."""
+    node.start_applied(node.plan())
+    config = node.write_config("ceiling.yaml", podsFile=str(node.pods_path), bestEffortCeiling={"enabled": True})
+    doc = json.loads(node.cli("plan", "--pods", node.pods_path, "--output", "json", config=config).stdout)
+    planned = next(u["MemoryMax"] for u in doc["units"] if u["unit"] == BE_SLICE)
+    usage = node.cgroup / "kubepods.slice" / BE_SLICE / "memory.current"
+    usage.parent.mkdir(parents=True, exist_ok=True)
+    usage.write_text(f"{planned + (10 << 20) + 1}\n")
+    p = node.cli("apply", "--once", config=config)
+    no_traceback(p)
+    assert p.returncode == 0, p.stderr
+    assert "uses more than its planned MemoryMax" in p.stderr and "stepped down to its usage only" in p.stderr
+    assert node.fake.unit(BE_SLICE).memory_max == planned + (10 << 20) + 4096
+    assert (node.tmp / "ceiling-slices").read_text() == f"{BE_SLICE}\n"
+    assert [u for u, props in node.sets() if "MemoryMax" in props] == [BE_SLICE]
+    usage.write_text("1000\n")
+    assert node.cli("apply", "--once", config=config).returncode == 0
+    assert node.fake.unit(BE_SLICE).memory_max == planned
+
+    s = node.cli("status", "--output", "json", config=config)
+    assert s.returncode == 0, s.stderr
+    ceiling = json.loads(s.stdout)["bestEffortCeiling"]
+    assert {k: ceiling[k] for k in ("unit", "enabled", "MemoryMax", "systemd", "usageBytes")} == {
+        "unit": BE_SLICE, "enabled": True, "MemoryMax": planned, "systemd": planned, "usageBytes": 1000}
+    table = node.cli("status", "--output", "table", config=config).stdout
+    at = table.splitlines().index(next(x for x in table.splitlines() if x.startswith("BestEffort ceiling")))
+    first, second = table.splitlines()[at:at + 2]
+    assert first.startswith(f"BestEffort ceiling ({BE_SLICE}): plan ") and first.endswith("usage 1000")
+    assert second.startswith("  allocatable - requests ") and "oom_kill -" in second
+    assert max(len(first), len(second)) <= 100
+
+    broken = node.tmp / "broken.yaml"
+    broken.write_text("not: [valid")
+    r = node.cli("reset", config=broken)
+    no_traceback(r)
+    assert r.returncode == 0, r.stderr
+    assert node.fake.unit(BE_SLICE).memory_max == INF
+    assert (node.tmp / "ceiling-slices").read_text() == ""
+
+
 def test_reset_refused_by_systemd_exits_1_with_one_line(node):
     plan = node.plan()
     node.start_applied(plan)
@@ -608,7 +654,8 @@ def test_status_json_shows_desired_systemd_kernel_and_flags_drift(node):
     no_traceback(p)
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert set(doc) == {"node", "holding", "podSource", "pods", "units", "drift"}
+    assert set(doc) == {"node", "holding", "podSource", "pods", "units", "drift", "bestEffortCeiling"}
+    assert doc["bestEffortCeiling"] is None  # off, and nothing of ours held
     rows = {r["unit"]: r for r in doc["units"]}
     for r in doc["units"]:
         assert set(r) == {"unit", "level", "cgroup", "desired", "systemd", "kernel", "drift", "why"}
@@ -962,6 +1009,41 @@ def test_check_asks_the_kubelet_whether_its_own_memory_qos_is_on(node, kubelet, 
         else:
             assert f"; {metrics} answered, but not with the kubelet's metrics (no kubernetes_feature_enabled line)" \
                    in text, text
+
+
+QOS_RESERVED_METRICS = 'kubernetes_feature_enabled{name="QOSReserved",stage="ALPHA"} %d\n'
+
+
+@pytest.mark.parametrize("case", ["config file: gate and memory", "metrics: gate on, config: memory",
+                                  "metrics: gate on, no config file", "metrics: gate off", "ceiling off"])
+def test_check_fails_when_the_kubelets_qosreserved_and_the_ceiling_would_both_cap_besteffort(
+        node, kubelet, kubelet_pki, case):
+    """A kubelet with QOSReserved and qosReserved.memory writes kubepods-besteffort.slice's
+    MemoryMax every minute, the BestEffort ceiling's: an error while bestEffortCeiling is on."""
+    kubelet_config = node.tmp / "kubelet.yaml"
+    gates = "featureGates: {QOSReserved: true}\n" if case.startswith("config") else ""
+    kubelet_config.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+                              f"cgroupDriver: systemd\n{gates}qosReserved: {{memory: 100%}}\n")
+    kubelet.respond.metrics = (QOS_RESERVED_METRICS % (0 if case.endswith("gate off") else 1)).encode()
+    kubelet.respond.tokens = {GOOD_TOKEN: (READER, {"pods", "metrics"})}
+    config = kubeadm_config(node, kubelet, kubelet_pki)
+    doc = yaml.safe_load(config.read_text())
+    doc["bestEffortCeiling"] = {"enabled": case != "ceiling off"}
+    if "no config file" not in case:
+        doc["kubeletConfigFile"] = str(kubelet_config)
+    config.write_text(yaml.safe_dump(doc))
+    p = node.cli("check", config=config)
+    lines = [(level, text) for level, text in findings(p) if "QOSReserved" in text]
+    (level, text), = lines
+    if case in ("config file: gate and memory", "metrics: gate on, config: memory"):
+        assert p.returncode == 1 and level == "error" and "qosReserved.memory 100%" in text, text
+        assert "leaves the ceiling to the kubelet" in text and "bestEffortCeiling: {enabled: false}" in text
+    elif case == "metrics: gate on, no config file":
+        assert p.returncode == 0 and level == "warn" and "set kubeletConfigFile" in text, text
+    elif case == "metrics: gate off":
+        assert p.returncode == 0 and level == "ok" and "the BestEffort ceiling is the service's alone" in text, text
+    else:
+        assert p.returncode == 0 and level == "ok" and "bestEffortCeiling is off here: no conflict" in text, text
 
 
 def test_check_names_the_fight_the_service_has_seen(node, kubelet, kubelet_pki):

@@ -52,3 +52,25 @@ def test_parse_version(text, version):
 def test_the_gate_from_what_is_known(known, on, how):
     gate = memory_qos_gate(**known)
     assert isinstance(gate, Gate) and gate.on is on and how in gate.how
+
+
+@pytest.mark.parametrize("known, on, how", [
+    # The gate: /metrics, else the config file, else off (alpha); the memory reserve: the config file.
+    ({"reported": True, "memory": "100%", "config_file": "/k.yaml"}, True,
+     "its QOSReserved gate from the kubelet's /metrics; qosReserved.memory 100% in /k.yaml"),
+    ({"reported": False, "configured": True, "memory": "100%", "config_file": "/k.yaml"}, False, "/metrics"),
+    ({"configured": True, "memory": "50%", "config_file": "/k.yaml"}, True, "gate in /k.yaml; qosReserved.memory 50%"),
+    ({"configured": True, "config_file": "/k.yaml"}, False, "but no qosReserved.memory in /k.yaml"),
+    ({"reported": True}, None, "set kubeletConfigFile"),  # on, reserve not known
+    ({"memory": "100%", "config_file": "/k.yaml"}, False, "alpha, off by default"),
+    ({}, False, "alpha, off by default"),
+])
+def test_qos_reserved_from_what_is_known(known, on, how):
+    from memqos_systemd.kubelet_gate import qos_reserved
+    gate = qos_reserved(**known)
+    assert gate.on is on and how in gate.how, gate
+
+
+def test_qos_reserved_gate_in_the_metrics():
+    gates, _ = parse_kubelet_metrics('kubernetes_feature_enabled{name="QOSReserved",stage="ALPHA"} 1\n')
+    assert gates == {"QOSReserved": True}

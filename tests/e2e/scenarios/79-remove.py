@@ -8,7 +8,9 @@ gone, every unit it managed (kubepods, QoS, pod, container and reserved slices) 
 memory.min 0, memory.low 0, memory.high max in the kernel, the conffile is kept, nothing of the
 package is left under /usr (no __pycache__), and a container run by runc keeps the
 memory.swap.max runc set (issue 21; its memory.oom.group is recorded: dpkg's daemon-reload
-resets it after the reset put it back, as on any node without the daemon). After `apt-get purge`: /etc/memqos-systemd is
+resets it after the reset put it back, as on any node without the daemon), and the BestEffort
+ceiling (issue 25, on in this config) is gone: kubepods-besteffort.slice's memory.max is max
+again. After `apt-get purge`: /etc/memqos-systemd is
 gone, the kubelet token in it too. Then `apt-get install` of the same .deb and README's token
 step: active again, protecting the pods with the shipped config. Last of the daemon scenarios: docs/PACKAGING.md items 8 and 9."""
 # e2e-timeout: 300
@@ -28,13 +30,17 @@ start_sample_node(pods, reserved=True)
 runc_web, runc_units = runc_pod("runc-web", 32, 96)
 write_pods([*pods, runc_web])
 set_by_runc = {f: read_cgroup_file(runc_units["app"], f) for f in ("memory.oom.group", "memory.swap.max")}
-memqos_write_config(sample_config())
-check(memqos_reload(), "config: TieredReservation, reserved kube.slice and system.slice")
+memqos_write_config(sample_config(bestEffortCeiling={"enabled": True}))
+check(memqos_reload(), "config: TieredReservation, reserved kube.slice and system.slice, the BestEffort ceiling on")
 expected = plan_expected(memqos_plan())
 bad, _ = wait_kernel(expected, 20)
 protected = {u: v for u, v in expected.items() if v["min"] or v["low"] or v["high"] != UINT64_MAX}
 check(not bad, f"before: {len(expected)} units equal plan, {len(protected)} of them with a value"
                f" other than 0/0/max {bad}")
+BE = "kubepods-besteffort.slice"
+ceiling = next(u["MemoryMax"] for u in memqos_plan()["units"] if u["unit"] == BE)
+check(wait_for(lambda: read_cgroup_file(BE, "memory.max") == str(ceiling), 10, 0.05),
+      f"before: {BE} memory.max is the planned ceiling {fmt_bytes(ceiling)}")
 
 
 def apt(*args):
@@ -57,6 +63,7 @@ defaults = {"min": 0, "low": 0, "high": UINT64_MAX}
 not_reset = [f"{u}: {v}" for u, v in observed.items() if v != defaults]
 check(not not_reset, f"every managed unit ({len(observed)}: kubepods, QoS, pods, containers, kube.slice,"
                      f" system.slice) at memory.min 0, memory.low 0, memory.high max {not_reset}")
+check_eq(read_cgroup_file(BE, "memory.max"), "max", f"the BestEffort ceiling taken back: {BE} memory.max")
 after = {f: read_cgroup_file(runc_units["app"], f) for f in set_by_runc}
 check(after["memory.swap.max"] == set_by_runc["memory.swap.max"],
       f"the runc container's memory.swap.max is what runc set ({after['memory.swap.max']}): systemd holds it")

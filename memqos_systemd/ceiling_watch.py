@@ -70,7 +70,7 @@ class CeilingWatch:
         target = None if desired.ceiling is None or stood_down else desired.ceiling.memory_max
         if target is None and unit in self.ledger.names and not stood_down and held not in (None, INFINITY):
             target = INFINITY  # ours, and no longer planned: take it back
-        value = None
+        value = usage = None
         self.following = False
         if target is not None:
             usage = self.cgroupfs.usage(unit) if target < (INFINITY if held is None else held) else None
@@ -79,7 +79,7 @@ class CeilingWatch:
             if value != INFINITY:
                 self.ledger.add(unit)  # before the write: reset must know, whatever happens next
         self.moved = value != self._sent
-        self._log_step(unit, target, value, usage if target is not None else None)
+        self._log_step(unit, target, value, usage)
         self._sent, self._target = value, target
         return self._with(desired, unit, value)
 

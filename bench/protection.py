@@ -36,6 +36,7 @@ SCENARIO = "60-protection"
 MARKER = "protection"
 GUARD_MARKER = "protection-guard"
 GUARD_CFG, BASE_CFG = "effective / Tiered + guard", "effective / Tiered"
+CEILING_CFG = "effective / Tiered + ceiling"
 
 CONFIGS = [
     {"name": "no daemon", "daemon": False},
@@ -43,28 +44,36 @@ CONFIGS = [
     # None sets no protection (only MemoryHigh): one kind of pressure shows it equals "no daemon".
     {"name": "effective / None", "daemon": True, "hierarchy": "effective", "policy": "None", "pressures": ["file"]},
     {"name": "effective / Tiered", "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
-     "pressures": ["file", "anon", "mix", "none"]},
+     "pressures": ["file", "anon", "mix", "burst", "none"]},
+    # The planned BestEffort ceiling (issue 25) at its defaults.
+    {"name": CEILING_CFG, "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
+     "ceiling": {}, "pressures": ["file", "anon", "mix", "burst", "none"]},
     # The pressure guard (issue 19) at its defaults; an allocating neighbour it throttles is not
     # OOM-killed, so the benchmark stops it after 60 s.
     {"name": "effective / Tiered + guard", "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
      "guard": {}, "pressures": ["none", "file", "anon", "mix"], "timeouts": {"anon": 60}},
-    {"name": "effective / Hard", "daemon": True, "hierarchy": "effective", "policy": "HardReservation"},
+    {"name": "effective / Hard", "daemon": True, "hierarchy": "effective", "policy": "HardReservation",
+     "pressures": ["file", "anon", "mix", "burst", "none"]},
 ]
-PRESSURES = ["file", "anon", "mix"]
+PRESSURES = ["file", "anon", "mix", "burst"]
 ALL_PRESSURES = PRESSURES + ["none"]
 PRESSURE_TEXT = {"file": "streams a file", "anon": "allocates until OOM", "mix": "holds anon + streams",
-                 "none": "no neighbour"}
+                 "burst": "Burstable, allocates until OOM", "none": "no neighbour"}
+# The configurations of issue 25's run: one boot, these rows side by side.
+CEILING_RUN = ["effective / Tiered", CEILING_CFG, "effective / Hard"]
 
 
 def params(args) -> dict:
-    names = [BASE_CFG, GUARD_CFG] if args.guard_only else args.configs.split(",") if args.configs else None
+    names = [BASE_CFG, GUARD_CFG] if args.guard_only else args.configs.split(",") if args.configs else CEILING_RUN
     return {
-        "configs": [c for c in CONFIGS if names is None or c["name"] in names],
+        "configs": [c for c in CONFIGS if names == ["all"] or c["name"] in names],
         "pressures": args.pressures.split(","), "default_pressures": PRESSURES, "idle_s": 30,
         "g_request_mib": 192, "g_anon_mib": 80, "g_file_mib": 64,
         "b_request_mib": 320, "b_anon_mib": 32, "b_file_mib": 256,
         "b2_anon_mib": 16, "requests_fraction": 0.9,
-        "stream_mib": 1024, "stream_passes": 1, "hog_anon_mib": 1600, "mix_anon_mib": 256,
+        "stream_mib": 1024, "stream_passes": 1, "hog_anon_mib": 1600, "mix_anon_mib": 256, "bn_request_mib": 64,
+        "health_interval_s": 1.0,
+        "footprint": not args.no_footprint, "footprint_pods": 110, "footprint_settle_s": 20, "footprint_refault_s": 60,
         "pressure_timeout_s": 240,
         "high_request_mib": 64, "high_limit_mib": 256, "high_over_mib": 12, "high_timeout_s": 180,
         "high_test": not (args.no_high or args.guard_only),
@@ -447,9 +456,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     vmbench.common_args(ap)
     ap.add_argument("--plot", metavar="PNG", help="write the plot here (default with --write: docs/protection.png)")
-    ap.add_argument("--configs", default="", help="comma-separated configuration names (default: all)")
+    ap.add_argument("--configs", default="", help="comma-separated configuration names (default: Tiered, Tiered + "
+                    "ceiling, Hard; 'all' for every one)")
     ap.add_argument("--pressures", default=",".join(ALL_PRESSURES))
     ap.add_argument("--no-high", action="store_true", help="skip the memory.high test")
+    ap.add_argument("--no-footprint", action="store_true", help="skip the daemon's footprint (110 pods)")
     ap.add_argument("--guard-only", action="store_true",
                     help="only the default configuration with and without the pressure guard (about 10 min); "
                          "--write then replaces the guard's own section")

@@ -34,8 +34,6 @@ import vmbench  # noqa: E402
 
 SCENARIO = "60-protection"
 MARKER = "protection"
-GUARD_MARKER = "protection-guard"
-GUARD_CFG, BASE_CFG = "effective / Tiered + guard", "effective / Tiered"
 CEILING_CFG = "effective / Tiered + ceiling"
 
 CONFIGS = [
@@ -48,10 +46,6 @@ CONFIGS = [
     # The planned BestEffort ceiling (issue 25) at its defaults.
     {"name": CEILING_CFG, "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
      "ceiling": {}, "pressures": ["file", "anon", "mix", "burst", "none"]},
-    # The pressure guard (issue 19) at its defaults; an allocating neighbour it throttles is not
-    # OOM-killed, so the benchmark stops it after 60 s.
-    {"name": "effective / Tiered + guard", "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
-     "guard": {}, "pressures": ["none", "file", "anon", "mix"], "timeouts": {"anon": 60}},
     {"name": "effective / Hard", "daemon": True, "hierarchy": "effective", "policy": "HardReservation",
      "pressures": ["file", "anon", "mix", "burst", "none"]},
 ]
@@ -64,7 +58,7 @@ CEILING_RUN = ["effective / Tiered", CEILING_CFG, "effective / Hard"]
 
 
 def params(args) -> dict:
-    names = [BASE_CFG, GUARD_CFG] if args.guard_only else args.configs.split(",") if args.configs else CEILING_RUN
+    names = args.configs.split(",") if args.configs else CEILING_RUN
     return {
         "configs": [c for c in CONFIGS if names == ["all"] or c["name"] in names],
         "pressures": args.pressures.split(","), "default_pressures": PRESSURES, "idle_s": 30,
@@ -76,7 +70,7 @@ def params(args) -> dict:
         "footprint": not args.no_footprint, "footprint_pods": 110, "footprint_settle_s": 20, "footprint_refault_s": 60,
         "pressure_timeout_s": 240,
         "high_request_mib": 64, "high_limit_mib": 256, "high_over_mib": 12, "high_timeout_s": 180,
-        "high_test": not (args.no_high or args.guard_only),
+        "high_test": not args.no_high,
     }
 
 
@@ -172,112 +166,6 @@ def _ms(x):
     return "—" if x is None else f"{x * 1e3:,.0f} ms"
 
 
-def guard_section(r: dict) -> list[str]:
-    """The pressure guard (issue 19): the guard-on runs beside the same configuration without it."""
-    runs = [x for x in r["runs"] if "error" not in x]
-    find = {(x["config"], x["pressure"]): x for x in runs}
-    if not any(c == GUARD_CFG for c, _ in find):
-        return []
-    P = r["params"]
-
-    def pct(run):
-        if run is None:
-            return None
-        a, b = kept(run["pods"]["B"], "file")
-        return min(100.0, 100 * a / b) if b else None
-
-    def show(v):
-        return "—" if v is None else (f"**{v:.0f} %**" if v >= 90 else f"{v:.0f} %")
-
-    out = ["### The pressure guard (issue 19)", "",
-           "`effective / Tiered + guard` is the default configuration with `pressureGuard: {enabled: true}` at its "
-           "defaults (etc/config.yaml), a fresh daemon for every run, in the same boot as `effective / Tiered`. The guard "
-           "reads the Burstable QoS slice's memory.events when the kernel notifies a change (and every 0.25 s while "
-           "engaged); on `low` events while BestEffort holds memory it caps kubepods-besteffort.slice's MemoryHigh at "
-           "what BestEffort holds, then lower. Sampled every 0.1 s during the pressure: B's `low` count and the "
-           "BestEffort slice's memory.high and memory.current.", "",
-           "| neighbour | B keeps: Tiered → + guard | B `low` events: Tiered → + guard | OOM kills (+ guard) "
-           "| guard actions lower / raise / clear | first `low` event → BestEffort capped | BestEffort at the cap → at "
-           "the end (MiB/s before → after) | G keeps anon / page cache (+ guard) | daemon CPU in the run: Tiered → + guard |",
-           "|---|---:|---:|---|---:|---|---|---|---:|"]
-    verdict = {}
-    for pr in ("none", "file", "anon", "mix"):
-        g, t = find.get((GUARD_CFG, pr)), find.get((BASE_CFG, pr))
-        if g is None:
-            continue
-        ga = g.get("guard_actions") or {}
-        acts = " / ".join(f"{ga.get(a, 0):.0f}" for a in ("lower", "raise", "clear"))
-        rx = g.get("reaction") or {}
-        if rx.get("action_s") is not None and rx.get("breach_s") is not None:
-            react = f"{_ms(rx['action_s'] - rx['breach_s'])} (at {rx['breach_s']:.1f} s → {rx['action_s']:.1f} s)"
-        elif rx.get("breach_s") is not None:
-            react = f"never (first `low` event at {rx['breach_s']:.1f} s)"
-        else:
-            react = "no `low` event"
-        if "be_at_action_mib" in rx:
-            be = (f"{rx['be_at_action_mib']:.0f} → {rx['be_end_mib']:.0f} MiB ({rx['be_rate_before_mib_s']:.1f} → "
-                  f"{rx['be_rate_after_mib_s']:.1f})")
-        else:
-            be = "—"
-        G = g["pods"]["G"]
-        gk = f"{cell_kept(G, 'anon')} / {cell_kept(G, 'file')}" if G["alive"] else "**killed**"
-        cpu = " → ".join("—" if x is None or x.get("daemon_cpu_s") is None else f"{x['daemon_cpu_s']:.2f} s"
-                         for x in (t, g))
-        out.append(f"| {PRESSURE_TEXT[pr]} | {show(pct(t))} → {show(pct(g))} | "
-                   f"{'—' if t is None else t['pods']['B']['events']['low']} → {g['pods']['B']['events']['low']} | "
-                   f"{kills_str(g)} | {acts} | {react} | {be} | {gk} | {cpu} |")
-        verdict[pr] = (g, t, pct(g), sum(ga.values()))
-    out.append("")
-    goals = []
-    if "anon" in verdict:
-        g, _, v, _ = verdict["anon"]
-        goals.append(f"B keeps ≥ 90 % of its page cache against the allocating neighbour: {v:.0f} % → "
-                     f"**{'met' if v >= 90 else 'not met'}**")
-    victims = {k["pod"] for pr, (g, *_rest) in verdict.items() for k in g.get("oom_kills") or []}
-    goals.append(f"OOM kills only in BestEffort: victims {sorted(victims) or 'none'} → "
-                 f"**{'met' if victims <= {'BE'} else 'not met'}**")
-    for pr in ("file", "mix"):
-        if pr in verdict:
-            v = verdict[pr][2]
-            goals.append(f"the {PRESSURE_TEXT[pr]} row stays at 100 %: {v:.0f} % → **{'met' if v >= 99 else 'not met'}**")
-    if "none" in verdict:
-        n = verdict["none"][3]
-        goals.append(f"no neighbour, no action: {n:.0f} guard actions in {P['idle_s']} s → **{'met' if n == 0 else 'not met'}**")
-    out += ["Goals (issue 19): " + "; ".join(goals) + ".", ""]
-    logs = (verdict.get("anon") or (None,))[0]
-    if logs and logs.get("guard_log"):
-        out += ["The guard's journal in the allocating run (seconds after the neighbour started):", ""]
-        out += [f"    {t:7.2f} s  {m[:160]}" for t, m in logs["guard_log"][:8]]
-        out.append("")
-    return out
-
-
-def render_guard_only(r: dict, host: dict, meta: dict) -> str:
-    """The guard's section alone (--guard-only: the default configuration with and without the
-    guard, in one boot), between its own markers."""
-    g = r["guest"]
-    lines = [f"<!-- {GUARD_MARKER}:start -->", "### The pressure guard (issue 19)", "",
-             f"Command: `/usr/bin/python3 bench/protection.py --guard-only --write docs/BENCHMARKS.md` (one VM boot, "
-             f"{host['wall_s'] / 60:.0f} min on {host['started']}). Commit {meta['commit']}. Host: "
-             f"{meta['machine']['cores']} cores, {meta['machine']['cpu']}; load average before/after "
-             f"{host['load_before'][0]} / {host['load_after'][0]}. Guest: kernel {g['kernel']}, {g['systemd']}, "
-             f"{g['capacity'] / 2**20:.0f} MiB, swap {g['swap']} kB, TCG. The pods, the neighbours and what is measured "
-             "are those of the section above; `effective / Tiered` was measured again in this boot, beside the guard.",
-             "", *guard_section(r)[2:]]
-    runs = [x for x in r["runs"] if "error" not in x]
-    lines += ["| configuration | pressure | B page cache kept (MiB) | B `low` events | G anon kept | G page cache kept | "
-              "OOM kills | re-fault: B re-reads its file / G re-touches its anon | load (host / guest) |",
-              "|---|---|---:|---:|---:|---:|---|---:|---|"]
-    for run in runs:
-        B, G = run["pods"]["B"], run["pods"]["G"]
-        lines.append(
-            f"| {run['config']} | {run['pressure']} ({PRESSURE_TEXT[run['pressure']]}) | {cell_kept(B, 'file')} | "
-            f"{B['events']['low']} | {cell_kept(G, 'anon') if G['alive'] else '**killed**'} | {cell_kept(G, 'file')} | "
-            f"{kills_str(run)} | {reread(B)} / {retouch(G)} | {vmbench.load_str(run.get('stamp'))} |")
-    lines += ["", f"<!-- {GUARD_MARKER}:end -->"]
-    return "\n".join(lines)
-
-
 def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
     g = r["guest"]
     P = r["params"]
@@ -364,7 +252,6 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
                   "(no swap: they are never evicted, only the file pages can be).", ""]
     if plot_name:
         lines += [f"![protection]({plot_name})", ""]
-    lines += guard_section(r)
     h = r.get("high")
     if h:
         res = h.get("result") or {}
@@ -416,7 +303,7 @@ def plot(r: dict, path: str) -> None:
     if len(pressures) == 1:
         axes = [axes]
     colors = {"no daemon": "#9e9e9e", "kubelet / Tiered": "#e57373", "effective / None": "#bdbdbd",
-              "effective / Tiered": "#64b5f6", "effective / Tiered + guard": "#2e7d32",
+              "effective / Tiered": "#64b5f6", CEILING_CFG: "#2e7d32",
               "effective / Hard": "#1565c0"}
     for ax, pr in zip(axes, pressures):
         ys, labels, cols, notes = [], [], [], []
@@ -461,9 +348,6 @@ def main() -> int:
     ap.add_argument("--pressures", default=",".join(ALL_PRESSURES))
     ap.add_argument("--no-high", action="store_true", help="skip the memory.high test")
     ap.add_argument("--no-footprint", action="store_true", help="skip the daemon's footprint (110 pods)")
-    ap.add_argument("--guard-only", action="store_true",
-                    help="only the default configuration with and without the pressure guard (about 10 min); "
-                         "--write then replaces the guard's own section")
     ap.add_argument("--render", metavar="JSON", help="only render a saved --json result")
     args = ap.parse_args()
     if args.render:
@@ -485,12 +369,6 @@ def main() -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"result": result, "host": host, "meta": meta}, f, indent=1)
-    if args.guard_only or not any(x["config"] != GUARD_CFG and x["config"] != BASE_CFG for x in result["runs"]):
-        block = render_guard_only(result, host, meta)
-        print(block)
-        if args.write:
-            vmbench.write_section(args.write, GUARD_MARKER, block)
-        return 0
     plot_path = args.plot or (os.path.join(os.path.dirname(os.path.abspath(args.write)), "protection.png")
                               if args.write else None)
     if plot_path:

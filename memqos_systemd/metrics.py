@@ -203,7 +203,7 @@ def _cgroup_view(plan: Any, cgroupfs: Any) -> tuple:
 # /livez answers 503 once the daemon's loop has not beaten (`heartbeat`, every
 # agenda.HEARTBEAT_INTERVAL) for this long: a DaemonSet's liveness probe then restarts it, as
 # WatchdogSec= does for the packaged unit. Generous: a daemon starved by a neighbour allocating
-# until the OOM killer acts (its reads 8-12 s apart, docs/BENCHMARKS.md "The pressure guard")
+# until the OOM killer acts (its reads 8-12 s apart before it was protected, docs/BENCHMARKS.md)
 # recovers when the killer has acted; a restart would not help it.
 LIVENESS_WINDOW = 60.0
 
@@ -257,16 +257,6 @@ class Metrics:
         self._holding = Gauge("memqos_holding", "1 while the daemon holds (sends only raising values: no pod"
                               " snapshot yet, or a suspect empty one); the reason is in the journal and"
                               " `status`", registry=r)
-        self._guard_actions = Counter("memqos_guard_actions",
-                                      "Pressure guard actions on the BestEffort QoS slice's MemoryHigh: lower (a"
-                                      " breach), raise (a release step), clear (back to the planner's value)",
-                                      ["action"], registry=r)
-        self._guard_high = Gauge("memqos_guard_besteffort_high_bytes",
-                                 "The pressure guard's MemoryHigh for the BestEffort QoS slice (+Inf: not engaged,"
-                                 " the planner's value)", registry=r)
-        self._guard_high.set(math.inf)
-        for action in ("lower", "raise", "clear"):
-            self._guard_actions.labels(action=action)
         r.register(_Dynamic(self))
         r.register(_Cgroups(self))
 
@@ -344,12 +334,6 @@ class Metrics:
     def oom_group_restored(self, ok: bool) -> None:
         """memory.oom.group of a container scope put back to 1 (ok), or the write failed."""
         self._oom_group_restores.labels(result="ok" if ok else "error").inc()
-
-    def guard_action(self, action: str, high: int | None) -> None:
-        """The pressure guard changed the BestEffort slice's MemoryHigh to `high` (None: back to
-        the planner's infinity); action: lower | raise | clear."""
-        self._guard_actions.labels(action=action).inc()
-        self._guard_high.set(math.inf if high is None else _bytes_value(high))
 
     # ---------------------------------------------------------------- throttling
 
@@ -431,7 +415,6 @@ class NoMetrics:
     def signal_overflow(self) -> None: pass
     def foreign_write(self, unit: str) -> None: pass
     def oom_group_restored(self, ok: bool) -> None: pass
-    def guard_action(self, action: str, high: int | None) -> None: pass
     def throttle_events(self, container_unit: str, high_count: int) -> None: pass
     def forget_unit(self, unit: str) -> None: pass
 

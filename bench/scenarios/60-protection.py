@@ -249,7 +249,7 @@ async def converge(units, timeout=120):
 
 async def configure(bus, cfg):
     if cfg["daemon"]:
-        extra = {"pressureGuard": {"enabled": "true", **cfg["guard"]}} if "guard" in cfg else {}
+        extra = {}
         if "ceiling" in cfg:
             extra["bestEffortCeiling"] = {"enabled": "true", **cfg["ceiling"]}
         write_config(memoryReservationPolicy=cfg["policy"], hierarchy=cfg["hierarchy"], **extra)
@@ -283,14 +283,6 @@ async def sample(samples, units, stop):
             await asyncio.wait_for(stop.wait(), 0.1)
         except asyncio.TimeoutError:
             pass
-
-
-def guard_actions():
-    try:
-        m = metrics()
-    except OSError:
-        return {}
-    return {a: metric_sum(m, "memqos_guard_actions_total", action=a) for a in ("lower", "raise", "clear")}
 
 
 def ceiling_reached(samples, t_p, kills):
@@ -353,24 +345,6 @@ def writes_now() -> float | None:
         return None
 
 
-def reaction(samples, t_p):
-    """From the samples: the first `low` event of B after the pressure began, the first time the
-    BestEffort slice's memory.high was below max, and what BestEffort held then and at the end."""
-    base = samples[0]["b_low"] if samples else 0
-    breach = next((r["t"] for r in samples if r["b_low"] > base), None)
-    act = next((r for r in samples if r["be_high"] is not None and r["be_high"] != UINT64_MAX), None)
-    out = {"breach_s": None if breach is None else breach - t_p, "action_s": None if act is None else act["t"] - t_p,
-           "min_be_high": min((r["be_high"] for r in samples if r["be_high"] is not None), default=None)}
-    if act is not None and samples:
-        first, last = samples[0], samples[-1]
-        out["be_at_action_mib"] = act["be_cur"] / MIB
-        out["be_end_mib"] = last["be_cur"] / MIB
-        out["be_rate_before_mib_s"] = (act["be_cur"] - first["be_cur"]) / MIB / max(act["t"] - first["t"], 1e-3)
-        out["be_rate_after_mib_s"] = (last["be_cur"] - act["be_cur"]) / MIB / max(last["t"] - act["t"], 1e-3)
-        out["b_low_at_action"] = act["b_low"] - base
-    return out
-
-
 async def one_run(bus, cfg, pressure):
     label = f"{cfg['name']} / {pressure}"
     say(f"=== run {label}")
@@ -431,7 +405,6 @@ async def one_run(bus, cfg, pressure):
     ev0 = {k: events(units[k]["slice"]) for k in ("G", "B", "B2", nb)}
     kmsg0 = len(kmsg_lines())
     free0 = meminfo_kib()
-    guard0 = guard_actions() if cfg["daemon"] else {}
     pid = daemon_pid() if cfg["daemon"] else 0
     cpu0 = cpu_seconds(pid) if pid else None
     samples, stop_sampling = [], asyncio.Event()
@@ -478,12 +451,6 @@ async def one_run(bus, cfg, pressure):
             run["daemon_cpu_s"] = cpu_seconds(pid) - cpu0
         except OSError:  # the daemon was restarted meanwhile (its watchdog, under memory pressure)
             run["daemon_restarted"] = True
-    if cfg["daemon"]:
-        g1 = guard_actions()
-        run["guard_actions"] = {a: g1.get(a, 0) - guard0.get(a, 0) for a in g1}
-        run["guard_log"] = [(round(t - t_p, 3), m) for t, m in journal_since(DAEMON, t_p - 1)
-                            if m.startswith("pressure guard:")][:40]
-    run["reaction"] = reaction(samples, t_p)
     run["samples"] = samples[:: max(1, len(samples) // 300)]
     run["hog_exit"] = [p.poll() for p in hog_procs]
     try:
@@ -722,9 +689,7 @@ async def main():
         await footprint(bus)
     for cfg in P["configs"]:
         await configure(bus, cfg)
-        for i, pressure in enumerate([x for x in P["pressures"] if x in cfg.get("pressures", P["default_pressures"])]):
-            if "guard" in cfg and i:
-                await configure(bus, cfg)  # a fresh guard for every run (the last one's may still be engaged)
+        for pressure in [x for x in P["pressures"] if x in cfg.get("pressures", P["default_pressures"])]:
             try:
                 OUT["runs"].append(await one_run(bus, cfg, pressure))
             except Exception as e:  # keep the other runs

@@ -17,7 +17,6 @@ import yaml
 
 from memqos_systemd import config
 from memqos_systemd.config import Config, KubeletSettings, MetricsConfig, load_config, parse_config
-from memqos_systemd.config import GuardSettings
 
 
 def _shipped() -> Path:
@@ -76,7 +75,7 @@ def _mentioned(text: str) -> tuple[set[str], dict[str, set[str]]]:
     """Top-level keys and, per block, nested keys written as settings (live or commented)."""
     doc = yaml.safe_load(_uncommented(text))
     top = set(doc)
-    nested = {k: set(v) for k, v in doc.items() if isinstance(v, dict) and k in ("kubelet", "metrics", "pressureGuard")}
+    nested = {k: set(v) for k, v in doc.items() if isinstance(v, dict) and k in ("kubelet", "metrics")}
     return top, nested
 
 
@@ -114,8 +113,7 @@ def test_names_every_top_level_key_config_py_knows():
     assert top - known == set(), "keys in the shipped file that config.py does not know"
 
 
-@pytest.mark.parametrize("block, record", [("kubelet", KubeletSettings), ("metrics", MetricsConfig),
-                                           ("pressureGuard", GuardSettings)])
+@pytest.mark.parametrize("block, record", [("kubelet", KubeletSettings), ("metrics", MetricsConfig)])
 def test_names_every_nested_key_config_py_knows(block, record):
     _, nested = _mentioned(_text())
     fields = {_norm(f.name) for f in dataclasses.fields(record)}

@@ -52,7 +52,7 @@ CONFIGS = [
 PRESSURES = ["file", "anon", "mix", "burst"]
 ALL_PRESSURES = PRESSURES + ["none"]
 PRESSURE_TEXT = {"file": "streams a file", "anon": "allocates until OOM", "mix": "holds anon + streams",
-                 "burst": "Burstable, allocates until OOM", "none": "no neighbour"}
+                 "burst": "is Burstable, allocates until OOM", "none": "no neighbour"}
 # The configurations of issue 25's run: one boot, these rows side by side.
 CEILING_RUN = ["effective / Tiered", CEILING_CFG, "effective / Hard"]
 
@@ -95,7 +95,8 @@ def kills_str(run):
     by = {}
     for k in ks:
         by[k["pod"]] = by.get(k["pod"], 0) + 1
-    names = {"BE": "BestEffort neighbour", "G": "**Guaranteed**", "B": "**Burstable**", "B2": "**idle Burstable**"}
+    names = {"BE": "BestEffort neighbour", "BN": "Burstable neighbour", "G": "**Guaranteed**", "B": "**Burstable**",
+             "B2": "**idle Burstable**"}
     return ", ".join(f"{names.get(p, p)} ×{n}" for p, n in by.items())
 
 
@@ -123,7 +124,8 @@ def glance(r: dict) -> list[str]:
     runs = [x for x in r["runs"] if "error" not in x]
     configs = list(dict.fromkeys(x["config"] for x in r["runs"]))
     pressures = [p for p in PRESSURES if any(x["pressure"] == p for x in runs)]
-    who = {"BE": "neighbour", "G": "**Guaranteed**", "B": "**Burstable**", "B2": "**idle Burstable**"}
+    who = {"BE": "BestEffort neighbour", "BN": "Burstable neighbour", "G": "**Guaranteed**", "B": "**Burstable**",
+           "B2": "**idle Burstable**"}
     out = ["| configuration | " + " | ".join(f"B keeps, neighbour {PRESSURE_TEXT[p]}" for p in pressures)
            + " | G keeps (worst: anon / page cache) | OOM kills, by victim |",
            "|---|" + "---:|" * len(pressures) + "---|---|"]
@@ -166,6 +168,119 @@ def _ms(x):
     return "—" if x is None else f"{x * 1e3:,.0f} ms"
 
 
+def _mib(x):
+    return "—" if x is None else f"{x / MIB:.1f}"
+
+
+MIB = 1 << 20
+
+
+def footprint_section(r: dict) -> list[str]:
+    """The daemon's own memory, what its unit's MemoryMin and MemoryLow are sized from."""
+    f = r.get("footprint")
+    if not f:
+        return []
+    n = f["pods"]
+    rows = [("no pod", "no_pods"), (f"{n} pods", f"pods_{n}"), (f"{n} pods, right after memory.reclaim", "after_reclaim"),
+            (f"{n} pods, a minute later (the working set read back in)", "working_set")]
+    out = ["### The daemon's own memory",
+           "",
+           f"The service's cgroup ({f['no_pods']['service']['cgroup']}) at rest with no pod, then with {n} running "
+           "pods (one container each), then emptied of every file page it could by `memory.reclaim` and left a "
+           "minute at work (resyncs, pod polls, a scrape every 15 s). memory.current counts the pages charged to "
+           "the cgroup: a file page is charged to whoever read it first, so the daemon's code read earlier by "
+           "another process (the package's installer, another Python) is charged there until it is reclaimed and "
+           "read back by the daemon. RSS is the process's view (anonymous + mapped file pages, wherever charged).",
+           "",
+           "| state | memory.current (MiB) | anon | file | kernel | RSS anon / file (MiB) | peak (MiB) |",
+           "|---|---:|---:|---:|---:|---|---:|"]
+    for label, key in rows:
+        m = f.get(key)
+        if not m:
+            continue
+        s, st, p = m["service"], m["service"]["stat"], m.get("proc") or {}
+        out.append(f"| {label} | {_mib(s['current'])} | {_mib(st.get('anon'))} | {_mib(st.get('file'))} | "
+                   f"{_mib(st.get('kernel'))} | {_mib(p.get('RssAnon'))} / {_mib(p.get('RssFile'))} | {_mib(s.get('peak'))} |")
+    out.append("")
+    return out
+
+
+def daemon_section(r: dict) -> list[str]:
+    """The daemon's health in every run: what issue 25 asks of it."""
+    runs = [x for x in r["runs"] if "error" not in x and "daemon" in x]
+    if not runs:
+        return []
+    out = ["### The daemon under pressure",
+           "",
+           "From convergence to the end of each run, a sampler with its memory locked (`bench/guest/health.py`, "
+           "mlockall, so that its own stalls do not count) asked `/metrics` every second (each request in its own "
+           "thread, 10 s timeout) and `/livez`, which says how long ago the daemon's loop last beat (it beats every "
+           "10 s, and pings the watchdog then; by the daemon's own clock, so the longest age is how late its loop "
+           "ran), and read the time PID 1 took the daemon's last watchdog ping (`WatchdogTimestampMonotonic`: a "
+           "long gap there with no kill is PID 1 itself stalled, which reads the queued ping before its watchdog "
+           "timer when it resumes) and the service cgroup's memory.current and `low` count. Restarts: `NRestarts` and `MainPID` before and after; watchdog kills: systemd's "
+           "`Watchdog timeout` lines in the journal. Writes: `SetUnitProperties` calls after convergence (the "
+           "neighbour's new container scope takes one; the ceiling's steps more).",
+           "",
+           "| configuration | neighbour | `/metrics` slowest during the pressure (s) | failed | the loop's longest "
+           "time without a beat (s) | longest gap between the pings PID 1 took (s) | watchdog kills / restarted | service `low` events | service memory.current "
+           "(MiB, min → max) | its file pages read back (refaults) | writes after convergence |",
+           "|---|---|---:|---:|---:|---:|---|---:|---|---:|---:|"]
+    for x in runs:
+        d, h = x["daemon"], x["daemon"]["health"]
+        slow = h.get("max_during_s")
+        out.append(
+            f"| {x['config']} | {PRESSURE_TEXT[x['pressure']]} | {'—' if slow is None else f'{slow:.2f}'} | "
+            f"{h.get('failed', '—')} of {h.get('scrapes', '—')} | "
+            f"{'—' if h.get('max_loop_age_s') is None else format(h['max_loop_age_s'], '.1f')} | "
+            f"{'—' if h.get('max_ping_gap_s') is None else format(h['max_ping_gap_s'], '.1f')} | "
+            f"{len(d['watchdog_kills'])} / {'**yes**' if d['restarted'] else 'no'} | {d['low_events']} | "
+            f"{_mib(h.get('cur_min'))} → {_mib(h.get('cur_max'))} | {h.get('refault_delta', '—')} | "
+            f"{'—' if d['writes_after_convergence'] is None else format(d['writes_after_convergence'], '.0f')} |")
+    kills = sum(len(x["daemon"]["watchdog_kills"]) for x in runs)
+    restarts = sum(1 for x in runs if x["daemon"]["restarted"])
+    slowest = max((x["daemon"]["health"].get("max_s") or 0 for x in runs), default=0)
+    failed = sum(x["daemon"]["health"].get("failed") or 0 for x in runs)
+    lows = sum(x["daemon"]["low_events"] for x in runs)
+    gap = max((x["daemon"]["health"].get("max_ping_gap_s") or 0 for x in runs), default=0)
+    age = max((x["daemon"]["health"].get("max_loop_age_s") or 0 for x in runs), default=0)
+    boot = r.get("daemon_boot") or {}
+    out += ["", f"In all {len(runs)} runs: {kills} watchdog kills, {restarts} restarts; the slowest `/metrics` "
+            f"{slowest:.2f} s, {failed} failed; the service's `low` count rose by {lows}; its loop went at most "
+            f"{age:.1f} s without a beat; the longest gap between two watchdog pings PID 1 took {gap:.1f} s (WatchdogUSec {boot.get('WatchdogUSec', '?')}). For the whole boot, "
+            f"systemd counted NRestarts={boot.get('NRestarts', '?')} and logged "
+            f"{len(boot.get('watchdog_kills') or [])} watchdog timeouts. The unit as it ran: MemoryMin "
+            f"{boot.get('MemoryMin', '?')}, MemoryLow {boot.get('MemoryLow', '?')}, OOMScoreAdjust "
+            f"{boot.get('OOMScoreAdjust', '?')}, cgroup {boot.get('ControlGroup', '?')}.", ""]
+    return out
+
+
+def ceiling_section(r: dict) -> list[str]:
+    """Where the ceiling held BestEffort, and how fast the kernel acted once it was reached."""
+    runs = [x for x in r["runs"] if "error" not in x and (x.get("ceiling") or {}).get("memory_max")]
+    if not runs:
+        return []
+    out = ["### The BestEffort ceiling at work",
+           "",
+           "Sampled every 0.1 s: `kubepods-besteffort.slice`'s memory.max (the ceiling, as the kernel holds it) and "
+           "its memory.events `max` count (the times its usage met memory.max); the OOM kill's time is the kernel's "
+           "own (the journal's monotonic timestamp of the `oom-kill` line). \"Reached\" is the first sample whose "
+           "`max` count had risen: up to 0.1 s late, more when the guest stalls.",
+           "",
+           "| configuration | neighbour | memory.max (MiB) | reached after the pressure began (s) | reached → OOM kill (s) "
+           "| `max` events | OOM kills |",
+           "|---|---|---:|---:|---:|---:|---|"]
+    for x in runs:
+        c = x["ceiling"]
+        reach = c.get("reached_s")
+        kill = c.get("kill_after_reached_s")
+        out.append(f"| {x['config']} | {PRESSURE_TEXT[x['pressure']]} | {_mib(c['memory_max'])} | "
+                   f"{'never' if reach is None else f'{reach:.1f}'} | {'—' if kill is None else f'{kill:.2f}'} | "
+                   f"{c.get('max_events', '—')} | {kills_str(x)} |")
+    out.append("")
+    return out
+
+
 def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
     g = r["guest"]
     P = r["params"]
@@ -186,7 +301,7 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
         "### At a glance",
         "",
         f"How much of its page cache a Burstable pod (**B**, request {req['B']} Mi, {P['b_file_mib']} MiB of cached "
-        "file) still holds after a BestEffort neighbour pressed, per configuration of memqos-systemd (bold: 90 % or "
+        "file) still holds after a neighbour pressed, per configuration of memqos-systemd (bold: 90 % or "
         "more; capped at 100 %: the kernel's count can grow by a few pages); the "
         "Guaranteed pod's (**G**) worst run; and whom the OOM killer took in all runs of that row.",
         "",
@@ -199,14 +314,19 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
         f"up to {100 * P['requests_fraction']:.0f} % of allocatable; **BE** the BestEffort neighbour: *file* = "
         f"reads a {P['stream_mib'] / 1024:.1f} GiB file {P['stream_passes']}×, *anon* = allocates up to "
         f"{P['hog_anon_mib']} MiB (more than the machine: the OOM killer must act), *mix* = holds "
-        f"{P['mix_anon_mib']} MiB anonymous while it streams the file. Every process has the kubelet's "
+        f"{P['mix_anon_mib']} MiB anonymous while it streams the file; **BN** instead of BE for *burst*: a "
+        f"Burstable neighbour, request {P.get('bn_request_mib', '?')} Mi and no limit (B2's request is smaller by as "
+        f"much), that allocates up to {P['hog_anon_mib']} MiB; *none*: no neighbour, {P['idle_s']} s of nothing. "
+        "Every process has the kubelet's "
         "oom_score_adj for its QoS class (G −997, BE 1000, B by request); G's slice and scope have "
         "MemoryMax = limit, as the kubelet and runc set them. Caches are dropped before each run.",
         "",
         "Configurations: *no daemon* (nothing set); *kubelet / Tiered* = `hierarchy: kubelet` (the KEP's "
         "literal numbers: `kubepods.slice` MemoryMin = all requests, MemoryLow 0) with TieredReservation; "
         "*effective / None|Tiered|Hard* = the default `hierarchy: effective` with each "
-        "`memoryReservationPolicy` (None sets only MemoryHigh).",
+        "`memoryReservationPolicy` (None sets only MemoryHigh); *+ ceiling* = with `bestEffortCeiling: {enabled: "
+        "true}` at its defaults: `kubepods-besteffort.slice` MemoryMax = allocatable − the Guaranteed and Burstable "
+        "requests − headroom.",
         "",
         "| configuration | pressure | B page cache kept (MiB) | B `low` events | G anon kept | G page cache kept | OOM kills | re-fault: B re-reads its file / G re-touches its anon | load (host / guest) |",
         "|---|---|---:|---:|---:|---:|---|---:|---|",
@@ -252,6 +372,7 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
                   "(no swap: they are never evicted, only the file pages can be).", ""]
     if plot_name:
         lines += [f"![protection]({plot_name})", ""]
+    lines += ceiling_section(r) + daemon_section(r) + footprint_section(r)
     h = r.get("high")
     if h:
         res = h.get("result") or {}

@@ -8,6 +8,8 @@ measure.
 Every --interval until SIGTERM, one JSON line per sample:
   t            CLOCK_MONOTONIC when the sample began (the journal's clock)
   metrics_s    how long GET URL took (null: it failed), metrics_err the failure
+  loop_age     what /livez says: how long ago the daemon's loop last beat (every 10 s), by the
+               daemon's own clock; its largest value is how late the loop ran
   wd           the unit's WatchdogTimestampMonotonic (µs): when PID 1 took its last WATCHDOG=1
   pid          its MainPID
   cur, low     the service cgroup's memory.current and memory.events `low`
@@ -16,12 +18,14 @@ Each request runs in a thread of its own, so a slow /metrics does not delay the 
 """
 import argparse
 import ctypes
+import re
 import json
 import os
 import signal
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 
 MCL_CURRENT, MCL_FUTURE = 1, 2
@@ -80,6 +84,8 @@ def main():
         with lock:
             out.write(json.dumps(row) + "\n")
 
+    livez = a.url.rsplit("/", 1)[0] + "/livez"
+
     def scrape(t):
         t0 = time.monotonic()
         row = {"t": t, "kind": "metrics"}
@@ -91,6 +97,15 @@ def main():
             row["metrics_s"] = None
             row["metrics_err"] = f"{type(e).__name__}: {e}"[:120]
             row["after_s"] = round(time.monotonic() - t0, 4)
+        try:
+            with urllib.request.urlopen(livez, timeout=a.timeout) as r:
+                text = r.read().decode()
+        except urllib.error.HTTPError as e:  # 503: the loop has not run for a minute
+            text = e.read().decode()
+        except Exception:
+            text = ""
+        m = re.search(r"last ran ([0-9.]+) s ago", text)
+        row["loop_age"] = float(m.group(1)) if m else None
         emit(row)
 
     emit({"t": time.monotonic(), "kind": "start", "mlockall": locked, "cgroup": cg})

@@ -170,7 +170,7 @@ def events(unit):
 def protection_layout(units):
     out = {}
     for name in ["kubepods.slice", "kubepods-burstable.slice", "kubepods-besteffort.slice"] + \
-            [units[k]["slice"] for k in ("G", "B", "B2", "BE")]:
+            [u["slice"] for u in units.values()]:
         d = slice_dir(name)
         out[name] = {k: read_int(os.path.join(d, "memory." + k)) for k in ("min", "low")}
     return out
@@ -320,6 +320,7 @@ def health_summary(path, t_p, t_end):
     lat_p = [r["metrics_s"] for r in during if r.get("metrics_s") is not None]
     pings = sorted({r["wd"] for r in unit if r.get("wd")})
     gaps = [(b - a) / 1e6 for a, b in zip(pings, pings[1:])]
+    ages = [r["loop_age"] for r in scr if r.get("loop_age") is not None]
     cur = [r["cur"] for r in unit if r.get("cur")]
     lows = [r["low"] for r in unit if r.get("low") is not None]
     ref = [r["refault"] for r in unit if r.get("refault") is not None]
@@ -331,11 +332,19 @@ def health_summary(path, t_p, t_end):
             "p50_during_s": percentile(lat_p, 0.5) if lat_p else None,
             "over_2s": sum(1 for x in lat if x > 2.0),
             "pings": len(pings), "max_ping_gap_s": max(gaps, default=None),
+            "max_loop_age_s": max(ages, default=None), "loop_ages": len(ages),
             "pids": sorted({r["pid"] for r in unit if r.get("pid")}),
             "cur_min": min(cur, default=None), "cur_max": max(cur, default=None),
             "low_delta": (lows[-1] - lows[0]) if lows else None,
             "refault_delta": (ref[-1] - ref[0]) if ref else None,
-            "sample_gap_max_s": max((b["t"] - a["t"] for a, b in zip(unit, unit[1:])), default=None)}
+            "sample_gap_max_s": max((b["t"] - a["t"] for a, b in zip(unit, unit[1:])), default=None),
+            "unit_reads_failed": sum(1 for r in unit if not r.get("wd")),
+            "slowest_unit_read_s": max((r.get("took_s") or 0 for r in unit), default=None),
+            # the raw samples, thinned to about 300 of each kind
+            "rows": {"unit": [[round(r["t"], 2), r.get("wd"), r.get("took_s"), r.get("cur"), r.get("low")]
+                              for r in unit[:: max(1, len(unit) // 300)]],
+                     "metrics": [[round(r["t"], 2), r.get("metrics_s"), r.get("loop_age")]
+                                 for r in scr[:: max(1, len(scr) // 300)]]}}
 
 
 def writes_now() -> float | None:
@@ -343,6 +352,21 @@ def writes_now() -> float | None:
         return metric_sum(metrics(), "memqos_dbus_calls_total", method="SetUnitProperties")
     except OSError:
         return None
+
+
+# What a run started, so that a run that fails leaves nothing behind for the next (cleanup).
+LEFT = {"procs": [], "slices": []}
+
+
+async def cleanup(bus):
+    for p in LEFT["procs"]:
+        if p.poll() is None:
+            p.kill()
+    if LEFT["slices"]:
+        await bus.stop_units(LEFT["slices"])
+        await bus.wait_gone("kubepods-*pod*.slice", 120)
+    LEFT["procs"].clear()
+    LEFT["slices"].clear()
 
 
 async def one_run(bus, cfg, pressure):
@@ -370,12 +394,15 @@ async def one_run(bus, cfg, pressure):
         if s["file"]:
             args += ["--file", s["file"]]
         procs[k] = spawn(args)
+        LEFT["procs"].append(procs[k])
         scope = await start_scope(bus, sl, cid_of(pod), [procs[k].pid], **extra)
         units[k] = {"slice": sl, "scope": scope}
+        LEFT["slices"].append(sl)
     neighbour = pods[nb]
     units[nb] = {"slice": pod_slice(neighbour["metadata"]["uid"], neighbour["status"]["qosClass"]),
                  "scope": f"cri-containerd-{cid_of(neighbour)}.scope"}
     await start_slice(bus, units[nb]["slice"])
+    LEFT["slices"].append(units[nb]["slice"])
     run = {"config": cfg["name"], "pressure": pressure, "label": label}
     if cfg["daemon"]:
         # the neighbour's scope does not exist yet: wait for the protected ones
@@ -392,6 +419,7 @@ async def one_run(bus, cfg, pressure):
         health_out = os.path.join(CTL, "health.jsonl")
         health = subprocess.Popen([PY, HEALTH, "--out", health_out, "--interval", str(P["health_interval_s"])],
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        LEFT["procs"].append(health)
     run["layout"] = protection_layout(units)
     # fill the working sets
     t0 = now()
@@ -422,6 +450,7 @@ async def one_run(bus, cfg, pressure):
         adj = 1000 if nb == "BE" else oom_adj("Burstable", BN_REQ * MIB)
         hog_procs.append(spawn([PY, WS, "--ctl", CTL, "--name", nb, "--hog-anon", str(target), "--hold", str(hold),
                                 "--oom-score-adj", str(adj), "--go", "go2"]))
+    LEFT["procs"] += hog_procs
     if hog_procs:
         await start_scope(bus, units[nb]["slice"], cid_of(neighbour), [p.pid for p in hog_procs])
     t_p = now()
@@ -510,15 +539,12 @@ async def one_run(bus, cfg, pressure):
     run["meminfo_before_kib"] = {k: free0.get(k) for k in ("MemFree", "Cached", "MemAvailable")}
     run["stamp"] = stamp(label)
     # tear down
-    for p in procs.values():
-        if p.poll() is None:
-            p.kill()
-    await bus.stop_units([u["slice"] for u in units.values()])
-    await bus.wait_gone("kubepods-*pod*.slice", 120)
+    await cleanup(bus)
     b = run["pods"]["B"]
     say(f"    {label}: B file {b['before']['file']:.0f} -> {b['after']['file']:.0f} MiB, G anon "
         f"{run['pods']['G']['before']['anon']:.0f} -> {run['pods']['G']['after']['anon']:.0f} MiB, kills {kills}"
-        + (f", daemon {run['daemon']['health'].get('max_during_s')} s max /metrics, ping gap "
+        + (f", daemon {run['daemon']['health'].get('max_during_s')} s max /metrics, loop age "
+           f"{run['daemon']['health'].get('max_loop_age_s')} s, ping gap "
            f"{run['daemon']['health'].get('max_ping_gap_s')} s, restarted {run['daemon']['restarted']}, "
            f"writes {run['daemon']['writes_after_convergence']}" if "daemon" in run else ""))
     return run
@@ -694,6 +720,7 @@ async def main():
                 OUT["runs"].append(await one_run(bus, cfg, pressure))
             except Exception as e:  # keep the other runs
                 say(f"run {cfg['name']} / {pressure} failed: {e!r}")
+                await cleanup(bus)
                 OUT["runs"].append({"config": cfg["name"], "pressure": pressure, "error": repr(e)})
             dump()
     if P.get("high_test", True):

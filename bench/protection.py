@@ -35,6 +35,8 @@ import vmbench  # noqa: E402
 SCENARIO = "60-protection"
 MARKER = "protection"
 CEILING_CFG = "effective / Tiered + ceiling"
+# The last boot that ran the configurations issue 25's run leaves out (no daemon, kubelet, None).
+EARLIER = "bench/results/protection.json"
 
 CONFIGS = [
     {"name": "no daemon", "daemon": False},
@@ -281,7 +283,20 @@ def ceiling_section(r: dict) -> list[str]:
     return out
 
 
-def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
+def earlier_glance(r: dict, earlier: dict | None) -> list[str]:
+    """The configurations this boot did not run, from an earlier boot's raw results (their values
+    have not changed since): the same table, said to be another boot's."""
+    if not earlier:
+        return []
+    mine = {x["config"] for x in r["runs"]}
+    old = dict(earlier["result"], runs=[x for x in earlier["result"]["runs"] if x["config"] not in mine])
+    if not old["runs"]:
+        return []
+    return ["", f"Not run in this boot, from the boot of {earlier['meta']['commit']} ({earlier['host']['started']}, "
+            f"`{EARLIER}`; what they set has not changed since):", "", *glance(old)]
+
+
+def render(r: dict, host: dict, meta: dict, plot_name: str | None, earlier: dict | None = None) -> str:
     g = r["guest"]
     P = r["params"]
     L = vmbench.load_str
@@ -306,6 +321,7 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
         "Guaranteed pod's (**G**) worst run; and whom the OOM killer took in all runs of that row.",
         "",
         *glance(r),
+        *earlier_glance(r, earlier),
         "",
         f"Pods (new ones for every run): **G** Guaranteed, request = limit {req['G']} Mi, holds "
         f"{P['g_anon_mib']} MiB anonymous + {P['g_file_mib']} MiB page cache; **B** Burstable, request "
@@ -316,7 +332,7 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
         f"{P['hog_anon_mib']} MiB (more than the machine: the OOM killer must act), *mix* = holds "
         f"{P['mix_anon_mib']} MiB anonymous while it streams the file; **BN** instead of BE for *burst*: a "
         f"Burstable neighbour, request {P.get('bn_request_mib', '?')} Mi and no limit (B2's request is smaller by as "
-        f"much), that allocates up to {P['hog_anon_mib']} MiB; *none*: no neighbour, {P['idle_s']} s of nothing. "
+        f"much), that allocates up to {P['hog_anon_mib']} MiB; *none*: no neighbour, {P.get('idle_s', 30)} s of nothing. "
         "Every process has the kubelet's "
         "oom_score_adj for its QoS class (G −997, BE 1000, B by request); G's slice and scope have "
         "MemoryMax = limit, as the kubelet and runc set them. Caches are dropped before each run.",
@@ -496,7 +512,9 @@ def main() -> int:
         plot(result, plot_path)
         vmbench.log(f"plot: {plot_path}")
     rel = os.path.relpath(plot_path, os.path.dirname(os.path.abspath(args.write))) if plot_path and args.write else plot_path
-    block = render(result, host, meta, rel)
+    earlier_path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), EARLIER)
+    earlier = json.load(open(earlier_path)) if os.path.exists(earlier_path) else None
+    block = render(result, host, meta, rel, earlier)
     print(block)
     if args.write:
         vmbench.write_section(args.write, MARKER, block)

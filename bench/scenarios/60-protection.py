@@ -313,7 +313,7 @@ def health_summary(path, t_p, t_end):
             rows = [json.loads(x) for x in f if x.strip()]
     except (OSError, ValueError):
         return {"error": "no samples"}
-    scr = [r for r in rows if r.get("kind") == "metrics"]
+    scr = [r for r in rows if r.get("kind") == "http"]
     unit = [r for r in rows if r.get("kind") == "unit"]
     during = [r for r in scr if t_p <= r["t"] <= t_end]
     lat = [r["metrics_s"] for r in scr if r.get("metrics_s") is not None]
@@ -325,7 +325,9 @@ def health_summary(path, t_p, t_end):
     lows = [r["low"] for r in unit if r.get("low") is not None]
     ref = [r["refault"] for r in unit if r.get("refault") is not None]
     start = next((r for r in rows if r.get("kind") == "start"), {})
-    return {"mlockall": start.get("mlockall"), "scrapes": len(scr), "scrapes_during": len(during),
+    end = next((r for r in rows if r.get("kind") == "stop"), {})
+    return {"mlockall": start.get("mlockall"), "sampler_locked": end.get("VmLck"), "sampler_rss": end.get("VmRSS"),
+            "scrapes": len(scr), "scrapes_during": len(during),
             "failed": len(scr) - len(lat), "failed_during": len(during) - len(lat_p),
             "failures": [r.get("metrics_err") for r in scr if r.get("metrics_s") is None][:5],
             "max_s": max(lat, default=None), "max_during_s": max(lat_p, default=None),

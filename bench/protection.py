@@ -92,8 +92,8 @@ def cell_kept(p, kind):
 def kills_str(run):
     ks = run.get("oom_kills") or []
     if not ks:
-        if run.get("timed_out"):
-            return f"none (the neighbour, throttled, was stopped by the benchmark after {run['pressure_s']:.0f} s)"
+        if run.get("timed_out") and run["pressure"] != "mix":  # mix's allocator holds until the stream ends
+            return f"none (the neighbour was still running when the benchmark stopped it, after {run['pressure_s']:.0f} s)"
         return "none"
     by = {}
     for k in ks:
@@ -216,10 +216,10 @@ def daemon_section(r: dict) -> list[str]:
     out = ["### The daemon under pressure",
            "",
            "From convergence to the end of each run, a sampler with its memory locked (`bench/guest/health.py`, "
-           "mlockall, so that its own stalls do not count) asked `/metrics` every second (each request in its own "
-           "thread, 10 s timeout) and `/livez`, which says how long ago the daemon's loop last beat (it beats every "
+           "mlockall of the pages it touches, so that its own stalls do not count; about 16 MiB) asked, in one loop, "
+           "`/metrics` every second (10 s timeout) and `/livez`, which says how long ago the daemon's loop last beat (it beats every "
            "10 s, and pings the watchdog then; by the daemon's own clock, so the longest age is how late its loop "
-           "ran), and read the time PID 1 took the daemon's last watchdog ping (`WatchdogTimestampMonotonic`: a "
+           "ran), and, in another loop, read the time PID 1 took the daemon's last watchdog ping (`WatchdogTimestampMonotonic`: a "
            "long gap there with no kill is PID 1 itself stalled, which reads the queued ping before its watchdog "
            "timer when it resumes) and the service cgroup's memory.current and `low` count. Restarts: `NRestarts` and `MainPID` before and after; watchdog kills: systemd's "
            "`Watchdog timeout` lines in the journal. Writes: `SetUnitProperties` calls after convergence (the "
@@ -367,11 +367,12 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None, earlier: dict
         return 100 * a / b if b else float("nan")
 
     notes = []
-    for cfg in ("no daemon", "kubelet / Tiered", "effective / Tiered", "effective / Hard"):
-        f, a = find(cfg, "file"), find(cfg, "anon")
+    for cfg in ("no daemon", "kubelet / Tiered", "effective / Tiered", CEILING_CFG, "effective / Hard"):
+        f, a, b = find(cfg, "file"), find(cfg, "anon"), find(cfg, "burst")
         if f and a:
             notes.append(f"*{cfg}*: B keeps {pct(f):.0f} % of its page cache against a streaming neighbour and "
-                         f"{pct(a):.0f} % against an allocating one")
+                         f"{pct(a):.0f} % against an allocating one"
+                         + (f", {pct(b):.0f} % against an allocating Burstable one" if b else ""))
     if notes:
         lines += ["Read: " + "; ".join(notes) + "."]
         t_a, h_a = find("effective / Tiered", "anon"), find("effective / Hard", "anon")

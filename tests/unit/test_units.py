@@ -72,3 +72,11 @@ def test_the_package_ships_the_slice_beside_the_service():
     installed = _find("debian/memqos-systemd.install").read_text(encoding="utf-8").split("\n")
     assert "units/memqos.slice lib/systemd/system/" in installed
     assert "units/memqos-systemd.service lib/systemd/system/" in installed
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/PACKAGING.md"])
+def test_the_docs_quote_the_units_protection(doc):
+    text = _find(doc).read_text(encoding="utf-8")
+    assert f"MemoryMin={SERVICE['Service']['MemoryMin']}" in text
+    assert f"OOMScoreAdjust={SERVICE['Service']['OOMScoreAdjust']}" in text
+    assert "memqos.slice" in text

@@ -316,7 +316,13 @@ def desired(m: dict) -> dict:
 
 def journal_since(unit: str, since_mono: float) -> list[tuple[float, str]]:
     """(monotonic seconds, message) of the unit's journal entries after since_mono."""
-    p = subprocess.run(["journalctl", "-b", "-u", unit, "-o", "json", "--no-pager",
+    return journal(["-u", unit], since_mono)
+
+
+def journal(select: list[str], since_mono: float = 0.0) -> list[tuple[float, str]]:
+    """(monotonic seconds, message) of this boot's journal entries that `select` picks (journalctl
+    options: ["-u", unit], ["-k"]) after since_mono."""
+    p = subprocess.run(["journalctl", "-b", *select, "-o", "json", "--no-pager",
                         "--output-fields=MESSAGE,__MONOTONIC_TIMESTAMP"], capture_output=True, text=True)
     out = []
     for line in p.stdout.splitlines():

@@ -105,20 +105,7 @@ def drop_caches():
 
 def kmsg_lines() -> list[tuple[float, str]]:
     """(CLOCK_MONOTONIC seconds, text) of this boot's kernel messages."""
-    p = subprocess.run(["journalctl", "-k", "-b", "-o", "json", "--output-fields=MESSAGE,__MONOTONIC_TIMESTAMP",
-                        "--no-pager"], capture_output=True, text=True)
-    out = []
-    for line in p.stdout.splitlines():
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        msg = e.get("MESSAGE")
-        if isinstance(msg, list):
-            msg = bytes(msg).decode(errors="replace")
-        if isinstance(msg, str):
-            out.append((int(e.get("__MONOTONIC_TIMESTAMP", 0)) / 1e6, msg))
-    return out
+    return journal(["-k"])
 
 
 def watchdog_kills(since: float) -> list[tuple[float, str]]:

@@ -12,6 +12,7 @@ Two loops, so that one that waits does not hold up the other, each one JSON line
     metrics_s  how long GET /metrics took to its last byte (null: it failed; metrics_err why)
     loop_age   what GET /livez said: how long ago the daemon's loop last beat (every 10 s), by
                the daemon's own clock; its largest value is how late the loop ran
+    livez_s    how long GET /livez took (the same server, nothing collected)
   kind "unit", every --interval (a busctl call waits for PID 1, which stalls under pressure):
     wd         the unit's WatchdogTimestampMonotonic (µs): when PID 1 took its last WATCHDOG=1
     pid        its MainPID
@@ -117,10 +118,14 @@ def main():
                 row["metrics_s"] = None
                 row["metrics_err"] = f"{type(e).__name__}: {e}"[:120]
                 row["after_s"] = round(time.monotonic() - t, 4)
+            t1 = time.monotonic()
             try:
                 _, body = get(a.port, "/livez", a.timeout)
                 m = re.search(rb"last ran ([0-9.]+) s ago", body)
                 row["loop_age"] = float(m.group(1)) if m else None
+                # the same server, no collection: a slow /metrics with a quick /livez is the
+                # collection's cost, both slow is the process (or the guest) not running
+                row["livez_s"] = round(time.monotonic() - t1, 4)
             except (OSError, ValueError, IndexError):
                 row["loop_age"] = None
             emit(row)

@@ -308,6 +308,7 @@ def health_summary(path, t_p, t_end):
     pings = sorted({r["wd"] for r in unit if r.get("wd")})
     gaps = [(b - a) / 1e6 for a, b in zip(pings, pings[1:])]
     ages = [r["loop_age"] for r in scr if r.get("loop_age") is not None]
+    livez = [r["livez_s"] for r in scr if t_p <= r["t"] <= t_end and r.get("livez_s") is not None]
     cur = [r["cur"] for r in unit if r.get("cur")]
     lows = [r["low"] for r in unit if r.get("low") is not None]
     ref = [r["refault"] for r in unit if r.get("refault") is not None]
@@ -322,6 +323,7 @@ def health_summary(path, t_p, t_end):
             "over_2s": sum(1 for x in lat if x > 2.0),
             "pings": len(pings), "max_ping_gap_s": max(gaps, default=None),
             "max_loop_age_s": max(ages, default=None), "loop_ages": len(ages),
+            "max_livez_during_s": max(livez, default=None),
             "pids": sorted({r["pid"] for r in unit if r.get("pid")}),
             "cur_min": min(cur, default=None), "cur_max": max(cur, default=None),
             "low_delta": (lows[-1] - lows[0]) if lows else None,
@@ -332,7 +334,7 @@ def health_summary(path, t_p, t_end):
             # the raw samples, thinned to about 300 of each kind
             "rows": {"unit": [[round(r["t"], 2), r.get("wd"), r.get("took_s"), r.get("cur"), r.get("low")]
                               for r in unit[:: max(1, len(unit) // 300)]],
-                     "metrics": [[round(r["t"], 2), r.get("metrics_s"), r.get("loop_age")]
+                     "metrics": [[round(r["t"], 2), r.get("metrics_s"), r.get("loop_age"), r.get("livez_s")]
                                  for r in scr[:: max(1, len(scr) // 300)]]}}
 
 

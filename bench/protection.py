@@ -73,7 +73,7 @@ def params(args) -> dict:
         "footprint": not args.no_footprint, "footprint_pods": 110, "footprint_settle_s": 20, "footprint_refault_s": 60,
         "pressure_timeout_s": 240,
         "high_request_mib": 64, "high_limit_mib": 256, "high_over_mib": 12, "high_timeout_s": 180,
-        "high_test": not args.no_high,
+        "high_test": not args.no_high, "lowering": not args.no_lowering,
     }
 
 
@@ -247,15 +247,30 @@ def daemon_section(r: dict) -> list[str]:
     lows = sum(x["daemon"]["low_events"] for x in runs)
     gap = max((x["daemon"]["health"].get("max_ping_gap_s") or 0 for x in runs), default=0)
     age = max((x["daemon"]["health"].get("max_loop_age_s") or 0 for x in runs), default=0)
-    boot = r.get("daemon_boot") or {}
+    boot = r.get("daemon_boot") or dict(runs[0].get("daemon_before") or {}, ControlGroup=(r.get("footprint") or {})
+                                        .get("no_pods", {}).get("service", {}).get("cgroup", "?"))
     out += ["", f"In all {len(runs)} runs: {kills} watchdog kills, {restarts} restarts; the slowest `/metrics` "
             f"{slowest:.2f} s, {failed} failed; the service's `low` count rose by {lows}; its loop went at most "
-            f"{age:.1f} s without a beat; the longest gap between two watchdog pings PID 1 took {gap:.1f} s (WatchdogUSec {boot.get('WatchdogUSec', '?')}). For the whole boot, "
-            f"systemd counted NRestarts={boot.get('NRestarts', '?')} and logged "
-            f"{len(boot.get('watchdog_kills') or [])} watchdog timeouts. The unit as it ran: MemoryMin "
+            f"{age:.1f} s without a beat; the longest gap between two watchdog pings PID 1 took {gap:.1f} s "
+            f"(WatchdogUSec {boot.get('WatchdogUSec', '?')})."
+            + (f" For the whole boot, systemd counted NRestarts={boot.get('NRestarts', '?')} and logged "
+               f"{len(boot['watchdog_kills'])} watchdog timeouts." if "watchdog_kills" in boot else "")
+            + " The unit as it ran: MemoryMin "
             f"{boot.get('MemoryMin', '?')}, MemoryLow {boot.get('MemoryLow', '?')}, OOMScoreAdjust "
             f"{boot.get('OOMScoreAdjust', '?')}, cgroup {boot.get('ControlGroup', '?')}.", ""]
     return out
+
+
+def ceiling_value(r: dict) -> list[str]:
+    """Why the ceiling is what it is in this run: the formula, or its minimum."""
+    g, P = r["guest"], r["params"]
+    requests = sum(g["requests_mib"][k] for k in ("G", "B", "B2"))
+    formula = g["allocatable"] / MIB - requests - 256
+    return [f"The plan: allocatable {g['allocatable'] / MIB:.0f} MiB − the requests {requests} MiB − the default "
+            f"headroom 256 MiB = {formula:.0f} MiB" + (", below the default minimum, 64 MiB: the ceiling sits at its "
+                                                       "minimum in every run (the requests fill "
+                                                       f"{100 * P['requests_fraction']:.0f} % of allocatable)."
+                                                       if formula < 64 else "."), ""]
 
 
 def ceiling_section(r: dict) -> list[str]:
@@ -270,6 +285,7 @@ def ceiling_section(r: dict) -> list[str]:
            "own (the journal's monotonic timestamp of the `oom-kill` line). \"Reached\" is the first sample whose "
            "`max` count had risen: up to 0.1 s late, more when the guest stalls.",
            "",
+           *ceiling_value(r),
            "| configuration | neighbour | memory.max (MiB) | reached after the pressure began (s) | reached → OOM kill (s) "
            "| `max` events | OOM kills |",
            "|---|---|---:|---:|---:|---:|---|"]
@@ -309,7 +325,7 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None, earlier: dict
         f"Command: `/usr/bin/python3 bench/protection.py --write docs/BENCHMARKS.md` (one VM boot, "
         f"{host['wall_s'] / 60:.0f} min on {host['started']}). Commit {meta['commit']}. "
         f"Host: {meta['machine']['cores']} cores, {meta['machine']['cpu']}; load average before/after "
-        f"{host['load_before'][0]} / {host['load_after'][0]}.",
+        f"{host['load_before'][0]} / {host['load_after'][0]}." + (f" Note: {host['note']}." if host.get("note") else ""),
         f"Guest: kernel {g['kernel']}, {g['systemd']}, cgroup v2 with `memory_recursiveprot`, "
         f"{g['capacity'] / 2**20:.0f} MiB, swap {g['swap']} kB, TCG. Allocatable {g['allocatable'] / 2**20:.0f} MiB "
         f"(capacity − the default evictionHard 100Mi).",
@@ -487,6 +503,8 @@ def main() -> int:
     ap.add_argument("--pressures", default=",".join(ALL_PRESSURES))
     ap.add_argument("--no-high", action="store_true", help="skip the memory.high test")
     ap.add_argument("--no-footprint", action="store_true", help="skip the daemon's footprint (110 pods)")
+    ap.add_argument("--no-lowering", action="store_true",
+                    help="skip timing PID 1's SetUnitProperties when MemoryMax goes below a slice's usage")
     ap.add_argument("--render", metavar="JSON", help="only render a saved --json result")
     args = ap.parse_args()
     if args.render:

@@ -617,6 +617,67 @@ async def footprint(bus):
     write_pods([])
 
 
+async def lowering(bus):
+    """PID 1's SetUnitProperties when MemoryMax goes down on kubepods-besteffort.slice while a
+    BestEffort pod holds page cache there (issue 25: the ceiling never lowers below usage in one
+    write). With the daemon stopped (nobody else writes the slice): a pod holds 64 MiB anonymous
+    and a 256 MiB file in the page cache, then MemoryMax goes to its usage (the ceiling's step),
+    then 128 MiB below it (PID 1 reclaims the difference before the call returns), then below
+    its anonymous memory (PID 1 reclaims all it can, then the kernel OOM-kills in the slice)."""
+    say("=== lowering MemoryMax under usage")
+    systemctl("stop", DAEMON)
+    write_pods([])
+    shutil.rmtree(CTL, ignore_errors=True)
+    os.makedirs(CTL)
+    drop_caches()
+    pod = make_pod("besteffort-cache", [{"name": "c"}], namespace="bench")
+    sl = pod_slice(pod["metadata"]["uid"], "BestEffort")
+    await start_slice(bus, sl)
+    LEFT["slices"].append(sl)
+    proc = spawn([PY, WS, "--ctl", CTL, "--name", "L", "--anon", "64", "--file", FILES["B"][0],
+                  "--oom-score-adj", "1000"])
+    LEFT["procs"].append(proc)
+    await start_scope(bus, sl, cid_of(pod), [proc.pid])
+    open(os.path.join(CTL, "go"), "w").close()
+    deadline = now() + 120
+    while now() < deadline and not os.path.exists(os.path.join(CTL, "L.ready")):
+        await asyncio.sleep(0.2)
+    qos = slice_dir(BE_QOS)
+    res = {"steps": []}
+
+    async def lower(what, value):
+        ev0 = read_kv(os.path.join(qos, "memory.events"))
+        before = read_int(os.path.join(qos, "memory.current"))
+        t = now()
+        try:
+            await bus.set_props([(BE_QOS, {"MemoryMax": value})])
+            err = None
+        except RuntimeError as e:
+            err = str(e)[:200]
+        took = now() - t
+        ev1 = read_kv(os.path.join(qos, "memory.events"))
+        step = {"what": what, "memory_max": value, "usage_before": before, "seconds": took, "error": err,
+                "usage_after": read_int(os.path.join(qos, "memory.current")),
+                "oom_kill": ev1.get("oom_kill", 0) - ev0.get("oom_kill", 0), "max": ev1.get("max", 0) - ev0.get("max", 0)}
+        res["steps"].append(step)
+        say(f"    {what}: MemoryMax {value // MIB} MiB over {(before or 0) // MIB} MiB used: {took * 1e3:.0f} ms, "
+            f"now {(step['usage_after'] or 0) // MIB} MiB, oom_kill +{step['oom_kill']}")
+
+    page = os.sysconf("SC_PAGE_SIZE")
+    usage = read_int(os.path.join(qos, "memory.current"))
+    await lower("to the usage (the ceiling's step)", -(-usage // page) * page)
+    usage = read_int(os.path.join(qos, "memory.current"))
+    await lower("128 MiB below the usage", usage - 128 * MIB)
+    await lower("below its anonymous memory (32 MiB)", 32 * MIB)
+    res["alive_after"] = proc.poll() is None
+    await bus.set_props([(BE_QOS, {"MemoryMax": UINT64_MAX})])
+    res["stamp"] = stamp("lowering")
+    OUT["lowering"] = res
+    dump()
+    await cleanup(bus)
+    systemctl("start", DAEMON)
+
+
 async def high_test(bus):
     """A Burstable container with request 64Mi and limit 256Mi allocates past its MemoryHigh."""
     say("=== memory.high throttling")
@@ -714,6 +775,8 @@ async def main():
                 await cleanup(bus)
                 OUT["runs"].append({"config": cfg["name"], "pressure": pressure, "error": repr(e)})
             dump()
+    if P.get("lowering"):
+        await lowering(bus)
     if P.get("high_test", True):
         await high_test(bus)
     OUT["finished"] = time.time()

@@ -471,7 +471,7 @@ def plot(r: dict, path: str) -> None:
             labels.append(cfg.replace(" / ", "\n") + ("\n(default)" if cfg == "effective / Tiered" else ""))
             cols.append(colors.get(cfg, "#777"))
             victims = [k["pod"] for k in run.get("oom_kills") or []]
-            who = {"BE": "neighbour", "G": "GUARANTEED", "B": "BURSTABLE", "B2": "IDLE BURSTABLE"}
+            who = {"BE": "neighbour", "BN": "neighbour", "G": "GUARANTEED", "B": "BURSTABLE", "B2": "IDLE BURSTABLE"}
             notes.append(("OOM kill:\n" + "\n+ ".join(dict.fromkeys(who.get(v, v) for v in victims))) if victims else "")
         bars = ax.bar(range(len(ys)), ys, color=cols)
         ax.set_xticks(range(len(ys)))
@@ -488,7 +488,7 @@ def plot(r: dict, path: str) -> None:
                 ax.text(x, y + 12, note, ha="center", va="bottom", fontsize=6.5,
                         color="#b71c1c" if bad else "#555", weight="bold" if bad else "normal")
     axes[0].set_ylabel("Burstable pod's page cache kept (%)")
-    fig.suptitle("Does the Burstable pod keep its working set when a BestEffort neighbour applies pressure?\n"
+    fig.suptitle("Does the Burstable pod keep its working set when a neighbour applies pressure?\n"
                  "(kernel 6.1, systemd 252, 1 GiB, no swap; memqos-systemd configurations)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -31,6 +31,8 @@ import subprocess
 import threading
 import time
 
+from flatkv import read_kv
+
 MCL_CURRENT, MCL_FUTURE, MCL_ONFAULT = 1, 2, 4
 UNIT_PATH = "/org/freedesktop/systemd1/unit/"
 
@@ -63,19 +65,6 @@ def get(port: int, path: str, timeout: float) -> tuple[int, bytes]:
     raw = b"".join(chunks)
     head, _, body = raw.partition(b"\r\n\r\n")
     return int(head.split(b" ", 2)[1]), body
-
-
-def read_kv(path: str) -> dict:
-    out = {}
-    try:
-        with open(path) as f:
-            for line in f:
-                k, _, v = line.partition(" ")
-                if v.strip().isdigit():
-                    out[k] = int(v)
-    except OSError:
-        pass
-    return out
 
 
 def main():

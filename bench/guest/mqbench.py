@@ -18,6 +18,8 @@ from dbus_next.aio import MessageBus
 
 from memqos_e2e import host_request
 
+from flatkv import read_kv  # noqa: F401  (the scenarios take it from here)
+
 SD = "org.freedesktop.systemd1"
 SD_PATH = "/org/freedesktop/systemd1"
 MGR = "org.freedesktop.systemd1.Manager"
@@ -199,19 +201,6 @@ def read_int(path: str) -> int | None:
     except OSError:
         return None
     return UINT64_MAX if t == "max" else int(t)
-
-
-def read_kv(path: str) -> dict:
-    out = {}
-    try:
-        with open(path) as f:
-            for line in f:
-                k, _, v = line.partition(" ")
-                if v.strip().isdigit():
-                    out[k] = int(v)
-    except OSError:
-        pass
-    return out
 
 
 # --------------------------------------------------------------------------- kubelet stand-in, daemon

@@ -34,8 +34,9 @@ import vmbench  # noqa: E402
 
 SCENARIO = "60-protection"
 MARKER = "protection"
-GUARD_MARKER = "protection-guard"
-GUARD_CFG, BASE_CFG = "effective / Tiered + guard", "effective / Tiered"
+CEILING_CFG = "effective / Tiered + ceiling"
+# The last boot that ran the configurations issue 25's run leaves out (no daemon, kubelet, None).
+EARLIER = "bench/results/protection.json"
 
 CONFIGS = [
     {"name": "no daemon", "daemon": False},
@@ -43,31 +44,36 @@ CONFIGS = [
     # None sets no protection (only MemoryHigh): one kind of pressure shows it equals "no daemon".
     {"name": "effective / None", "daemon": True, "hierarchy": "effective", "policy": "None", "pressures": ["file"]},
     {"name": "effective / Tiered", "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
-     "pressures": ["file", "anon", "mix", "none"]},
-    # The pressure guard (issue 19) at its defaults; an allocating neighbour it throttles is not
-    # OOM-killed, so the benchmark stops it after 60 s.
-    {"name": "effective / Tiered + guard", "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
-     "guard": {}, "pressures": ["none", "file", "anon", "mix"], "timeouts": {"anon": 60}},
-    {"name": "effective / Hard", "daemon": True, "hierarchy": "effective", "policy": "HardReservation"},
+     "pressures": ["file", "anon", "mix", "burst", "none"]},
+    # The planned BestEffort ceiling (issue 25) at its defaults.
+    {"name": CEILING_CFG, "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
+     "ceiling": {}, "pressures": ["file", "anon", "mix", "burst", "none"]},
+    {"name": "effective / Hard", "daemon": True, "hierarchy": "effective", "policy": "HardReservation",
+     "pressures": ["file", "anon", "mix", "burst", "none"]},
 ]
-PRESSURES = ["file", "anon", "mix"]
+PRESSURES = ["file", "anon", "mix", "burst"]
 ALL_PRESSURES = PRESSURES + ["none"]
 PRESSURE_TEXT = {"file": "streams a file", "anon": "allocates until OOM", "mix": "holds anon + streams",
-                 "none": "no neighbour"}
+                 "burst": "is Burstable, allocates until OOM", "none": "no neighbour"}
+# The configurations of issue 25's run: one boot, these rows side by side.
+CEILING_RUN = [CEILING_CFG, "effective / Tiered", "effective / Hard"]
 
 
 def params(args) -> dict:
-    names = [BASE_CFG, GUARD_CFG] if args.guard_only else args.configs.split(",") if args.configs else None
+    names = args.configs.split(",") if args.configs else CEILING_RUN
     return {
-        "configs": [c for c in CONFIGS if names is None or c["name"] in names],
+        # in the order asked for (the run that matters most first: a guest lost late keeps it)
+        "configs": CONFIGS if names == ["all"] else [c for n in names for c in CONFIGS if c["name"] == n],
         "pressures": args.pressures.split(","), "default_pressures": PRESSURES, "idle_s": 30,
         "g_request_mib": 192, "g_anon_mib": 80, "g_file_mib": 64,
         "b_request_mib": 320, "b_anon_mib": 32, "b_file_mib": 256,
         "b2_anon_mib": 16, "requests_fraction": 0.9,
-        "stream_mib": 1024, "stream_passes": 1, "hog_anon_mib": 1600, "mix_anon_mib": 256,
+        "stream_mib": 1024, "stream_passes": 1, "hog_anon_mib": 1600, "mix_anon_mib": 256, "bn_request_mib": 64,
+        "health_interval_s": 1.0,
+        "footprint": not args.no_footprint, "footprint_pods": 110, "footprint_settle_s": 20, "footprint_refault_s": 60,
         "pressure_timeout_s": 240,
         "high_request_mib": 64, "high_limit_mib": 256, "high_over_mib": 12, "high_timeout_s": 180,
-        "high_test": not (args.no_high or args.guard_only),
+        "high_test": not args.no_high, "lowering": not args.no_lowering,
     }
 
 
@@ -86,13 +92,14 @@ def cell_kept(p, kind):
 def kills_str(run):
     ks = run.get("oom_kills") or []
     if not ks:
-        if run.get("timed_out"):
-            return f"none (the neighbour, throttled, was stopped by the benchmark after {run['pressure_s']:.0f} s)"
+        if run.get("timed_out") and run["pressure"] != "mix":  # mix's allocator holds until the stream ends
+            return f"none (the neighbour was still running when the benchmark stopped it, after {run['pressure_s']:.0f} s)"
         return "none"
     by = {}
     for k in ks:
         by[k["pod"]] = by.get(k["pod"], 0) + 1
-    names = {"BE": "BestEffort neighbour", "G": "**Guaranteed**", "B": "**Burstable**", "B2": "**idle Burstable**"}
+    names = {"BE": "BestEffort neighbour", "BN": "Burstable neighbour", "G": "**Guaranteed**", "B": "**Burstable**",
+             "B2": "**idle Burstable**"}
     return ", ".join(f"{names.get(p, p)} ×{n}" for p, n in by.items())
 
 
@@ -120,7 +127,8 @@ def glance(r: dict) -> list[str]:
     runs = [x for x in r["runs"] if "error" not in x]
     configs = list(dict.fromkeys(x["config"] for x in r["runs"]))
     pressures = [p for p in PRESSURES if any(x["pressure"] == p for x in runs)]
-    who = {"BE": "neighbour", "G": "**Guaranteed**", "B": "**Burstable**", "B2": "**idle Burstable**"}
+    who = {"BE": "BestEffort neighbour", "BN": "Burstable neighbour", "G": "**Guaranteed**", "B": "**Burstable**",
+           "B2": "**idle Burstable**"}
     out = ["| configuration | " + " | ".join(f"B keeps, neighbour {PRESSURE_TEXT[p]}" for p in pressures)
            + " | G keeps (worst: anon / page cache) | OOM kills, by victim |",
            "|---|" + "---:|" * len(pressures) + "---|---|"]
@@ -163,113 +171,149 @@ def _ms(x):
     return "—" if x is None else f"{x * 1e3:,.0f} ms"
 
 
-def guard_section(r: dict) -> list[str]:
-    """The pressure guard (issue 19): the guard-on runs beside the same configuration without it."""
-    runs = [x for x in r["runs"] if "error" not in x]
-    find = {(x["config"], x["pressure"]): x for x in runs}
-    if not any(c == GUARD_CFG for c, _ in find):
+def _mib(x):
+    return "—" if x is None else f"{x / MIB:.1f}"
+
+
+MIB = 1 << 20
+
+
+def footprint_section(r: dict) -> list[str]:
+    """The daemon's own memory, what its unit's MemoryMin and MemoryLow are sized from."""
+    f = r.get("footprint")
+    if not f:
         return []
-    P = r["params"]
-
-    def pct(run):
-        if run is None:
-            return None
-        a, b = kept(run["pods"]["B"], "file")
-        return min(100.0, 100 * a / b) if b else None
-
-    def show(v):
-        return "—" if v is None else (f"**{v:.0f} %**" if v >= 90 else f"{v:.0f} %")
-
-    out = ["### The pressure guard (issue 19)", "",
-           "`effective / Tiered + guard` is the default configuration with `pressureGuard: {enabled: true}` at its "
-           "defaults (etc/config.yaml), a fresh daemon for every run, in the same boot as `effective / Tiered`. The guard "
-           "reads the Burstable QoS slice's memory.events when the kernel notifies a change (and every 0.25 s while "
-           "engaged); on `low` events while BestEffort holds memory it caps kubepods-besteffort.slice's MemoryHigh at "
-           "what BestEffort holds, then lower. Sampled every 0.1 s during the pressure: B's `low` count and the "
-           "BestEffort slice's memory.high and memory.current.", "",
-           "| neighbour | B keeps: Tiered → + guard | B `low` events: Tiered → + guard | OOM kills (+ guard) "
-           "| guard actions lower / raise / clear | first `low` event → BestEffort capped | BestEffort at the cap → at "
-           "the end (MiB/s before → after) | G keeps anon / page cache (+ guard) | daemon CPU in the run: Tiered → + guard |",
-           "|---|---:|---:|---|---:|---|---|---|---:|"]
-    verdict = {}
-    for pr in ("none", "file", "anon", "mix"):
-        g, t = find.get((GUARD_CFG, pr)), find.get((BASE_CFG, pr))
-        if g is None:
+    n = f["pods"]
+    rows = [("no pod", "no_pods"), (f"{n} pods", f"pods_{n}"), (f"{n} pods, right after memory.reclaim", "after_reclaim"),
+            (f"{n} pods, a minute later (the working set read back in)", "working_set")]
+    out = ["### The daemon's own memory",
+           "",
+           f"The service's cgroup ({f['no_pods']['service']['cgroup']}) at rest with no pod, then with {n} running "
+           "pods (one container each), then emptied of every file page it could by `memory.reclaim` and left a "
+           "minute at work (resyncs, pod polls, a scrape every 15 s). memory.current counts the pages charged to "
+           "the cgroup: a file page is charged to whoever read it first, so the daemon's code read earlier by "
+           "another process (the package's installer, another Python) is charged there until it is reclaimed and "
+           "read back by the daemon. RSS is the process's view (anonymous + mapped file pages, wherever charged).",
+           "",
+           "| state | memory.current (MiB) | anon | file | kernel | RSS anon / file (MiB) | peak (MiB) |",
+           "|---|---:|---:|---:|---:|---|---:|"]
+    for label, key in rows:
+        m = f.get(key)
+        if not m:
             continue
-        ga = g.get("guard_actions") or {}
-        acts = " / ".join(f"{ga.get(a, 0):.0f}" for a in ("lower", "raise", "clear"))
-        rx = g.get("reaction") or {}
-        if rx.get("action_s") is not None and rx.get("breach_s") is not None:
-            react = f"{_ms(rx['action_s'] - rx['breach_s'])} (at {rx['breach_s']:.1f} s → {rx['action_s']:.1f} s)"
-        elif rx.get("breach_s") is not None:
-            react = f"never (first `low` event at {rx['breach_s']:.1f} s)"
-        else:
-            react = "no `low` event"
-        if "be_at_action_mib" in rx:
-            be = (f"{rx['be_at_action_mib']:.0f} → {rx['be_end_mib']:.0f} MiB ({rx['be_rate_before_mib_s']:.1f} → "
-                  f"{rx['be_rate_after_mib_s']:.1f})")
-        else:
-            be = "—"
-        G = g["pods"]["G"]
-        gk = f"{cell_kept(G, 'anon')} / {cell_kept(G, 'file')}" if G["alive"] else "**killed**"
-        cpu = " → ".join("—" if x is None or x.get("daemon_cpu_s") is None else f"{x['daemon_cpu_s']:.2f} s"
-                         for x in (t, g))
-        out.append(f"| {PRESSURE_TEXT[pr]} | {show(pct(t))} → {show(pct(g))} | "
-                   f"{'—' if t is None else t['pods']['B']['events']['low']} → {g['pods']['B']['events']['low']} | "
-                   f"{kills_str(g)} | {acts} | {react} | {be} | {gk} | {cpu} |")
-        verdict[pr] = (g, t, pct(g), sum(ga.values()))
+        s, st, p = m["service"], m["service"]["stat"], m.get("proc") or {}
+        out.append(f"| {label} | {_mib(s['current'])} | {_mib(st.get('anon'))} | {_mib(st.get('file'))} | "
+                   f"{_mib(st.get('kernel'))} | {_mib(p.get('RssAnon'))} / {_mib(p.get('RssFile'))} | {_mib(s.get('peak'))} |")
     out.append("")
-    goals = []
-    if "anon" in verdict:
-        g, _, v, _ = verdict["anon"]
-        goals.append(f"B keeps ≥ 90 % of its page cache against the allocating neighbour: {v:.0f} % → "
-                     f"**{'met' if v >= 90 else 'not met'}**")
-    victims = {k["pod"] for pr, (g, *_rest) in verdict.items() for k in g.get("oom_kills") or []}
-    goals.append(f"OOM kills only in BestEffort: victims {sorted(victims) or 'none'} → "
-                 f"**{'met' if victims <= {'BE'} else 'not met'}**")
-    for pr in ("file", "mix"):
-        if pr in verdict:
-            v = verdict[pr][2]
-            goals.append(f"the {PRESSURE_TEXT[pr]} row stays at 100 %: {v:.0f} % → **{'met' if v >= 99 else 'not met'}**")
-    if "none" in verdict:
-        n = verdict["none"][3]
-        goals.append(f"no neighbour, no action: {n:.0f} guard actions in {P['idle_s']} s → **{'met' if n == 0 else 'not met'}**")
-    out += ["Goals (issue 19): " + "; ".join(goals) + ".", ""]
-    logs = (verdict.get("anon") or (None,))[0]
-    if logs and logs.get("guard_log"):
-        out += ["The guard's journal in the allocating run (seconds after the neighbour started):", ""]
-        out += [f"    {t:7.2f} s  {m[:160]}" for t, m in logs["guard_log"][:8]]
-        out.append("")
     return out
 
 
-def render_guard_only(r: dict, host: dict, meta: dict) -> str:
-    """The guard's section alone (--guard-only: the default configuration with and without the
-    guard, in one boot), between its own markers."""
-    g = r["guest"]
-    lines = [f"<!-- {GUARD_MARKER}:start -->", "### The pressure guard (issue 19)", "",
-             f"Command: `/usr/bin/python3 bench/protection.py --guard-only --write docs/BENCHMARKS.md` (one VM boot, "
-             f"{host['wall_s'] / 60:.0f} min on {host['started']}). Commit {meta['commit']}. Host: "
-             f"{meta['machine']['cores']} cores, {meta['machine']['cpu']}; load average before/after "
-             f"{host['load_before'][0]} / {host['load_after'][0]}. Guest: kernel {g['kernel']}, {g['systemd']}, "
-             f"{g['capacity'] / 2**20:.0f} MiB, swap {g['swap']} kB, TCG. The pods, the neighbours and what is measured "
-             "are those of the section above; `effective / Tiered` was measured again in this boot, beside the guard.",
-             "", *guard_section(r)[2:]]
-    runs = [x for x in r["runs"] if "error" not in x]
-    lines += ["| configuration | pressure | B page cache kept (MiB) | B `low` events | G anon kept | G page cache kept | "
-              "OOM kills | re-fault: B re-reads its file / G re-touches its anon | load (host / guest) |",
-              "|---|---|---:|---:|---:|---:|---|---:|---|"]
-    for run in runs:
-        B, G = run["pods"]["B"], run["pods"]["G"]
-        lines.append(
-            f"| {run['config']} | {run['pressure']} ({PRESSURE_TEXT[run['pressure']]}) | {cell_kept(B, 'file')} | "
-            f"{B['events']['low']} | {cell_kept(G, 'anon') if G['alive'] else '**killed**'} | {cell_kept(G, 'file')} | "
-            f"{kills_str(run)} | {reread(B)} / {retouch(G)} | {vmbench.load_str(run.get('stamp'))} |")
-    lines += ["", f"<!-- {GUARD_MARKER}:end -->"]
-    return "\n".join(lines)
+def daemon_section(r: dict) -> list[str]:
+    """The daemon's health in every run: what issue 25 asks of it."""
+    runs = [x for x in r["runs"] if "error" not in x and "daemon" in x]
+    if not runs:
+        return []
+    out = ["### The daemon under pressure",
+           "",
+           "From convergence to the end of each run, a sampler with its memory locked (`bench/guest/health.py`, "
+           "mlockall of the pages it touches, so that its own stalls do not count; about 16 MiB) asked, in one loop, "
+           "`/metrics` every second (10 s timeout) and `/livez`, which says how long ago the daemon's loop last beat (it beats every "
+           "10 s, and pings the watchdog then; by the daemon's own clock, so the longest age is how late its loop "
+           "ran), and, in another loop, read the time PID 1 took the daemon's last watchdog ping (`WatchdogTimestampMonotonic`: a "
+           "long gap there with no kill is PID 1 itself stalled, which reads the queued ping before its watchdog "
+           "timer when it resumes) and the service cgroup's memory.current and `low` count. Restarts: `NRestarts` and `MainPID` before and after; watchdog kills: systemd's "
+           "`Watchdog timeout` lines in the journal. Writes: `SetUnitProperties` calls after convergence (the "
+           "neighbour's new container scope takes one; the ceiling's steps more).",
+           "",
+           "| configuration | neighbour | `/metrics` slowest during the pressure (s) | failed | the loop's longest "
+           "time without a beat (s) | longest gap between the pings PID 1 took (s) | watchdog kills / restarted | service `low` events | service memory.current "
+           "(MiB, min → max) | its file pages read back (refaults) | writes after convergence |",
+           "|---|---|---:|---:|---:|---:|---|---:|---|---:|---:|"]
+    for x in runs:
+        d, h = x["daemon"], x["daemon"]["health"]
+        slow = h.get("max_during_s")
+        out.append(
+            f"| {x['config']} | {PRESSURE_TEXT[x['pressure']]} | {'—' if slow is None else f'{slow:.2f}'} | "
+            f"{h.get('failed', '—')} of {h.get('scrapes', '—')} | "
+            f"{'—' if h.get('max_loop_age_s') is None else format(h['max_loop_age_s'], '.1f')} | "
+            f"{'—' if h.get('max_ping_gap_s') is None else format(h['max_ping_gap_s'], '.1f')} | "
+            f"{len(d['watchdog_kills'])} / {'**yes**' if d['restarted'] else 'no'} | {d['low_events']} | "
+            f"{_mib(h.get('cur_min'))} → {_mib(h.get('cur_max'))} | {h.get('refault_delta', '—')} | "
+            f"{'—' if d['writes_after_convergence'] is None else format(d['writes_after_convergence'], '.0f')} |")
+    kills = sum(len(x["daemon"]["watchdog_kills"]) for x in runs)
+    restarts = sum(1 for x in runs if x["daemon"]["restarted"])
+    slowest = max((x["daemon"]["health"].get("max_s") or 0 for x in runs), default=0)
+    failed = sum(x["daemon"]["health"].get("failed") or 0 for x in runs)
+    lows = sum(x["daemon"]["low_events"] for x in runs)
+    gap = max((x["daemon"]["health"].get("max_ping_gap_s") or 0 for x in runs), default=0)
+    age = max((x["daemon"]["health"].get("max_loop_age_s") or 0 for x in runs), default=0)
+    boot = r.get("daemon_boot") or dict(runs[0].get("daemon_before") or {}, ControlGroup=(r.get("footprint") or {})
+                                        .get("no_pods", {}).get("service", {}).get("cgroup", "?"))
+    out += ["", f"In all {len(runs)} runs: {kills} watchdog kills, {restarts} restarts; the slowest `/metrics` "
+            f"{slowest:.2f} s, {failed} failed; the service's `low` count rose by {lows}; its loop went at most "
+            f"{age:.1f} s without a beat; the longest gap between two watchdog pings PID 1 took {gap:.1f} s "
+            f"(WatchdogUSec {boot.get('WatchdogUSec', '?')})."
+            + (f" For the whole boot, systemd counted NRestarts={boot.get('NRestarts', '?')} and logged "
+               f"{len(boot['watchdog_kills'])} watchdog timeouts." if "watchdog_kills" in boot else "")
+            + " The unit as it ran: MemoryMin "
+            f"{boot.get('MemoryMin', '?')}, MemoryLow {boot.get('MemoryLow', '?')}, OOMScoreAdjust "
+            f"{boot.get('OOMScoreAdjust', '?')}, cgroup {boot.get('ControlGroup', '?')}.", ""]
+    return out
 
 
-def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
+def ceiling_value(r: dict) -> list[str]:
+    """Why the ceiling is what it is in this run: the formula, or its minimum."""
+    g, P = r["guest"], r["params"]
+    requests = sum(g["requests_mib"][k] for k in ("G", "B", "B2"))
+    formula = g["allocatable"] / MIB - requests - 256
+    return [f"The plan: allocatable {g['allocatable'] / MIB:.0f} MiB − the requests {requests} MiB − the default "
+            f"headroom 256 MiB = {formula:.0f} MiB" + (", below the default minimum, 64 MiB: the ceiling sits at its "
+                                                       "minimum in every run (the requests fill "
+                                                       f"{100 * P['requests_fraction']:.0f} % of allocatable)."
+                                                       if formula < 64 else "."), ""]
+
+
+def ceiling_section(r: dict) -> list[str]:
+    """Where the ceiling held BestEffort, and how fast the kernel acted once it was reached."""
+    runs = [x for x in r["runs"] if "error" not in x and (x.get("ceiling") or {}).get("memory_max")]
+    if not runs:
+        return []
+    out = ["### The BestEffort ceiling at work",
+           "",
+           "Sampled every 0.1 s: `kubepods-besteffort.slice`'s memory.max (the ceiling, as the kernel holds it) and "
+           "its memory.events `max` count (the times its usage met memory.max); the OOM kill's time is the kernel's "
+           "own (the journal's monotonic timestamp of the `oom-kill` line). \"Reached\" is the first sample whose "
+           "`max` count had risen: up to 0.1 s late, more when the guest stalls.",
+           "",
+           *ceiling_value(r),
+           "| configuration | neighbour | memory.max (MiB) | reached after the pressure began (s) | reached → OOM kill (s) "
+           "| `max` events | OOM kills |",
+           "|---|---|---:|---:|---:|---:|---|"]
+    for x in runs:
+        c = x["ceiling"]
+        reach = c.get("reached_s")
+        kill = c.get("kill_after_reached_s")
+        out.append(f"| {x['config']} | {PRESSURE_TEXT[x['pressure']]} | {_mib(c['memory_max'])} | "
+                   f"{'never' if reach is None else f'{reach:.1f}'} | {'—' if kill is None else f'{kill:.2f}'} | "
+                   f"{c.get('max_events', '—')} | {kills_str(x)} |")
+    out.append("")
+    return out
+
+
+def earlier_glance(r: dict, earlier: dict | None) -> list[str]:
+    """The configurations this boot did not run, from an earlier boot's raw results (their values
+    have not changed since): the same table, said to be another boot's."""
+    if not earlier:
+        return []
+    mine = {x["config"] for x in r["runs"]}
+    old = dict(earlier["result"], runs=[x for x in earlier["result"]["runs"] if x["config"] not in mine])
+    if not old["runs"]:
+        return []
+    return ["", f"Not run in this boot, from the boot of {earlier['meta']['commit']} ({earlier['host']['started']}, "
+            f"`{EARLIER}`; what they set has not changed since):", "", *glance(old)]
+
+
+def render(r: dict, host: dict, meta: dict, plot_name: str | None, earlier: dict | None = None) -> str:
     g = r["guest"]
     P = r["params"]
     L = vmbench.load_str
@@ -281,7 +325,7 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
         f"Command: `/usr/bin/python3 bench/protection.py --write docs/BENCHMARKS.md` (one VM boot, "
         f"{host['wall_s'] / 60:.0f} min on {host['started']}). Commit {meta['commit']}. "
         f"Host: {meta['machine']['cores']} cores, {meta['machine']['cpu']}; load average before/after "
-        f"{host['load_before'][0]} / {host['load_after'][0]}.",
+        f"{host['load_before'][0]} / {host['load_after'][0]}." + (f" Note: {host['note']}." if host.get("note") else ""),
         f"Guest: kernel {g['kernel']}, {g['systemd']}, cgroup v2 with `memory_recursiveprot`, "
         f"{g['capacity'] / 2**20:.0f} MiB, swap {g['swap']} kB, TCG. Allocatable {g['allocatable'] / 2**20:.0f} MiB "
         f"(capacity − the default evictionHard 100Mi).",
@@ -289,11 +333,12 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
         "### At a glance",
         "",
         f"How much of its page cache a Burstable pod (**B**, request {req['B']} Mi, {P['b_file_mib']} MiB of cached "
-        "file) still holds after a BestEffort neighbour pressed, per configuration of memqos-systemd (bold: 90 % or "
+        "file) still holds after a neighbour pressed, per configuration of memqos-systemd (bold: 90 % or "
         "more; capped at 100 %: the kernel's count can grow by a few pages); the "
         "Guaranteed pod's (**G**) worst run; and whom the OOM killer took in all runs of that row.",
         "",
         *glance(r),
+        *earlier_glance(r, earlier),
         "",
         f"Pods (new ones for every run): **G** Guaranteed, request = limit {req['G']} Mi, holds "
         f"{P['g_anon_mib']} MiB anonymous + {P['g_file_mib']} MiB page cache; **B** Burstable, request "
@@ -302,14 +347,19 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
         f"up to {100 * P['requests_fraction']:.0f} % of allocatable; **BE** the BestEffort neighbour: *file* = "
         f"reads a {P['stream_mib'] / 1024:.1f} GiB file {P['stream_passes']}×, *anon* = allocates up to "
         f"{P['hog_anon_mib']} MiB (more than the machine: the OOM killer must act), *mix* = holds "
-        f"{P['mix_anon_mib']} MiB anonymous while it streams the file. Every process has the kubelet's "
+        f"{P['mix_anon_mib']} MiB anonymous while it streams the file; **BN** instead of BE for *burst*: a "
+        f"Burstable neighbour, request {P.get('bn_request_mib', '?')} Mi and no limit (B2's request is smaller by as "
+        f"much), that allocates up to {P['hog_anon_mib']} MiB; *none*: no neighbour, {P.get('idle_s', 30)} s of nothing. "
+        "Every process has the kubelet's "
         "oom_score_adj for its QoS class (G −997, BE 1000, B by request); G's slice and scope have "
         "MemoryMax = limit, as the kubelet and runc set them. Caches are dropped before each run.",
         "",
         "Configurations: *no daemon* (nothing set); *kubelet / Tiered* = `hierarchy: kubelet` (the KEP's "
         "literal numbers: `kubepods.slice` MemoryMin = all requests, MemoryLow 0) with TieredReservation; "
         "*effective / None|Tiered|Hard* = the default `hierarchy: effective` with each "
-        "`memoryReservationPolicy` (None sets only MemoryHigh).",
+        "`memoryReservationPolicy` (None sets only MemoryHigh); *+ ceiling* = with `bestEffortCeiling: {enabled: "
+        "true}` at its defaults: `kubepods-besteffort.slice` MemoryMax = allocatable − the Guaranteed and Burstable "
+        "requests − headroom.",
         "",
         "| configuration | pressure | B page cache kept (MiB) | B `low` events | G anon kept | G page cache kept | OOM kills | re-fault: B re-reads its file / G re-touches its anon | load (host / guest) |",
         "|---|---|---:|---:|---:|---:|---|---:|---|",
@@ -333,11 +383,12 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
         return 100 * a / b if b else float("nan")
 
     notes = []
-    for cfg in ("no daemon", "kubelet / Tiered", "effective / Tiered", "effective / Hard"):
-        f, a = find(cfg, "file"), find(cfg, "anon")
+    for cfg in ("no daemon", "kubelet / Tiered", "effective / Tiered", CEILING_CFG, "effective / Hard"):
+        f, a, b = find(cfg, "file"), find(cfg, "anon"), find(cfg, "burst")
         if f and a:
             notes.append(f"*{cfg}*: B keeps {pct(f):.0f} % of its page cache against a streaming neighbour and "
-                         f"{pct(a):.0f} % against an allocating one")
+                         f"{pct(a):.0f} % against an allocating one"
+                         + (f", {pct(b):.0f} % against an allocating Burstable one" if b else ""))
     if notes:
         lines += ["Read: " + "; ".join(notes) + "."]
         t_a, h_a = find("effective / Tiered", "anon"), find("effective / Hard", "anon")
@@ -355,7 +406,7 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None) -> str:
                   "(no swap: they are never evicted, only the file pages can be).", ""]
     if plot_name:
         lines += [f"![protection]({plot_name})", ""]
-    lines += guard_section(r)
+    lines += ceiling_section(r) + daemon_section(r) + footprint_section(r)
     h = r.get("high")
     if h:
         res = h.get("result") or {}
@@ -407,7 +458,7 @@ def plot(r: dict, path: str) -> None:
     if len(pressures) == 1:
         axes = [axes]
     colors = {"no daemon": "#9e9e9e", "kubelet / Tiered": "#e57373", "effective / None": "#bdbdbd",
-              "effective / Tiered": "#64b5f6", "effective / Tiered + guard": "#2e7d32",
+              "effective / Tiered": "#64b5f6", CEILING_CFG: "#2e7d32",
               "effective / Hard": "#1565c0"}
     for ax, pr in zip(axes, pressures):
         ys, labels, cols, notes = [], [], [], []
@@ -420,7 +471,7 @@ def plot(r: dict, path: str) -> None:
             labels.append(cfg.replace(" / ", "\n") + ("\n(default)" if cfg == "effective / Tiered" else ""))
             cols.append(colors.get(cfg, "#777"))
             victims = [k["pod"] for k in run.get("oom_kills") or []]
-            who = {"BE": "neighbour", "G": "GUARANTEED", "B": "BURSTABLE", "B2": "IDLE BURSTABLE"}
+            who = {"BE": "neighbour", "BN": "neighbour", "G": "GUARANTEED", "B": "BURSTABLE", "B2": "IDLE BURSTABLE"}
             notes.append(("OOM kill:\n" + "\n+ ".join(dict.fromkeys(who.get(v, v) for v in victims))) if victims else "")
         bars = ax.bar(range(len(ys)), ys, color=cols)
         ax.set_xticks(range(len(ys)))
@@ -437,7 +488,7 @@ def plot(r: dict, path: str) -> None:
                 ax.text(x, y + 12, note, ha="center", va="bottom", fontsize=6.5,
                         color="#b71c1c" if bad else "#555", weight="bold" if bad else "normal")
     axes[0].set_ylabel("Burstable pod's page cache kept (%)")
-    fig.suptitle("Does the Burstable pod keep its working set when a BestEffort neighbour applies pressure?\n"
+    fig.suptitle("Does the Burstable pod keep its working set when a neighbour applies pressure?\n"
                  "(kernel 6.1, systemd 252, 1 GiB, no swap; memqos-systemd configurations)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -447,12 +498,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     vmbench.common_args(ap)
     ap.add_argument("--plot", metavar="PNG", help="write the plot here (default with --write: docs/protection.png)")
-    ap.add_argument("--configs", default="", help="comma-separated configuration names (default: all)")
+    ap.add_argument("--configs", default="", help="comma-separated configuration names (default: Tiered, Tiered + "
+                    "ceiling, Hard; 'all' for every one)")
     ap.add_argument("--pressures", default=",".join(ALL_PRESSURES))
     ap.add_argument("--no-high", action="store_true", help="skip the memory.high test")
-    ap.add_argument("--guard-only", action="store_true",
-                    help="only the default configuration with and without the pressure guard (about 10 min); "
-                         "--write then replaces the guard's own section")
+    ap.add_argument("--no-footprint", action="store_true", help="skip the daemon's footprint (110 pods)")
+    ap.add_argument("--no-lowering", action="store_true",
+                    help="skip timing PID 1's SetUnitProperties when MemoryMax goes below a slice's usage")
     ap.add_argument("--render", metavar="JSON", help="only render a saved --json result")
     args = ap.parse_args()
     if args.render:
@@ -474,19 +526,15 @@ def main() -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"result": result, "host": host, "meta": meta}, f, indent=1)
-    if args.guard_only or not any(x["config"] != GUARD_CFG and x["config"] != BASE_CFG for x in result["runs"]):
-        block = render_guard_only(result, host, meta)
-        print(block)
-        if args.write:
-            vmbench.write_section(args.write, GUARD_MARKER, block)
-        return 0
     plot_path = args.plot or (os.path.join(os.path.dirname(os.path.abspath(args.write)), "protection.png")
                               if args.write else None)
     if plot_path:
         plot(result, plot_path)
         vmbench.log(f"plot: {plot_path}")
     rel = os.path.relpath(plot_path, os.path.dirname(os.path.abspath(args.write))) if plot_path and args.write else plot_path
-    block = render(result, host, meta, rel)
+    earlier_path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), EARLIER)
+    earlier = json.load(open(earlier_path)) if os.path.exists(earlier_path) else None
+    block = render(result, host, meta, rel, earlier)
     print(block)
     if args.write:
         vmbench.write_section(args.write, MARKER, block)

@@ -7,7 +7,7 @@ what is due, `timeout(now)` how long it may sleep, takes the work it does (`take
 `take_units`, `fetch_started`) and puts back what a failed step did not do (`put_back_refresh`,
 `put_back_units`). So every interleaving of events and timers is a table test
 (tests/unit/test_agenda.py), with no bus, threads or sleeps. The work beside the rounds (the
-heartbeat, the watch of the upper slices, the pressure guard, the throttle read) is on the same
+heartbeat, the watch of the upper slices, the throttle read) is on the same
 schedule: each is a `Tick` (`ticks_due`, `tick_done`, `tick_timeout`).
 
 What is re-read from systemd first is one ordered value, `Refresh`: a merge of what is asked is
@@ -37,7 +37,7 @@ __all__ = [
     "Agenda", "Due", "Refresh", "LIGHT_LEVELS", "FULL_RESYNC_EVERY", "SYSTEMD_SETTLE", "UNKNOWN_UNIT_PATIENCE",
     "FAST_POLL_FIRST", "KUBELET_START_PATIENCE", "KUBELET_START_RETRY", "SOURCE_WATCH_INTERVAL",
     "KERNEL_WATCH_INTERVAL", "KERNEL_WATCH_IDLE", "KERNEL_WATCH_ALERT", "KERNEL_WATCH_AFTER_KUBELET_START",
-    "KERNEL_WATCH_AFTER_DRIFT", "GUARD_IDLE_INTERVAL", "HEARTBEAT_INTERVAL", "THROTTLE_READ_INTERVAL", "Tick",
+    "KERNEL_WATCH_AFTER_DRIFT", "HEARTBEAT_INTERVAL", "THROTTLE_READ_INTERVAL", "Tick",
     "CEILING_FOLLOW_FIRST", "CEILING_FOLLOW_MAX",
 ]
 
@@ -84,14 +84,6 @@ KERNEL_WATCH_IDLE = 5.0
 KERNEL_WATCH_ALERT = 3600.0
 KERNEL_WATCH_AFTER_KUBELET_START = 120.0
 KERNEL_WATCH_AFTER_DRIFT = 10.0
-# The pressure guard (guard.py) reads its counters whenever the kernel notifies a change of the
-# protected slice's memory.events (cgroupfs.guard_notifier), and on a timer: every
-# pressureGuard.interval while it is engaged (its release is a matter of time) or while it has no
-# notifier (the file cannot be polled); otherwise every GUARD_IDLE_INTERVAL, which also serves to
-# look whether a config reload turned it on or the protected slice's file can be opened now.
-# Measured (bench/guard_cost.py): reading every 0.25 s for good costs about as much as the rest of
-# the idle daemon.
-GUARD_IDLE_INTERVAL = 5.0
 # How often the loop says it runs: to /livez (metrics.LIVENESS_WINDOW: a DaemonSet's liveness
 # probe) and, under WatchdogSec=, to systemd (half its timeout, if shorter: the daemon passes that).
 HEARTBEAT_INTERVAL = 10.0
@@ -114,7 +106,6 @@ class Tick(enum.StrEnum):
 
     HEARTBEAT = "heartbeat"  # the loop runs: WATCHDOG=1 to systemd, /livez stays 200; at once, then every heartbeat interval
     WATCH = "watch"  # the node, QoS and reserved slices' cgroups read (Cgroupfs.watch): every watch_interval
-    GUARD = "guard"  # the pressure guard's counters (guard_watch.py): at once, then every guard_interval
     THROTTLE = "throttle"  # memory.events `high` of the containers, for the throttling metric: every THROTTLE_READ_INTERVAL
 
 
@@ -178,7 +169,7 @@ class Agenda:
         self._started: set[str] = set()  # JobRemoved: read the state again
         # When each tick is due next: the heartbeat at once, the others after their interval.
         self._ticks = {Tick.HEARTBEAT: now, Tick.WATCH: now + self.watch_interval(now),
-                       Tick.GUARD: now, Tick.THROTTLE: now + THROTTLE_READ_INTERVAL}
+                       Tick.THROTTLE: now + THROTTLE_READ_INTERVAL}
         self._ceiling_at = float("inf")  # when to look at the BestEffort slice's usage again
         self._ceiling_wait = CEILING_FOLLOW_FIRST
 
@@ -345,29 +336,18 @@ class Agenda:
         """How long until the upper slices' cgroups are read again (see KERNEL_WATCH_INTERVAL)."""
         return KERNEL_WATCH_INTERVAL if now < self._close_until else KERNEL_WATCH_IDLE
 
-    @staticmethod
-    def guard_interval(enabled: bool, interval: float, engaged: bool, notified: bool = False) -> float:
-        """How long until the pressure guard reads its counters again, unless the kernel's
-        notification comes first (see GUARD_IDLE_INTERVAL)."""
-        if not enabled:
-            return 0.0 if engaged else GUARD_IDLE_INTERVAL  # turned off while engaged: clear it now
-        return interval if engaged or not notified else GUARD_IDLE_INTERVAL
-
     def ticks_due(self, now: float) -> list[Tick]:
         """The ticks whose time has come, in their order."""
         return [t for t in Tick if now >= self._ticks[t]]
 
-    def tick_done(self, tick: Tick, now: float, *, guard: tuple[bool, float, bool, bool] | None = None) -> None:
-        """`tick` has been done: when it is due next. `guard`: the pressure guard's (enabled,
-        interval, engaged, notified), for its own tick (guard_interval)."""
+    def tick_done(self, tick: Tick, now: float) -> None:
+        """`tick` has been done: when it is due next."""
         if tick is Tick.HEARTBEAT:
             wait = self.heartbeat_interval
         elif tick is Tick.WATCH:
             wait = self.watch_interval(now)
-        elif tick is Tick.THROTTLE:
-            wait = THROTTLE_READ_INTERVAL
         else:
-            wait = self.guard_interval(*guard) if guard is not None else GUARD_IDLE_INTERVAL
+            wait = THROTTLE_READ_INTERVAL
         self._ticks[tick] = now + wait
 
     def tick_timeout(self, now: float) -> float:

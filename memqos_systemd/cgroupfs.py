@@ -17,10 +17,6 @@ no plan (`reset`), a search of the kubepods tree finds. What is read there:
 * memory.events (`read_events_file`, `Cgroupfs.container_events`): the throttling metric.
 * memory.events, memory.pressure and memory.current of the pod and QoS slices
   (`read_memory_events`, `read_pressure`, `read_value`): read by metrics.py at each scrape.
-* memory.events `low`, memory.pressure `some` and memory.current (`Cgroupfs.guard_counters`):
-  the pressure guard's inputs (guard.py), read when the kernel says the protected slice's
-  memory.events changed (`Cgroupfs.guard_notifier`) and every `pressureGuard.interval` while
-  the guard is engaged.
 * memory.swap.max and memory.oom.group (`Cgroupfs.runtime_settings`): see below.
 
 Why that file
@@ -50,7 +46,6 @@ from __future__ import annotations
 
 import errno
 import os
-import select
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -60,7 +55,7 @@ from .quantity import UINT64_MAX
 __all__ = [
     "Cgroupfs", "RuntimeSettings", "INVOCATION_XATTRS", "ROOT", "cgroup_path", "plan_cgroup_paths",
     "dir_of_control_group", "read_value", "read_invocation_id", "read_cgroup_memory", "read_events_file",
-    "read_memory_events", "read_pressure", "parse_pressure", "pressure_total", "parse_flat_keyed",
+    "read_memory_events", "read_pressure", "parse_pressure", "parse_flat_keyed",
 ]
 
 ROOT = Path("/sys/fs/cgroup")
@@ -234,12 +229,6 @@ def read_pressure(cgroup_dir: str | os.PathLike, name: str = "memory.pressure") 
     return {kind: {**values, "total": values["total"] / 1e6} for kind, values in parse_pressure(raw).items()}
 
 
-def pressure_total(text: bytes, line: bytes = b"some") -> int | None:
-    """The `total=` (µs stalled, cumulative) of one line of a PSI file; None when it is not there."""
-    values = parse_pressure(text).get(line.decode("ascii"))
-    return None if values is None else int(values["total"])
-
-
 def kernel_shows(kernel: Mapping[str, int], held: Mapping[str, int], page_size: int) -> bool:
     """Whether memory.min/low/high (and memory.max, where `held` has MemoryMax) as the kernel shows
     them are `held` (as systemd holds them): the kernel stores each rounded down to a page,
@@ -278,8 +267,6 @@ class Cgroupfs:
         self._placed: _Placed | None = None
         self._found: dict[str, Path] = {}  # scopes found by searching
         self._watched: dict[str, dict[str, int]] = {}  # unit -> {property: open descriptor} (watch)
-        self._kept: dict[tuple[str, str], int] = {}  # (unit, file) -> open descriptor (guard_counters)
-        self._notifier: tuple[int, select.epoll] | None = None  # (memory.events descriptor, its epoll)
 
     def place(self, plan: Any) -> None:
         """Learn where a plan's container scopes are (in their pod slices). Made once per plan
@@ -387,79 +374,6 @@ class Cgroupfs:
                 return None
             values[prop] = value
         return values
-
-    def guard_counters(self, protected: str, besteffort: str) -> tuple[int | None, int | None, int | None]:
-        """The pressure guard's reading (guard.py): the `low` count of the `protected` slice's
-        memory.events, its memory.pressure `some` total (µs) and the `besteffort` slice's
-        memory.current. Read with pread on descriptors kept open (several times cheaper than
-        open and read; this runs every pressureGuard.interval); None for what cannot be read
-        (no PSI in this kernel, the slice not made yet or gone: opened again next time)."""
-        events = self._pread(protected, "memory.events")
-        pressure = self._pread(protected, "memory.pressure", 256)
-        current = self._pread(besteffort, "memory.current")
-        return (None if events is None else parse_flat_keyed(events).get("low"),
-                None if pressure is None else pressure_total(pressure),
-                None if current is None or not current.strip().isdigit() else int(current))
-
-    def guard_notifier(self, protected: str) -> select.epoll | None:
-        """An epoll set (its fileno() for the event loop) that is readable while the `protected` slice's memory.events has changed
-        since guard_counters last read it: the kernel notifies a cgroup's memory.events (and every
-        ancestor's) at each event it counts, at most every 20 ms (cgroup_file_notify; kernfs
-        polls it as POLLPRI). An epoll set holding the very descriptor guard_counters reads, so
-        that read re-arms it. Needs no write (PSI triggers do, and the service's /sys/fs/cgroup is
-        read-only). None when the file cannot be opened yet, or cannot be polled (not kernfs):
-        the caller then reads on a timer. The same object while the file stays open: a new one
-        means the old is closed (the caller drops its reader of the old number first)."""
-        fd = self._kept_fd(protected, "memory.events")
-        if fd is None:
-            return None
-        if self._notifier is not None and self._notifier[0] == fd:
-            return self._notifier[1]
-        self._close_notifier()
-        poller = select.epoll()
-        try:
-            poller.register(fd, select.EPOLLPRI)
-        except OSError:  # a regular file (tests' stand-in directories) cannot be polled
-            poller.close()
-            return None
-        self._notifier = (fd, poller)
-        return poller
-
-    def _close_notifier(self) -> None:
-        if self._notifier is not None:
-            self._notifier[1].close()
-            self._notifier = None
-
-    def _kept_fd(self, unit: str, file: str) -> int | None:
-        key = (unit, file)
-        fd = self._kept.get(key)
-        if fd is None:
-            path = self.root / cgroup_path(unit) / file
-            try:
-                fd = self._kept[key] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                return None
-        return fd
-
-    def _pread(self, unit: str, file: str, size: int = 1024) -> bytes | None:
-        fd = self._kept_fd(unit, file)
-        if fd is None:
-            return None
-        try:
-            return os.pread(fd, size, 0)
-        except OSError:  # the cgroup went (ENODEV): open it again next time
-            if self._notifier is not None and self._notifier[0] == fd:
-                self._close_notifier()
-            del self._kept[(unit, file)]
-            os.close(fd)
-            return None
-
-    def close_kept(self) -> None:
-        """Close the descriptors guard_counters keeps, and the notifier (the guard was turned off)."""
-        self._close_notifier()
-        for fd in self._kept.values():
-            os.close(fd)
-        self._kept.clear()
 
     def _close_watch(self, unit: str) -> None:
         for fd in self._watched.pop(unit, {}).values():

@@ -80,32 +80,6 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
-class GuardSettings:
-    """The `pressureGuard:` block (guard.py; every number measured, BENCHMARKS.md)."""
-
-    enabled: bool = False
-    # How often the counters are read while the guard is engaged (or when the kernel cannot notify
-    # a change of memory.events), and the least time between two steps down.
-    interval: float = 0.25
-    # `low` events of the protected slice within one interval that count as a breach.
-    low_events: int = 1
-    # BestEffort pods holding less than this are not what presses: the guard leaves them alone.
-    min_besteffort: int = 16 << 20
-    # Every further breach lowers MemoryHigh by this fraction of what BestEffort holds.
-    step: float = 0.1
-    # MemoryHigh is never lowered below this.
-    floor: int = 32 << 20
-    # Calm (no `low` event, memory.pressure below calm_pressure) this long before the first release.
-    release_after: float = 30.0
-    # Then one release step this often, each raising MemoryHigh by release_step of its value.
-    release_every: float = 5.0
-    release_step: float = 0.5
-    # The share of wall time the protected slice's tasks stalled on memory (memory.pressure
-    # `some`) under which it counts as calm.
-    calm_pressure: float = 0.05
-
-
-@dataclass(frozen=True)
 class CeilingSettings:
     """The `bestEffortCeiling:` block: a planned MemoryMax on the BestEffort QoS slice (plan.py's
     `besteffort_ceiling`), off unless `enabled`. The defaults are measured (docs/DESIGN.md, "The
@@ -149,8 +123,6 @@ class Config:
     kubelet_qos_reserved_gate: bool | None = None
     # The planned BestEffort ceiling (plan.besteffort_ceiling), off unless `bestEffortCeiling: {enabled: true}`.
     best_effort_ceiling: CeilingSettings = CeilingSettings()
-    # The BestEffort pressure guard (guard.py), off unless `pressureGuard: {enabled: true}`.
-    pressure_guard: GuardSettings = GuardSettings()
     # Where each planner value came from, for `check`/logs: key -> "default"|"kubelet"|"config".
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
     # What an operator must be told about the file that is not an error (load_config): one line each.
@@ -477,19 +449,6 @@ def _map_fields(src, prefix, value: dict, fields: dict) -> dict:
     return out
 
 
-def _fraction(src, key, value, low=0.0, high=1.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not low < value <= high:
-        raise _fail(src, key, value, f"must be a number in ({low:g}, {high:g}]")
-    return float(value)
-
-
-def _count(src, key, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**9:
-        raise _fail(src, key, value, "must be a whole number of at least 1")
-    return value
-
-
 def _best_effort_ceiling(src, key, value) -> CeilingSettings:
     if value is None:
         return CeilingSettings()
@@ -505,29 +464,6 @@ def _best_effort_ceiling(src, key, value) -> CeilingSettings:
         raise _fail(src, f"{key}.minimum", value.get("minimum"),
                     "must be at least 1Mi (BestEffort pods need room to start: runc's init runs in their cgroup)")
     return CeilingSettings(**out)
-
-
-def _pressure_guard(src, key, value) -> GuardSettings:
-    if value is None:
-        return GuardSettings()
-    if not isinstance(value, dict):
-        raise _fail(src, key, value, "must be a map (enabled, interval, lowEvents, ...), or null")
-    fields = {
-        "enabled": ("enabled", lambda k, v: _bool(src, k, v)),
-        "interval": ("interval", lambda k, v: _duration(src, k, v, minimum=0.05, maximum=10)),
-        "lowEvents": ("low_events", lambda k, v: _count(src, k, v)),
-        "minBestEffort": ("min_besteffort", lambda k, v: _bytes(src, k, v)),
-        "step": ("step", lambda k, v: _fraction(src, k, v, 0, 0.9)),
-        "floor": ("floor", lambda k, v: _bytes(src, k, v)),
-        "releaseAfter": ("release_after", lambda k, v: _duration(src, k, v, minimum=0.05, maximum=3600)),
-        "releaseEvery": ("release_every", lambda k, v: _duration(src, k, v, minimum=0.05, maximum=3600)),
-        "releaseStep": ("release_step", lambda k, v: _fraction(src, k, v, 0, 10)),
-        "calmPressure": ("calm_pressure", lambda k, v: _fraction(src, k, v, 0, 1)),
-    }
-    out = _map_fields(src, key, value, fields)
-    if out.get("floor", 1 << 20) < 1 << 20:
-        raise _fail(src, f"{key}.floor", value.get("floor"), "must be at least 1Mi (a BestEffort slice needs room to run)")
-    return GuardSettings(**out)
 
 
 # key -> (dataclass attribute, checker). Planner keys first; all are also
@@ -551,8 +487,12 @@ _DAEMON = {
     "kubeletConfigFile": ("kubelet_config_file", _optional_path),
     "metrics": ("metrics", _metrics),
     "resyncInterval": ("resync_interval", lambda s, k, v: _duration(s, k, v, minimum=1)),
-    "pressureGuard": ("pressure_guard", _pressure_guard),
     "bestEffortCeiling": ("best_effort_ceiling", _best_effort_ceiling),
+}
+# Keys that are gone, and what took their place: a clear error rather than "not a known key".
+_REPLACED = {
+    "pressureGuard": "the pressure guard was removed; the BestEffort ceiling replaced it (bestEffortCeiling:"
+                     " {enabled: true}, a MemoryMax the kernel enforces, docs/DESIGN.md): delete pressureGuard",
 }
 _KUBELET_KEYS = tuple(k for k in _PLANNER if k not in ("hierarchy", "protectionHeadroom"))
 
@@ -612,6 +552,8 @@ def parse_config(data: Any, src: str = "config", kubelet_doc: Any = None, kubele
         raise ConfigError(f"{src}: the config must be a YAML map of keys, got {type(data).__name__}")
     known = {**_PLANNER, **_DAEMON}
     for k, v in data.items():
+        if k in _REPLACED:
+            raise ConfigError(f"{src}: {k}: {_REPLACED[k]}")
         if k not in known:
             hint = ""
             close = [n for n in known if n.lower() == str(k).lower()]

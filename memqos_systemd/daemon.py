@@ -9,7 +9,7 @@ Events only say "look again": each handler below is one transition of the agenda
 the loop asks the agenda what is due (a config reload, a connection, a re-read of what systemd
 holds, the pods), does it, and runs a round (round.py: the same as `apply --once`). Beside the
 steps, the ticks the agenda schedules (`Tick`: the heartbeat, the watch of the upper slices'
-cgroups, the pressure guard) run in a loop of their own that never waits on systemd or the pod
+cgroups, the throttle read) run in a loop of their own that never waits on systemd or the pod
 source, so a step that does never holds up the heartbeat.
 
 Where things plug in:
@@ -45,7 +45,6 @@ from .applier import Applier, OomGroupJournal
 from .ceiling_watch import CeilingWatch
 from .cgroupfs import Cgroupfs, read_events_file
 from .config import Config, ConfigError, load_config
-from .guard_watch import GuardWatch
 from .intake import PodIntake
 from .kubelet_gate import FOREIGN_LOG_EVERY, foreign_write_line
 from .ledger import ReservedSlices
@@ -130,7 +129,6 @@ class Daemon:
         # The BestEffort ceiling's steps and ledger (its MemoryMax goes into the round's plan).
         self.ceiling = CeilingWatch(outside.cgroupfs, outside.ceiling_ledger_path, outside.page_size, outside.metrics)
         self.round = Round(outside.metrics, outside.clock, self.ceiling)
-        self.guard = GuardWatch(outside.cgroupfs)  # the pressure guard; its MemoryHigh goes into the plan
         self.systemd = None
         self.applier: Applier | None = None
         self.capacity = outside.read_capacity()
@@ -142,7 +140,7 @@ class Daemon:
         self._stop_event = asyncio.Event()
         # Every periodic task beside the rounds, on the agenda's schedule (Tick).
         self._ticks: dict[Tick, Callable[[], None]] = {
-            Tick.HEARTBEAT: self._heartbeat, Tick.WATCH: self.watch_upper_slices, Tick.GUARD: self.guard_tick,
+            Tick.HEARTBEAT: self._heartbeat, Tick.WATCH: self.watch_upper_slices,
             Tick.THROTTLE: self.read_throttle_events}
 
     @property
@@ -151,8 +149,7 @@ class Daemon:
         return self.notifier.readied
 
     def _readers(self) -> list[tuple[Any, Callable[[], None]]]:
-        """Every file descriptor the loop waits on, and what it means (the pressure guard keeps
-        its own, while it is on: GuardWatch.watch)."""
+        """Every file descriptor the loop waits on, and what it means."""
         return [(self.out.memory_watcher, self.on_memory_event)]
 
     # ------------------------------------------------------------ events: one transition each
@@ -246,9 +243,7 @@ class Daemon:
             ticks.cancel()
             for fd, _ in readers:
                 loop.remove_reader(fd)
-            self.guard.unwatch()
             self.notifier.send("STOPPING=1")
-            await self.guard.release_on_stop(self.applier, self.systemd, self.naming, self.out.metrics)
             if self.systemd is not None:
                 await self.systemd.close()
             log.info("stopped; protections left in place")
@@ -282,7 +277,7 @@ class Daemon:
                     await asyncio.to_thread(self._ticks[tick])
                 else:
                     self._ticks[tick]()
-                self.agenda.tick_done(tick, self.out.clock(), guard=self.guard.schedule(self.config.pressure_guard))
+                self.agenda.tick_done(tick, self.out.clock())
             await asyncio.sleep(self.agenda.tick_timeout(self.out.clock()))  # (a stop cancels it)
 
     async def _refresh(self, now: float) -> None:
@@ -388,7 +383,7 @@ class Daemon:
     # ------------------------------------------------------------ one round (round.py)
     def _inputs(self) -> Inputs:
         return Inputs(self.intake.pods, NodeFacts(self.capacity, self.out.page_size), self.config, self.naming,
-                      self.intake.holding, frozenset(self.reserved.retired), self.guard.high)
+                      self.intake.holding, frozenset(self.reserved.retired))
 
     async def _round(self) -> None:
         new, started = self.agenda.take_units()  # one announced while the round awaits stays queued
@@ -435,15 +430,6 @@ class Daemon:
             return
         if self.out.cgroupfs.watch(self.applier.upper_values(), self.out.page_size):
             self.agenda.kernel_drift(self.out.clock())
-            self.wake()
-
-    def guard_tick(self) -> None:
-        """The pressure guard reads its counters (also at once when the kernel notifies a change of
-        the protected slice's memory.events); a change of its MemoryHigh goes out with the next
-        round (the plan carries it)."""
-        self.guard.watch(self.config.pressure_guard.enabled, self.naming, self.guard_tick)
-        if self.guard.tick(self.config.pressure_guard, self.naming, self.out.clock(), holding=self.intake.holding is not None,
-                           capacity=self.capacity, page_size=self.out.page_size, metrics=self.out.metrics):
             self.wake()
 
     def read_throttle_events(self) -> None:

@@ -203,7 +203,7 @@ def _cgroup_view(plan: Any, cgroupfs: Any) -> tuple:
 # /livez answers 503 once the daemon's loop has not beaten (`heartbeat`, every
 # agenda.HEARTBEAT_INTERVAL) for this long: a DaemonSet's liveness probe then restarts it, as
 # WatchdogSec= does for the packaged unit. Generous: a daemon starved by a neighbour allocating
-# until the OOM killer acts (its reads 8-12 s apart, docs/BENCHMARKS.md "The pressure guard")
+# until the OOM killer acts (its reads 8-12 s apart before it was protected, docs/BENCHMARKS.md)
 # recovers when the killer has acted; a restart would not help it.
 LIVENESS_WINDOW = 60.0
 
@@ -257,20 +257,10 @@ class Metrics:
         self._holding = Gauge("memqos_holding", "1 while the daemon holds (sends only raising values: no pod"
                               " snapshot yet, or a suspect empty one); the reason is in the journal and"
                               " `status`", registry=r)
-        self._guard_actions = Counter("memqos_guard_actions",
-                                      "Pressure guard actions on the BestEffort QoS slice's MemoryHigh: lower (a"
-                                      " breach), raise (a release step), clear (back to the planner's value)",
-                                      ["action"], registry=r)
         self._ceiling = Gauge("memqos_besteffort_ceiling_bytes",
                               "The BestEffort ceiling: MemoryMax of the BestEffort QoS slice as planned (kind=planned)"
                               " and as systemd holds it (kind=held; above the plan while it steps down with the"
                               " slice's usage); +Inf: none", ["kind"], registry=r)
-        self._guard_high = Gauge("memqos_guard_besteffort_high_bytes",
-                                 "The pressure guard's MemoryHigh for the BestEffort QoS slice (+Inf: not engaged,"
-                                 " the planner's value)", registry=r)
-        self._guard_high.set(math.inf)
-        for action in ("lower", "raise", "clear"):
-            self._guard_actions.labels(action=action)
         r.register(_Dynamic(self))
         r.register(_Cgroups(self))
 
@@ -349,12 +339,6 @@ class Metrics:
         """memory.oom.group of a container scope put back to 1 (ok), or the write failed."""
         self._oom_group_restores.labels(result="ok" if ok else "error").inc()
 
-    def guard_action(self, action: str, high: int | None) -> None:
-        """The pressure guard changed the BestEffort slice's MemoryHigh to `high` (None: back to
-        the planner's infinity); action: lower | raise | clear."""
-        self._guard_actions.labels(action=action).inc()
-        self._guard_high.set(math.inf if high is None else _bytes_value(high))
-
     # ---------------------------------------------------------------- throttling
 
     def besteffort_ceiling(self, planned: int | None, held: int | None) -> None:
@@ -390,9 +374,11 @@ class Metrics:
         if path == "/readyz":
             return (True, "ready") if self._ready else (False, "not ready: first reconcile not applied yet")
         if path == "/livez":
+            # The age in both answers: how late the loop runs is what a starved daemon shows first
+            # (the protection benchmark samples it, bench/guest/health.py).
             age = self._clock() - self._beat
             if age <= LIVENESS_WINDOW:
-                return True, "alive"
+                return True, f"alive: the daemon's loop last ran {age:.1f} s ago"
             return False, f"not alive: the daemon's loop last ran {age:.0f} s ago"
         return None
 
@@ -440,7 +426,6 @@ class NoMetrics:
     def signal_overflow(self) -> None: pass
     def foreign_write(self, unit: str) -> None: pass
     def oom_group_restored(self, ok: bool) -> None: pass
-    def guard_action(self, action: str, high: int | None) -> None: pass
     def besteffort_ceiling(self, planned: int | None, held: int | None) -> None: pass
     def throttle_events(self, container_unit: str, high_count: int) -> None: pass
     def forget_unit(self, unit: str) -> None: pass

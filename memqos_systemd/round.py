@@ -41,7 +41,6 @@ from typing import Callable, Collection, Mapping
 from .applier import Applier, ApplyResult, name_changes, summarize
 from .ceiling_watch import CeilingWatch
 from .config import Config
-from .guard import overlay
 from .intake import Holding
 from .naming import Naming
 from .metrics import NoMetrics
@@ -65,7 +64,6 @@ class Inputs:
     naming: Naming
     holding: Holding | None = None  # why only raising values may be sent (intake.py); None: not holding
     retired: frozenset[str] = frozenset()  # reserved slices the config no longer names (ledger.py)
-    guard_high: int | None = None  # the pressure guard's MemoryHigh for the BestEffort QoS slice (guard.py)
 
 
 @dataclass(frozen=True)
@@ -122,11 +120,9 @@ class Round:
     def plan(self, inputs: Inputs) -> Plan:
         """The plan of `inputs` (PlanError when it cannot be made); the same object while they are
         unchanged."""
-        key = (inputs.pods, inputs.node, inputs.config, inputs.naming, inputs.guard_high)
+        key = (inputs.pods, inputs.node, inputs.config, inputs.naming)
         if self._planned is None or self._planned[0] != key:
             desired = plan(list(inputs.pods), inputs.node, inputs.config)
-            if inputs.guard_high is not None:
-                desired = overlay(desired, inputs.naming.qos_slice("BestEffort"), inputs.guard_high)
             self._planned = (key, desired, desired.by_unit())
         return self._planned[1]
 

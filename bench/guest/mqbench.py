@@ -18,6 +18,8 @@ from dbus_next.aio import MessageBus
 
 from memqos_e2e import host_request
 
+from flatkv import read_kv  # noqa: F401  (the scenarios take it from here)
+
 SD = "org.freedesktop.systemd1"
 SD_PATH = "/org/freedesktop/systemd1"
 MGR = "org.freedesktop.systemd1.Manager"
@@ -201,19 +203,6 @@ def read_int(path: str) -> int | None:
     return UINT64_MAX if t == "max" else int(t)
 
 
-def read_kv(path: str) -> dict:
-    out = {}
-    try:
-        with open(path) as f:
-            for line in f:
-                k, _, v = line.partition(" ")
-                if v.strip().isdigit():
-                    out[k] = int(v)
-    except OSError:
-        pass
-    return out
-
-
 # --------------------------------------------------------------------------- kubelet stand-in, daemon
 
 def write_pods(pods):
@@ -316,7 +305,13 @@ def desired(m: dict) -> dict:
 
 def journal_since(unit: str, since_mono: float) -> list[tuple[float, str]]:
     """(monotonic seconds, message) of the unit's journal entries after since_mono."""
-    p = subprocess.run(["journalctl", "-b", "-u", unit, "-o", "json", "--no-pager",
+    return journal(["-u", unit], since_mono)
+
+
+def journal(select: list[str], since_mono: float = 0.0) -> list[tuple[float, str]]:
+    """(monotonic seconds, message) of this boot's journal entries that `select` picks (journalctl
+    options: ["-u", unit], ["-k"]) after since_mono."""
+    p = subprocess.run(["journalctl", "-b", *select, "-o", "json", "--no-pager",
                         "--output-fields=MESSAGE,__MONOTONIC_TIMESTAMP"], capture_output=True, text=True)
     out = []
     for line in p.stdout.splitlines():

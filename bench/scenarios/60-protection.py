@@ -1,17 +1,27 @@
 #!/usr/bin/python3
 """Guest side of bench/protection.py: does the protection protect? Writes protection.json.
 
+First the daemon's own footprint (its cgroup's memory.current and memory.stat with no pod and with
+110, and what it reads back in after its cgroup was emptied by memory.reclaim): what its MemoryMin
+and MemoryLow are sized from.
+
 Per run (one configuration x one kind of pressure), new pods:
   G  Guaranteed, request = limit; holds anonymous memory and page cache
   B  Burstable, request, no limit; holds page cache and some anonymous memory
   B2 Burstable whose request is mostly unused, so that the requests add up to ~90 % of allocatable
   BE BestEffort neighbour that applies the pressure: streams a file, allocates anonymous memory
-     until the OOM killer acts, or both at once ("mix")
+     until the OOM killer acts, or both at once ("mix"); or none at all ("none")
+  BN instead of BE for "burst": a Burstable neighbour (a request, no limit) that allocates
+     anonymous memory until the OOM killer acts (B2's request is smaller by BN's, so the requests
+     still add up to the same)
 Processes get the kubelet's oom_score_adj for their QoS class; Guaranteed slices and scopes their
 MemoryMax (as the kubelet and runc set it). Measured: memory.stat file/anon of each pod before and
 after, memory.events low/oom_kill, who the OOM killer chose (kernel log), the time to re-touch
-the anonymous memory and re-read the file afterwards. Then the memory.high test: a Burstable
-container allocating past its MemoryHigh. Parameters: payload/bench/params.json."""
+the anonymous memory and re-read the file afterwards; the BestEffort slice's memory.max and when
+it was reached; the daemon's health from convergence to the end (health.py: /metrics latency,
+watchdog pings, its cgroup's memory.events), its restarts and watchdog kills, and its D-Bus writes
+after convergence. Then the memory.high test: a Burstable container allocating past its
+MemoryHigh. Parameters: payload/bench/params.json."""
 # e2e-timeout: 1500
 import asyncio
 import json
@@ -63,6 +73,8 @@ CAPACITY = mem_total()
 ALLOCATABLE = CAPACITY - 100 * MIB  # the default evictionHard memory.available
 G_REQ, B_REQ = P["g_request_mib"], P["b_request_mib"]
 B2_REQ = max(32, int(P["requests_fraction"] * ALLOCATABLE / MIB) - G_REQ - B_REQ)
+BN_REQ = P["bn_request_mib"]
+HEALTH = os.path.join(GUEST, "health.py")
 FILES = {"G": ("/var/tmp/bench-g.dat", P["g_file_mib"]), "B": ("/var/tmp/bench-b.dat", P["b_file_mib"])}
 
 
@@ -91,9 +103,36 @@ def drop_caches():
         f.write("3")
 
 
-def kmsg_lines():
-    p = subprocess.run(["journalctl", "-k", "-b", "-o", "cat", "--no-pager"], capture_output=True, text=True)
-    return p.stdout.splitlines()
+def kmsg_lines() -> list[tuple[float, str]]:
+    """(CLOCK_MONOTONIC seconds, text) of this boot's kernel messages."""
+    return journal(["-k"])
+
+
+def watchdog_kills(since: float) -> list[tuple[float, str]]:
+    """systemd's watchdog timeouts of the daemon since `since` (monotonic seconds)."""
+    return [(round(t, 3), m) for t, m in journal_since(DAEMON, since) if "Watchdog timeout" in m]
+
+
+def service_cgroup() -> str:
+    return CG + systemctl("show", "-p", "ControlGroup", "--value", DAEMON).stdout.strip()
+
+
+def service_memory() -> dict:
+    """The daemon's cgroup: memory.current, the memory.stat lines that say what it holds, and
+    memory.events."""
+    d = service_cgroup()
+    st = read_kv(os.path.join(d, "memory.stat"))
+    return {"cgroup": d[len(CG):], "current": read_int(os.path.join(d, "memory.current")),
+            "peak": read_int(os.path.join(d, "memory.peak")),
+            "min": read_int(os.path.join(d, "memory.min")), "low": read_int(os.path.join(d, "memory.low")),
+            "stat": {k: st.get(k) for k in ("anon", "file", "kernel", "kernel_stack", "pagetables", "sock", "slab",
+                                            "file_mapped", "active_file", "inactive_file", "workingset_refault_file")},
+            "events": read_kv(os.path.join(d, "memory.events"))}
+
+
+def unit_show(*props_) -> dict:
+    out = systemctl("show", *[f"-p{p}" for p in props_], DAEMON).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
 OOM_RE = re.compile(r"oom-kill:.*task_memcg=([^,]+),task=([^,]+),pid=(\d+)")
@@ -118,7 +157,7 @@ def events(unit):
 def protection_layout(units):
     out = {}
     for name in ["kubepods.slice", "kubepods-burstable.slice", "kubepods-besteffort.slice"] + \
-            [units[k]["slice"] for k in ("G", "B", "B2", "BE")]:
+            [u["slice"] for u in units.values()]:
         d = slice_dir(name)
         out[name] = {k: read_int(os.path.join(d, "memory." + k)) for k in ("min", "low")}
     return out
@@ -151,11 +190,16 @@ async def start_slice(bus, name, **props):
     await bus.many([("StartTransientUnit", "ssa(sv)a(sa(sv))", [name, "fail", v_props(p), []])])
 
 
-def the_pods():
+def the_pods(pressure):
     g = make_pod("guaranteed", [{"name": "app", "requests": {"memory": f"{G_REQ}Mi", "cpu": "100m"},
                                  "limits": {"memory": f"{G_REQ}Mi", "cpu": "100m"}}], namespace="bench",
                  qos="Guaranteed")
     b = make_pod("burstable", [{"name": "app", "requests": {"memory": f"{B_REQ}Mi"}}], namespace="bench")
+    if pressure == "burst":
+        b2 = make_pod("burstable-idle", [{"name": "app", "requests": {"memory": f"{B2_REQ - BN_REQ}Mi"}}],
+                      namespace="bench")
+        bn = make_pod("burstable-hog", [{"name": "hog", "requests": {"memory": f"{BN_REQ}Mi"}}], namespace="bench")
+        return {"G": g, "B": b, "B2": b2, "BN": bn}
     b2 = make_pod("burstable-idle", [{"name": "app", "requests": {"memory": f"{B2_REQ}Mi"}}], namespace="bench")
     be = make_pod("besteffort", [{"name": "hog"}], namespace="bench")
     return {"G": g, "B": b, "B2": b2, "BE": be}
@@ -192,7 +236,9 @@ async def converge(units, timeout=120):
 
 async def configure(bus, cfg):
     if cfg["daemon"]:
-        extra = {"pressureGuard": {"enabled": "true", **cfg["guard"]}} if "guard" in cfg else {}
+        extra = {}
+        if "ceiling" in cfg:
+            extra["bestEffortCeiling"] = {"enabled": "true", **cfg["ceiling"]}
         write_config(memoryReservationPolicy=cfg["policy"], hierarchy=cfg["hierarchy"], **extra)
         systemctl("restart", DAEMON)
     else:
@@ -206,7 +252,8 @@ BE_QOS = "kubepods-besteffort.slice"
 
 async def sample(samples, units, stop):
     """Every 0.1 s: the B pod slice's and the Burstable QoS slice's `low` count, the BestEffort QoS
-    slice's memory.high and memory.current (what the guard reads and writes)."""
+    slice's memory.high, memory.max, memory.current and its `max` count (the times its usage met
+    memory.max)."""
     paths = {"b_low": (os.path.join(slice_dir(units["B"]["slice"]), "memory.events"), "low"),
              "q_low": (os.path.join(slice_dir("kubepods-burstable.slice"), "memory.events"), "low")}
     be = slice_dir(BE_QOS)
@@ -215,7 +262,9 @@ async def sample(samples, units, stop):
         for k, (path, key) in paths.items():
             row[k] = read_kv(path).get(key, 0)
         row["be_high"] = read_int(os.path.join(be, "memory.high"))
+        row["be_max"] = read_int(os.path.join(be, "memory.max"))
         row["be_cur"] = read_int(os.path.join(be, "memory.current"))
+        row["be_maxev"] = read_kv(os.path.join(be, "memory.events")).get("max", 0)
         samples.append(row)
         try:
             await asyncio.wait_for(stop.wait(), 0.1)
@@ -223,30 +272,92 @@ async def sample(samples, units, stop):
             pass
 
 
-def guard_actions():
-    try:
-        m = metrics()
-    except OSError:
+def ceiling_reached(samples, t_p, kills):
+    """When the BestEffort slice first met its memory.max (its `max` count rose), and the first OOM
+    kill (the kernel's timestamp) after that: the kernel's reaction, with no userspace in the loop."""
+    if not samples:
         return {}
-    return {a: metric_sum(m, "memqos_guard_actions_total", action=a) for a in ("lower", "raise", "clear")}
-
-
-def reaction(samples, t_p):
-    """From the samples: the first `low` event of B after the pressure began, the first time the
-    BestEffort slice's memory.high was below max, and what BestEffort held then and at the end."""
-    base = samples[0]["b_low"] if samples else 0
-    breach = next((r["t"] for r in samples if r["b_low"] > base), None)
-    act = next((r for r in samples if r["be_high"] is not None and r["be_high"] != UINT64_MAX), None)
-    out = {"breach_s": None if breach is None else breach - t_p, "action_s": None if act is None else act["t"] - t_p,
-           "min_be_high": min((r["be_high"] for r in samples if r["be_high"] is not None), default=None)}
-    if act is not None and samples:
-        first, last = samples[0], samples[-1]
-        out["be_at_action_mib"] = act["be_cur"] / MIB
-        out["be_end_mib"] = last["be_cur"] / MIB
-        out["be_rate_before_mib_s"] = (act["be_cur"] - first["be_cur"]) / MIB / max(act["t"] - first["t"], 1e-3)
-        out["be_rate_after_mib_s"] = (last["be_cur"] - act["be_cur"]) / MIB / max(last["t"] - act["t"], 1e-3)
-        out["b_low_at_action"] = act["b_low"] - base
+    base = samples[0]["be_maxev"]
+    hit = next((r for r in samples if r["be_maxev"] > base), None)
+    caps = [r["be_max"] for r in samples if r["be_max"] is not None and r["be_max"] != UINT64_MAX]
+    out = {"memory_max": (min(caps) if caps else None), "max_events": samples[-1]["be_maxev"] - base}
+    if hit is not None:
+        out["reached_s"] = hit["t"] - t_p
+        kill = next((k for k in kills if k["pod"] == "BE" and k["t"] >= hit["t"] - 0.2), None)
+        if kill is not None:
+            # the sample is up to 0.1 s late (or more when the guest stalls): an upper bound on
+            # the reaction as much as a lower one
+            out["kill_after_reached_s"] = kill["t"] - hit["t"]
     return out
+
+
+def health_summary(path, t_p, t_end):
+    """What health.py saw: /metrics latency (all, and during the pressure), the gaps between the
+    watchdog pings PID 1 took, the service's `low` count and refaults."""
+    rows = []
+    try:
+        with open(path) as f:
+            rows = [json.loads(x) for x in f if x.strip()]
+    except (OSError, ValueError):
+        return {"error": "no samples"}
+    scr = [r for r in rows if r.get("kind") == "http"]
+    unit = [r for r in rows if r.get("kind") == "unit"]
+    during = [r for r in scr if t_p <= r["t"] <= t_end]
+    lat = [r["metrics_s"] for r in scr if r.get("metrics_s") is not None]
+    lat_p = [r["metrics_s"] for r in during if r.get("metrics_s") is not None]
+    pings = sorted({r["wd"] for r in unit if r.get("wd")})
+    gaps = [(b - a) / 1e6 for a, b in zip(pings, pings[1:])]
+    ages = [r["loop_age"] for r in scr if r.get("loop_age") is not None]
+    livez = [r["livez_s"] for r in scr if t_p <= r["t"] <= t_end and r.get("livez_s") is not None]
+    cur = [r["cur"] for r in unit if r.get("cur")]
+    lows = [r["low"] for r in unit if r.get("low") is not None]
+    ref = [r["refault"] for r in unit if r.get("refault") is not None]
+    start = next((r for r in rows if r.get("kind") == "start"), {})
+    end = next((r for r in rows if r.get("kind") == "stop"), {})
+    return {"mlockall": start.get("mlockall"), "sampler_locked": end.get("VmLck"), "sampler_rss": end.get("VmRSS"),
+            "scrapes": len(scr), "scrapes_during": len(during),
+            "failed": len(scr) - len(lat), "failed_during": len(during) - len(lat_p),
+            "failures": [r.get("metrics_err") for r in scr if r.get("metrics_s") is None][:5],
+            "max_s": max(lat, default=None), "max_during_s": max(lat_p, default=None),
+            "p50_during_s": percentile(lat_p, 0.5) if lat_p else None,
+            "over_2s": sum(1 for x in lat if x > 2.0),
+            "pings": len(pings), "max_ping_gap_s": max(gaps, default=None),
+            "max_loop_age_s": max(ages, default=None), "loop_ages": len(ages),
+            "max_livez_during_s": max(livez, default=None),
+            "pids": sorted({r["pid"] for r in unit if r.get("pid")}),
+            "cur_min": min(cur, default=None), "cur_max": max(cur, default=None),
+            "low_delta": (lows[-1] - lows[0]) if lows else None,
+            "refault_delta": (ref[-1] - ref[0]) if ref else None,
+            "sample_gap_max_s": max((b["t"] - a["t"] for a, b in zip(unit, unit[1:])), default=None),
+            "unit_reads_failed": sum(1 for r in unit if not r.get("wd")),
+            "slowest_unit_read_s": max((r.get("took_s") or 0 for r in unit), default=None),
+            # the raw samples, thinned to about 300 of each kind
+            "rows": {"unit": [[round(r["t"], 2), r.get("wd"), r.get("took_s"), r.get("cur"), r.get("low")]
+                              for r in unit[:: max(1, len(unit) // 300)]],
+                     "metrics": [[round(r["t"], 2), r.get("metrics_s"), r.get("loop_age"), r.get("livez_s")]
+                                 for r in scr[:: max(1, len(scr) // 300)]]}}
+
+
+def writes_now() -> float | None:
+    try:
+        return metric_sum(metrics(), "memqos_dbus_calls_total", method="SetUnitProperties")
+    except OSError:
+        return None
+
+
+# What a run started, so that a run that fails leaves nothing behind for the next (cleanup).
+LEFT = {"procs": [], "slices": []}
+
+
+async def cleanup(bus):
+    for p in LEFT["procs"]:
+        if p.poll() is None:
+            p.kill()
+    if LEFT["slices"]:
+        await bus.stop_units(LEFT["slices"])
+        await bus.wait_gone("kubepods-*pod*.slice", 120)
+    LEFT["procs"].clear()
+    LEFT["slices"].clear()
 
 
 async def one_run(bus, cfg, pressure):
@@ -254,14 +365,15 @@ async def one_run(bus, cfg, pressure):
     say(f"=== run {label}")
     shutil.rmtree(CTL, ignore_errors=True)
     os.makedirs(CTL)
-    pods = the_pods()
+    pods = the_pods(pressure)
+    nb = "BN" if pressure == "burst" else "BE"  # the neighbour's pod
     write_pods(pods.values())
     drop_caches()
     units, procs = {}, {}
     # the protected pods and the idle one
     spec = {"G": dict(anon=P["g_anon_mib"], file=FILES["G"][0]), "B": dict(anon=P["b_anon_mib"], file=FILES["B"][0]),
             "B2": dict(anon=P["b2_anon_mib"], file=None)}
-    reqs = {"G": G_REQ, "B": B_REQ, "B2": B2_REQ}
+    reqs = {"G": G_REQ, "B": B_REQ, "B2": B2_REQ - (BN_REQ if nb == "BN" else 0)}
     for k, s in spec.items():
         pod = pods[k]
         qos = pod["status"]["qosClass"]
@@ -273,17 +385,32 @@ async def one_run(bus, cfg, pressure):
         if s["file"]:
             args += ["--file", s["file"]]
         procs[k] = spawn(args)
+        LEFT["procs"].append(procs[k])
         scope = await start_scope(bus, sl, cid_of(pod), [procs[k].pid], **extra)
         units[k] = {"slice": sl, "scope": scope}
-    be = pods["BE"]
-    units["BE"] = {"slice": pod_slice(be["metadata"]["uid"], "BestEffort"), "scope": f"cri-containerd-{cid_of(be)}.scope"}
-    await start_slice(bus, units["BE"]["slice"])
+        LEFT["slices"].append(sl)
+    neighbour = pods[nb]
+    units[nb] = {"slice": pod_slice(neighbour["metadata"]["uid"], neighbour["status"]["qosClass"]),
+                 "scope": f"cri-containerd-{cid_of(neighbour)}.scope"}
+    await start_slice(bus, units[nb]["slice"])
+    LEFT["slices"].append(units[nb]["slice"])
     run = {"config": cfg["name"], "pressure": pressure, "label": label}
     if cfg["daemon"]:
         # the neighbour's scope does not exist yet: wait for the protected ones
-        be_units = units.pop("BE")
+        nb_units = units.pop(nb)
         run["converged"] = await converge(units)
-        units["BE"] = be_units
+        units[nb] = nb_units
+        # from here on the daemon should write nothing unless the pressure asks it to (the
+        # ceiling stepping down); its health is sampled by a process whose memory is locked
+        t_conv = now()
+        run["daemon_before"] = unit_show("MainPID", "NRestarts", "MemoryMin", "MemoryLow", "OOMScoreAdjust",
+                                         "WatchdogUSec")
+        run["service_before"] = service_memory()
+        writes0 = writes_now()
+        health_out = os.path.join(CTL, "health.jsonl")
+        health = subprocess.Popen([PY, HEALTH, "--out", health_out, "--interval", str(P["health_interval_s"])],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        LEFT["procs"].append(health)
     run["layout"] = protection_layout(units)
     # fill the working sets
     t0 = now()
@@ -294,28 +421,29 @@ async def one_run(bus, cfg, pressure):
     run["fill_s"] = now() - t0
     await asyncio.sleep(2)
     before = {k: stat_mib(units[k]["slice"]) for k in ("G", "B", "B2")}
-    ev0 = {k: events(units[k]["slice"]) for k in ("G", "B", "B2", "BE")}
+    ev0 = {k: events(units[k]["slice"]) for k in ("G", "B", "B2", nb)}
     kmsg0 = len(kmsg_lines())
     free0 = meminfo_kib()
-    guard0 = guard_actions() if cfg["daemon"] else {}
     pid = daemon_pid() if cfg["daemon"] else 0
     cpu0 = cpu_seconds(pid) if pid else None
     samples, stop_sampling = [], asyncio.Event()
     sampler = asyncio.create_task(sample(samples, units, stop_sampling))
     # the neighbour
-    hog_json = os.path.join(CTL, "BE.json")
+    hog_json = os.path.join(CTL, nb + ".json")
     stream = ["bash", "-c", f"while [ ! -e {CTL}/go2 ]; do sleep 0.05; done; "
                             f"for i in $(seq {P['stream_passes']}); do cat {BIG} > /dev/null; done"]
     hog_procs = []
     if pressure in ("file", "mix"):
         hog_procs.append(spawn(stream))
-    if pressure in ("anon", "mix"):
-        target = P["hog_anon_mib"] if pressure == "anon" else P["mix_anon_mib"]
-        hold = 3 if pressure == "anon" else 3600
-        hog_procs.append(spawn([PY, WS, "--ctl", CTL, "--name", "BE", "--hog-anon", str(target), "--hold", str(hold),
-                                "--oom-score-adj", "1000", "--go", "go2"]))
+    if pressure in ("anon", "mix", "burst"):
+        target = P["mix_anon_mib"] if pressure == "mix" else P["hog_anon_mib"]
+        hold = 3600 if pressure == "mix" else 3
+        adj = 1000 if nb == "BE" else oom_adj("Burstable", BN_REQ * MIB)
+        hog_procs.append(spawn([PY, WS, "--ctl", CTL, "--name", nb, "--hog-anon", str(target), "--hold", str(hold),
+                                "--oom-score-adj", str(adj), "--go", "go2"]))
+    LEFT["procs"] += hog_procs
     if hog_procs:
-        await start_scope(bus, units["BE"]["slice"], cid_of(be), [p.pid for p in hog_procs])
+        await start_scope(bus, units[nb]["slice"], cid_of(neighbour), [p.pid for p in hog_procs])
     t_p = now()
     open(os.path.join(CTL, "go2"), "w").close()
     timeout = cfg.get("timeouts", {}).get(pressure, P["pressure_timeout_s"])
@@ -333,7 +461,8 @@ async def one_run(bus, cfg, pressure):
         deadline = now() + timeout
         while now() < deadline and any(p.poll() is None for p in hog_procs):
             await asyncio.sleep(0.2)
-    run["pressure_s"] = now() - t_p
+    t_end = now()
+    run["pressure_s"] = t_end - t_p
     run["timed_out"] = any(p.poll() is None for p in hog_procs)
     stop_sampling.set()
     await sampler
@@ -342,12 +471,6 @@ async def one_run(bus, cfg, pressure):
             run["daemon_cpu_s"] = cpu_seconds(pid) - cpu0
         except OSError:  # the daemon was restarted meanwhile (its watchdog, under memory pressure)
             run["daemon_restarted"] = True
-    if cfg["daemon"]:
-        g1 = guard_actions()
-        run["guard_actions"] = {a: g1.get(a, 0) - guard0.get(a, 0) for a in g1}
-        run["guard_log"] = [(round(t - t_p, 3), m) for t, m in journal_since(DAEMON, t_p - 1)
-                            if m.startswith("pressure guard:")][:40]
-    run["reaction"] = reaction(samples, t_p)
     run["samples"] = samples[:: max(1, len(samples) // 300)]
     run["hog_exit"] = [p.poll() for p in hog_procs]
     try:
@@ -359,14 +482,35 @@ async def one_run(bus, cfg, pressure):
             p.kill()
     await asyncio.sleep(1)
     after = {k: stat_mib(units[k]["slice"]) for k in ("G", "B", "B2")}
-    ev1 = {k: events(units[k]["slice"]) for k in ("G", "B", "B2", "BE")}
+    ev1 = {k: events(units[k]["slice"]) for k in ("G", "B", "B2", nb)}
     kills = []
-    for line in kmsg_lines()[kmsg0:]:
+    for t, line in kmsg_lines()[kmsg0:]:
         m = OOM_RE.search(line)
         if m:
-            kills.append({"pod": pod_of(m.group(1), units), "task": m.group(2), "pid": int(m.group(3))})
+            kills.append({"pod": pod_of(m.group(1), units), "task": m.group(2), "pid": int(m.group(3)),
+                          "t": t, "after_s": round(t - t_p, 3)})
     run["oom_kills"] = kills
+    run["ceiling"] = ceiling_reached(samples, t_p, kills)
     run["alive"] = {k: procs[k].poll() is None for k in spec}
+    if cfg["daemon"]:
+        health.terminate()
+        try:
+            health.wait(10)
+        except subprocess.TimeoutExpired:
+            health.kill()
+        writes1 = writes_now()
+        run["daemon"] = {
+            "health": health_summary(health_out, t_p, t_end),
+            "after": unit_show("MainPID", "NRestarts"),
+            "service_after": service_memory(),
+            "watchdog_kills": watchdog_kills(t_conv - 1),
+            "writes_after_convergence": (None if writes0 is None or writes1 is None else writes1 - writes0),
+            "since_convergence_s": round(now() - t_conv, 1),
+        }
+        d = run["daemon"]
+        d["restarted"] = d["after"].get("MainPID") != run["daemon_before"].get("MainPID") or \
+            d["after"].get("NRestarts") != run["daemon_before"].get("NRestarts")
+        d["low_events"] = d["service_after"]["events"].get("low", 0) - run["service_before"]["events"].get("low", 0)
     # re-use what survived
     open(os.path.join(CTL, "reuse"), "w").close()
     deadline = now() + 120
@@ -382,19 +526,156 @@ async def one_run(bus, cfg, pressure):
     run["pods"] = {k: {"before": before[k], "after": after[k],
                        "events": {e: ev1[k].get(e, 0) - ev0[k].get(e, 0) for e in ("low", "high", "max", "oom", "oom_kill")},
                        "alive": run["alive"][k], "reuse": reuse[k], "request_mib": reqs[k]} for k in spec}
-    run["pods"]["BE"] = {"events": {e: ev1["BE"].get(e, 0) - ev0["BE"].get(e, 0) for e in ("low", "oom", "oom_kill")}}
+    run["pods"][nb] = {"events": {e: ev1[nb].get(e, 0) - ev0[nb].get(e, 0) for e in ("low", "max", "oom", "oom_kill")}}
     run["meminfo_before_kib"] = {k: free0.get(k) for k in ("MemFree", "Cached", "MemAvailable")}
     run["stamp"] = stamp(label)
     # tear down
-    for p in procs.values():
-        if p.poll() is None:
-            p.kill()
-    await bus.stop_units([u["slice"] for u in units.values()])
-    await bus.wait_gone("kubepods-*pod*.slice", 120)
+    await cleanup(bus)
     b = run["pods"]["B"]
     say(f"    {label}: B file {b['before']['file']:.0f} -> {b['after']['file']:.0f} MiB, G anon "
-        f"{run['pods']['G']['before']['anon']:.0f} -> {run['pods']['G']['after']['anon']:.0f} MiB, kills {kills}")
+        f"{run['pods']['G']['before']['anon']:.0f} -> {run['pods']['G']['after']['anon']:.0f} MiB, kills {kills}"
+        + (f", daemon {run['daemon']['health'].get('max_during_s')} s max /metrics, loop age "
+           f"{run['daemon']['health'].get('max_loop_age_s')} s, ping gap "
+           f"{run['daemon']['health'].get('max_ping_gap_s')} s, restarted {run['daemon']['restarted']}, "
+           f"writes {run['daemon']['writes_after_convergence']}" if "daemon" in run else ""))
     return run
+
+
+async def footprint(bus):
+    """The daemon's own memory, what its MemoryMin and MemoryLow are sized from: its cgroup's
+    memory.current and memory.stat with no pod and with P["footprint_pods"] running pods (one
+    container each, a `sleep` in its scope), then what it reads back in over a minute of work
+    (resyncs, pod polls, a scrape every 15 s) after memory.reclaim emptied its cgroup of every
+    file page it could: its working set."""
+    say("=== the daemon's footprint")
+    write_config(memoryReservationPolicy="TieredReservation", hierarchy="effective")
+    write_pods([])
+    systemctl("restart", DAEMON)
+    res = {}
+
+    async def settle(seconds):
+        end = now() + seconds
+        while now() < end:
+            try:
+                metrics()
+            except OSError:
+                pass
+            await asyncio.sleep(min(15, max(0.0, end - now())))
+
+    def measure(what):
+        pid = daemon_pid()
+        res[what] = {"service": service_memory(), "proc": proc_status(pid) if pid else None, "t": now()}
+        s = res[what]["service"]
+        say(f"    {what}: memory.current {s['current'] / MIB:.1f} MiB (anon {(s['stat']['anon'] or 0) / MIB:.1f},"
+            f" file {(s['stat']['file'] or 0) / MIB:.1f}, kernel {(s['stat']['kernel'] or 0) / MIB:.1f})")
+
+    await settle(P["footprint_settle_s"])
+    measure("no_pods")
+    n = P["footprint_pods"]
+    pods = [make_pod(f"fp-{i}", [{"name": "app", "requests": {"memory": "16Mi"}}], namespace="footprint")
+            for i in range(n)]
+    slices = [pod_slice(p["metadata"]["uid"]) for p in pods]
+    await bus.start_slices(slices)
+    procs, calls = [], []
+    for p, sl in zip(pods, slices):
+        proc = subprocess.Popen(["sleep", "infinity"], start_new_session=True)
+        procs.append(proc)
+        props = {"Description": f"libcontainer container {cid_of(p)}", "Slice": sl, "Delegate": True,
+                 "PIDs": [proc.pid], "DefaultDependencies": False, "MemoryAccounting": True}
+        calls.append(("StartTransientUnit", "ssa(sv)a(sa(sv))", [f"cri-containerd-{cid_of(p)}.scope", "fail",
+                                                                  v_props(props), []]))
+    await bus.many(calls)
+    write_pods(pods)
+    deadline = now() + 300
+    while now() < deadline:
+        try:
+            if metric_sum(metrics(), "memqos_pods", qos_class="Burstable") >= n:
+                break
+        except OSError:
+            pass
+        await asyncio.sleep(2)
+    await settle(P["footprint_settle_s"])
+    measure(f"pods_{n}")
+    d = service_cgroup()
+    t = now()
+    try:
+        with open(os.path.join(d, "memory.reclaim"), "w") as f:
+            f.write(str(1 << 30))
+    except OSError as e:  # EAGAIN: it could not reclaim all it was asked to, which is expected
+        res["reclaim_error"] = str(e)
+    res["reclaim_s"] = now() - t
+    measure("after_reclaim")
+    await settle(P["footprint_refault_s"])
+    measure("working_set")
+    res["pods"] = n
+    OUT["footprint"] = res
+    dump()
+    for p in procs:
+        p.kill()
+    await bus.stop_units(slices)
+    await bus.wait_gone("kubepods-*pod*.slice", 180)
+    write_pods([])
+
+
+async def lowering(bus):
+    """PID 1's SetUnitProperties when MemoryMax goes down on kubepods-besteffort.slice while a
+    BestEffort pod holds page cache there (issue 25: the ceiling never lowers below usage in one
+    write). With the daemon stopped (nobody else writes the slice): a pod holds 64 MiB anonymous
+    and a 256 MiB file in the page cache, then MemoryMax goes to its usage (the ceiling's step),
+    then 128 MiB below it (PID 1 reclaims the difference before the call returns), then below
+    its anonymous memory (PID 1 reclaims all it can, then the kernel OOM-kills in the slice)."""
+    say("=== lowering MemoryMax under usage")
+    systemctl("stop", DAEMON)
+    write_pods([])
+    shutil.rmtree(CTL, ignore_errors=True)
+    os.makedirs(CTL)
+    drop_caches()
+    pod = make_pod("besteffort-cache", [{"name": "c"}], namespace="bench")
+    sl = pod_slice(pod["metadata"]["uid"], "BestEffort")
+    await start_slice(bus, sl)
+    LEFT["slices"].append(sl)
+    proc = spawn([PY, WS, "--ctl", CTL, "--name", "L", "--anon", "64", "--file", FILES["B"][0],
+                  "--oom-score-adj", "1000"])
+    LEFT["procs"].append(proc)
+    await start_scope(bus, sl, cid_of(pod), [proc.pid])
+    open(os.path.join(CTL, "go"), "w").close()
+    deadline = now() + 120
+    while now() < deadline and not os.path.exists(os.path.join(CTL, "L.ready")):
+        await asyncio.sleep(0.2)
+    qos = slice_dir(BE_QOS)
+    res = {"steps": []}
+
+    async def lower(what, value):
+        ev0 = read_kv(os.path.join(qos, "memory.events"))
+        before = read_int(os.path.join(qos, "memory.current"))
+        t = now()
+        try:
+            await bus.set_props([(BE_QOS, {"MemoryMax": value})])
+            err = None
+        except RuntimeError as e:
+            err = str(e)[:200]
+        took = now() - t
+        ev1 = read_kv(os.path.join(qos, "memory.events"))
+        step = {"what": what, "memory_max": value, "usage_before": before, "seconds": took, "error": err,
+                "usage_after": read_int(os.path.join(qos, "memory.current")),
+                "oom_kill": ev1.get("oom_kill", 0) - ev0.get("oom_kill", 0), "max": ev1.get("max", 0) - ev0.get("max", 0)}
+        res["steps"].append(step)
+        say(f"    {what}: MemoryMax {value // MIB} MiB over {(before or 0) // MIB} MiB used: {took * 1e3:.0f} ms, "
+            f"now {(step['usage_after'] or 0) // MIB} MiB, oom_kill +{step['oom_kill']}")
+
+    page = os.sysconf("SC_PAGE_SIZE")
+    usage = read_int(os.path.join(qos, "memory.current"))
+    await lower("to the usage (the ceiling's step)", -(-usage // page) * page)
+    usage = read_int(os.path.join(qos, "memory.current"))
+    await lower("128 MiB below the usage", usage - 128 * MIB)
+    await lower("below its anonymous memory (32 MiB)", 32 * MIB)
+    res["alive_after"] = proc.poll() is None
+    await bus.set_props([(BE_QOS, {"MemoryMax": UINT64_MAX})])
+    res["stamp"] = stamp("lowering")
+    OUT["lowering"] = res
+    dump()
+    await cleanup(bus)
+    systemctl("start", DAEMON)
 
 
 async def high_test(bus):
@@ -482,20 +763,26 @@ async def main():
     kubelet_unit()
     write_pods([])
     systemctl("start", "kubelet.service")
+    if P.get("footprint"):
+        await footprint(bus)
     for cfg in P["configs"]:
         await configure(bus, cfg)
-        for i, pressure in enumerate([x for x in P["pressures"] if x in cfg.get("pressures", P["default_pressures"])]):
-            if "guard" in cfg and i:
-                await configure(bus, cfg)  # a fresh guard for every run (the last one's may still be engaged)
+        for pressure in [x for x in P["pressures"] if x in cfg.get("pressures", P["default_pressures"])]:
             try:
                 OUT["runs"].append(await one_run(bus, cfg, pressure))
             except Exception as e:  # keep the other runs
                 say(f"run {cfg['name']} / {pressure} failed: {e!r}")
+                await cleanup(bus)
                 OUT["runs"].append({"config": cfg["name"], "pressure": pressure, "error": repr(e)})
             dump()
+    if P.get("lowering"):
+        await lowering(bus)
     if P.get("high_test", True):
         await high_test(bus)
     OUT["finished"] = time.time()
+    OUT["daemon_boot"] = {"watchdog_kills": watchdog_kills(0.0), **unit_show("NRestarts", "MemoryMin", "MemoryLow",
+                                                                                 "OOMScoreAdjust", "WatchdogUSec",
+                                                                                 "ControlGroup")}
     dump()
     check(all("error" not in r for r in OUT["runs"]), f"{len(OUT['runs'])} protection runs completed")
 

@@ -354,29 +354,14 @@ def test_a_drift_in_the_kernel_re_reads_the_slices_whose_cgroup_differs_and_watc
     assert s.a.watch_interval(1.0 + agenda_mod.KERNEL_WATCH_AFTER_DRIFT) == agenda_mod.KERNEL_WATCH_IDLE
 
 
-@pytest.mark.parametrize("enabled, engaged, want", [
-    (True, False, 0.25),  # on, no notifier: its interval
-    (True, True, 0.25),
-    (False, False, agenda_mod.GUARD_IDLE_INTERVAL),  # off: only look whether a reload turned it on
-    (False, True, 0.0),  # turned off while engaged: clear it at once
-])
-def test_guard_interval(enabled, engaged, want):
-    assert Agenda.guard_interval(enabled, 0.25, engaged) == want
-
-
-def test_guard_interval_with_the_kernels_notification():
-    assert Agenda.guard_interval(True, 0.25, False, notified=True) == agenda_mod.GUARD_IDLE_INTERVAL  # events wake it
-    assert Agenda.guard_interval(True, 0.25, True, notified=True) == 0.25  # engaged: the release is a matter of time
-
-
 # ---- the ticks beside the rounds (issue 27: every periodic task on the agenda's schedule) --------
-def ticks_over(a: Agenda, until: float, guard=None) -> list[tuple[float, str]]:
+def ticks_over(a: Agenda, until: float) -> list[tuple[float, str]]:
     """Play the daemon's tick loop from 0 to `until`: (time, tick) of every tick carried out."""
     done, t = [], 0.0
     while t <= until:
         for tick in a.ticks_due(t):
             done.append((round(t, 3), str(tick)))
-            a.tick_done(tick, t, guard=guard)
+            a.tick_done(tick, t)
         t = t + a.tick_timeout(t) if a.tick_timeout(t) > 0 else t + 0.001
     return done
 
@@ -401,21 +386,11 @@ def test_the_watch_tick_follows_the_watch_interval():
     assert watched[1:4] == [watched[0] + 1.0, watched[0] + 2.0, watched[0] + 3.0]
 
 
-def test_the_guard_tick_comes_at_once_then_on_the_guards_own_interval():
-    a = Agenda(resync_interval=RESYNC, poll_interval=POLL)
-    engaged = [t for t, tick in ticks_over(a, 1.0, guard=(True, 0.25, True, False)) if tick == "guard"]
-    assert engaged == [0.0, 0.25, 0.5, 0.75, 1.0]
-    a = Agenda(resync_interval=RESYNC, poll_interval=POLL)
-    off = [t for t, tick in ticks_over(a, 11.0, guard=(False, 0.25, False, False)) if tick == "guard"]
-    assert off == [0.0, agenda_mod.GUARD_IDLE_INTERVAL, 2 * agenda_mod.GUARD_IDLE_INTERVAL]
-
-
 def test_the_tick_loop_sleeps_until_the_next_tick():
     a = Agenda(resync_interval=RESYNC, poll_interval=POLL, now=100.0)
-    assert [str(t) for t in a.ticks_due(100.0)] == ["heartbeat", "guard"]
+    assert [str(t) for t in a.ticks_due(100.0)] == ["heartbeat"]
     a.tick_done(agenda_mod.Tick.HEARTBEAT, 100.0)
-    a.tick_done(agenda_mod.Tick.GUARD, 100.0)
-    assert a.tick_timeout(100.0) == min(agenda_mod.KERNEL_WATCH_IDLE, agenda_mod.GUARD_IDLE_INTERVAL)
+    assert a.tick_timeout(100.0) == min(agenda_mod.KERNEL_WATCH_IDLE, agenda_mod.HEARTBEAT_INTERVAL)
 
 
 # ---- the BestEffort ceiling's steps (issue 25) --------------------------------------------------

@@ -134,45 +134,6 @@ def test_watch_reports_the_slices_whose_cgroup_differs_and_keeps_its_descriptors
     assert fs.watch({}, 4096) == [] and open_fds() == before  # closed once not asked about
 
 
-def test_pressure_total():
-    text = b"some avg10=1.50 avg60=0.20 avg300=0.00 total=123456\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=99\n"
-    assert cgroupfs.pressure_total(text) == 123456
-    assert cgroupfs.pressure_total(text, b"full") == 99
-    assert cgroupfs.pressure_total(b"") is None and cgroupfs.pressure_total(b"some total=x") is None
-
-
-def test_guard_counters_read_low_pressure_and_usage_on_kept_descriptors(tmp_path):
-    import os
-    fs = Cgroupfs(tmp_path)
-    burst = tmp_path / "kubepods.slice" / "kubepods-burstable.slice"
-    be = tmp_path / "kubepods.slice" / "kubepods-besteffort.slice"
-    assert fs.guard_counters("kubepods-burstable.slice", "kubepods-besteffort.slice") == (None, None, None)
-    burst.mkdir(parents=True)
-    be.mkdir()
-    (burst / "memory.events").write_text("low 7\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
-    (be / "memory.current").write_text("4096\n")  # no memory.pressure: a kernel without PSI
-    before = len(os.listdir("/proc/self/fd"))
-    assert fs.guard_counters("kubepods-burstable.slice", "kubepods-besteffort.slice") == (7, None, 4096)
-    (burst / "memory.pressure").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=55\n")
-    (burst / "memory.events").write_text("low 9\nhigh 0\nmax 0\noom 0\noom_kill 0\n")  # same inode
-    assert fs.guard_counters("kubepods-burstable.slice", "kubepods-besteffort.slice") == (9, 55, 4096)
-    assert len(os.listdir("/proc/self/fd")) == before + 3  # kept open; the pressure file joined
-    fs.close_kept()
-    assert len(os.listdir("/proc/self/fd")) == before
-
-
-def test_guard_notifier_is_none_where_the_file_cannot_be_polled(tmp_path):
-    """A regular file (a stand-in directory) cannot be polled for the kernel's notification: the
-    daemon then reads on its timer. (kernfs can: the VM benchmark, bench/protection.py.)"""
-    fs = Cgroupfs(tmp_path)
-    assert fs.guard_notifier("kubepods-burstable.slice") is None  # no file yet
-    burst = tmp_path / "kubepods.slice" / "kubepods-burstable.slice"
-    burst.mkdir(parents=True)
-    (burst / "memory.events").write_text("low 0\n")
-    assert fs.guard_notifier("kubepods-burstable.slice") is None
-    fs.close_kept()
-
-
 def test_memory_max_is_compared_where_it_is_ours(tmp_path):
     """The BestEffort ceiling: a held MemoryMax is compared with memory.max (the watch, a timer
     resync's trust in the kernel); without one, memory.max is not looked at (the runtime's)."""

@@ -272,21 +272,6 @@ def test_factor_message_is_exactly_the_issue_example():
     ("metrics: {listen: '1.2.3.4:99999'}", "metrics.listen", "1.2.3.4:99999"),
     ("metrics: {port: 9759}", "metrics.port", "9759"),
     ("metrics: 9759", "metrics", "9759"),
-    # pressureGuard
-    ("pressureGuard: true", "pressureGuard", "True"),
-    ("pressureGuard: {enabled: yes please}", "pressureGuard.enabled", "yes please"),
-    ("pressureGuard: {interval: 30s}", "pressureGuard.interval", "30s"),
-    ("pressureGuard: {interval: 0}", "pressureGuard.interval", "0"),
-    ("pressureGuard: {lowEvents: 0}", "pressureGuard.lowEvents", "0"),
-    ("pressureGuard: {lowEvents: 1.5}", "pressureGuard.lowEvents", "1.5"),
-    ("pressureGuard: {minBestEffort: lots}", "pressureGuard.minBestEffort", "lots"),
-    ("pressureGuard: {step: 0}", "pressureGuard.step", "0"),
-    ("pressureGuard: {step: 1.5}", "pressureGuard.step", "1.5"),
-    ("pressureGuard: {floor: 4Ki}", "pressureGuard.floor", "4Ki"),
-    ("pressureGuard: {releaseAfter: forever}", "pressureGuard.releaseAfter", "forever"),
-    ("pressureGuard: {releaseStep: -1}", "pressureGuard.releaseStep", "-1"),
-    ("pressureGuard: {calmPressure: 2}", "pressureGuard.calmPressure", "2"),
-    ("pressureGuard: {enable: true}", "pressureGuard.enable", "True"),
     # bestEffortCeiling
     ("bestEffortCeiling: true", "bestEffortCeiling", "True"),
     ("bestEffortCeiling: {enabled: on please}", "bestEffortCeiling.enabled", "on please"),
@@ -694,17 +679,6 @@ def test_unit_names_config_of_garbage_is_the_defaults(tmp_path, text):
     assert unit_names_config(f) == Config()
 
 
-def test_pressure_guard_is_off_by_default_and_every_number_is_a_key():
-    from memqos_systemd.config import GuardSettings
-    assert parse_config({}).pressure_guard == GuardSettings() and not GuardSettings().enabled
-    cfg = parse_config({"pressureGuard": {"enabled": True, "interval": "100ms", "lowEvents": 3,
-                                          "minBestEffort": "64Mi", "step": 0.2, "floor": "128Mi",
-                                          "releaseAfter": "1m", "releaseEvery": "2s", "releaseStep": 1,
-                                          "calmPressure": 0.1}})
-    assert cfg.pressure_guard == GuardSettings(True, 0.1, 3, 64 << 20, 0.2, 128 << 20, 60.0, 2.0, 1.0, 0.1)
-    assert parse_config({"pressureGuard": None}).pressure_guard == GuardSettings()
-
-
 def test_best_effort_ceiling_is_off_by_default_and_every_number_is_a_key():
     from memqos_systemd.config import CeilingSettings
     assert parse_config({}).best_effort_ceiling == CeilingSettings() and not CeilingSettings().enabled
@@ -726,3 +700,15 @@ def test_best_effort_ceiling_is_off_by_default_and_every_number_is_a_key():
 def test_the_kubelets_qos_reserved_is_read_from_its_config(kubelet, gate, memory):
     c = merged("{}", f"kind: KubeletConfiguration\n{kubelet}\n")
     assert (c.kubelet_qos_reserved_gate, c.kubelet_qos_reserved_memory) == (gate, memory)
+
+
+@pytest.mark.parametrize("text", ["pressureGuard: {enabled: true}", "pressureGuard: null", "pressureGuard: false"])
+def test_the_removed_pressure_guard_says_what_replaced_it(text):
+    """Issue 25: the reactive guard is gone, replaced by a planned BestEffort ceiling. A config that
+    still names it is refused (the service keeps its old config on reload) with one line that says
+    what to write instead, whatever its value."""
+    msg = error(text)
+    assert msg == ("config.yaml: pressureGuard: the pressure guard was removed; the BestEffort ceiling replaced it"
+                   " (bestEffortCeiling: {enabled: true}, a MemoryMax the kernel enforces, docs/DESIGN.md):"
+                   " delete pressureGuard"), msg
+    assert "\n" not in msg

@@ -19,7 +19,6 @@ import random
 import uuid
 from collections import Counter
 
-import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -267,17 +267,3 @@ def test_units_drifted_and_holding():
     s = scrape(m)
     assert s["memqos_units_drifted"][()] == 0 and s["memqos_holding"][()] == 0
 
-
-def test_guard_actions_and_the_besteffort_high_in_force():
-    m = Metrics()
-    s = scrape(m)
-    assert s["memqos_guard_besteffort_high_bytes"] == {(): math.inf}  # not engaged
-    assert s["memqos_guard_actions_total"] == {(("action", a),): 0 for a in ("lower", "raise", "clear")}
-    m.guard_action("lower", 300 * 2**20)
-    m.guard_action("lower", 270 * 2**20)
-    assert scrape(m)["memqos_guard_besteffort_high_bytes"] == {(): 270 * 2**20}
-    m.guard_action("clear", None)
-    s = scrape(m)
-    assert s["memqos_guard_besteffort_high_bytes"] == {(): math.inf}
-    assert s["memqos_guard_actions_total"][(("action", "lower"),)] == 2
-    assert s["memqos_guard_actions_total"][(("action", "clear"),)] == 1

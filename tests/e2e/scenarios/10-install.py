@@ -39,6 +39,12 @@ check_eq(systemctl("is-active", MEMQOS_UNIT).stdout.strip(), "active",
 check_eq(service_show("Type"), "notify", "Type")
 check_eq(service_show("NRestarts"), "0", "NRestarts")
 check_eq(service_show("WatchdogUSec"), "30s", "WatchdogUSec")
+# Its own protection (issue 25), in effect: its slice under the root, the kernel's memory.min of
+# both cgroups, and the OOM score of its process.
+check_eq(service_show("ControlGroup"), "/memqos.slice/memqos-systemd.service", "ControlGroup")
+check_eq([open(f"/sys/fs/cgroup/{d}/memory.min").read().strip() for d in ("memqos.slice", "memqos.slice/memqos-systemd.service")],
+         [str(64 << 20)] * 2, "memory.min of memqos.slice and of the service (64M)")
+check_eq(open(f"/proc/{main_pid()}/oom_score_adj").read().strip(), "-900", "the daemon's oom_score_adj")
 status_text = service_show("StatusText")
 check(re.match(r"\d+ pods, kubepods min \d+ low \d+", status_text), f"StatusText {status_text!r}")
 ready = [l for l in journal_since(None) if l.startswith("ready:")]

@@ -54,8 +54,9 @@ with open("/proc/self/oom_score_adj", "w") as f:
     f.write("-900")  # the scenario itself must outlive the neighbour's OOM
 
 # system.slice reserved and enforced (MemoryMin), as a node that protects its own daemons does:
-# without it, the daemon (and Prometheus) in system.slice lost their pages to the Tiered thrash,
-# the daemon missed its watchdog for 30 s, was killed, and no scrape saw the breach (first run).
+# without it, Prometheus (and the daemon, when it still ran in system.slice, before memqos.slice)
+# lost their pages to the Tiered thrash, the daemon missed its watchdog for 30 s, was killed, and
+# no scrape saw the breach (first run).
 SYSTEM_RESERVED_MIB = 256
 CAPACITY = mem_total_bytes()
 # Allocatable: capacity - systemReserved - the default evictionHard memory.available

@@ -34,7 +34,7 @@ from .naming import Naming
 from .plan import INFINITY, Plan, qos_reserved_writer
 from .quantity import format_bytes
 from .reconcile import UNREAD
-from .systemd import show_value
+from .quantity import show_value
 
 __all__ = ["CeilingWatch"]
 

@@ -139,8 +139,6 @@ def check_node(*, kernel_release: str | None = None, systemd: object = None,
     findings: list[Finding] = []
     root = Path(cgroup_root)
     root_s = os.path.normpath(str(cgroup_root))
-
-    # --- cgroup v2, unified ---
     # After an error here the other checks still run (on the cgroup2 mount there is, if any),
     # so one run of `check` lists everything a machine lacks.
     mounts: list[Mount] = []
@@ -148,73 +146,70 @@ def check_node(*, kernel_release: str | None = None, systemd: object = None,
         mounts = parse_mountinfo(_read_text(mountinfo, 16 << 20))
     except OSError as e:
         findings.append(Finding("warn", "mounts", f"{mountinfo}: cannot read: {e.strerror or e}"))
-    at_root = [m for m in mounts if m.mount_point == root_s]
-    root_mount = at_root[-1] if at_root else None
     v1 = [m for m in mounts if m.fstype == "cgroup" and (m.mount_point + "/").startswith(root_s + "/")]
-    cgroup2 = [m for m in mounts if m.fstype == "cgroup2"]
-    has_controllers = (root / "cgroup.controllers").is_file()
-    unified = has_controllers and (root_mount is None or root_mount.fstype == "cgroup2")
-    # The cgroup v2 hierarchy the remaining checks look at: the root, or a hybrid's cgroup2 mount.
-    v2_dir: Path | None = root
-    v2_mount = root_mount
-    if unified and not v1:
-        findings.append(Finding("ok", "cgroup v2", f"{root_s} is the unified cgroup2 hierarchy"))
-    elif cgroup2 or has_controllers:
-        where = ", ".join(m.mount_point for m in cgroup2) or root_s
-        findings.append(Finding("error", "cgroup v2",
-                                f"hybrid cgroup hierarchy: cgroup v1 controllers at {root_s} and cgroup2 only"
-                                f" at {where}; boot with systemd.unified_cgroup_hierarchy=1"))
-        if not has_controllers:
-            v2_dir, v2_mount = Path(cgroup2[-1].mount_point), cgroup2[-1]
-    else:
-        findings.append(Finding("error", "cgroup v2",
-                                f"{root_s} is cgroup v1 ({root_mount.fstype if root_mount else 'no cgroup2 mount'});"
-                                f" memory protection needs cgroup v2: boot with systemd.unified_cgroup_hierarchy=1"))
-        v2_dir = v2_mount = None
-
-    # --- memory controller ---
-    memory_v1 = [m for m in v1 if "memory" in m.options]
-    if v2_dir is None:
-        findings.append(Finding("error", "memory controller", "no cgroup2 hierarchy is mounted, so none of its"
-                                                              " controllers is available"))
-    else:
-        try:
-            controllers = _read_text(v2_dir / "cgroup.controllers").split()
-        except OSError as e:
-            findings.append(Finding("error", "memory controller", f"{v2_dir / 'cgroup.controllers'}: cannot read:"
-                                                                  f" {e.strerror or e}"))
-        else:
-            if "memory" in controllers:
-                findings.append(Finding("ok", "memory controller",
-                                        "enabled" if v2_dir == root else f"enabled in {v2_dir}"))
-            elif memory_v1:
-                findings.append(Finding("error", "memory controller",
-                                        f"not in {v2_dir / 'cgroup.controllers'}: it is bound to cgroup v1 at"
-                                        f" {memory_v1[-1].mount_point}"))
-            else:
-                findings.append(Finding("error", "memory controller",
-                                        f"not in {v2_dir / 'cgroup.controllers'} ({' '.join(controllers) or 'empty'});"
-                                        f" is cgroup_disable=memory on the kernel command line?"))
-
-    # --- memory_recursiveprot ---
-    v2_s = str(v2_dir) if v2_dir is not None else root_s
-    if v2_mount is not None and "memory_recursiveprot" in v2_mount.options:
-        findings.append(Finding("ok", "memory_recursiveprot", f"{v2_s} is mounted with memory_recursiveprot"
-                                if v2_dir != root else "mounted with memory_recursiveprot"))
-    elif v2_mount is None:
-        findings.append(Finding("warn", "memory_recursiveprot",
-                                f"no cgroup2 mount found for {v2_s} in {mountinfo}; cannot tell whether"
-                                f" memory_recursiveprot is on"))
-    else:
-        findings.append(Finding("warn", "memory_recursiveprot",
-                                f"{v2_s} is mounted without memory_recursiveprot: protection does not pass"
-                                f" down to pods unless every level sets it (systemd >= 247 mounts it when the"
-                                f" kernel supports it)"))
-
+    found, v2_dir, v2_mount = _cgroup_v2_finding(mounts, v1, root, root_s)
+    findings.append(found)
+    findings.append(_memory_controller_finding(v2_dir, root, [m for m in v1 if "memory" in m.options]))
+    findings.append(_recursiveprot_finding(v2_dir, v2_mount, root, root_s, mountinfo))
     findings.append(_kernel_finding(kernel_release))
     if systemd is not None:
         findings.append(_systemd_finding(systemd))
     return findings
+
+
+def _cgroup_v2_finding(mounts: list[Mount], v1: list[Mount], root: Path,
+                       root_s: str) -> tuple[Finding, Path | None, Mount | None]:
+    """Whether `root` is the unified cgroup2 hierarchy; and the cgroup v2 hierarchy the remaining
+    checks look at (the root, or a hybrid's cgroup2 mount; None: none) with its mount."""
+    at_root = [m for m in mounts if m.mount_point == root_s]
+    root_mount = at_root[-1] if at_root else None
+    cgroup2 = [m for m in mounts if m.fstype == "cgroup2"]
+    has_controllers = (root / "cgroup.controllers").is_file()
+    unified = has_controllers and (root_mount is None or root_mount.fstype == "cgroup2")
+    if unified and not v1:
+        return Finding("ok", "cgroup v2", f"{root_s} is the unified cgroup2 hierarchy"), root, root_mount
+    if cgroup2 or has_controllers:
+        where = ", ".join(m.mount_point for m in cgroup2) or root_s
+        found = Finding("error", "cgroup v2", f"hybrid cgroup hierarchy: cgroup v1 controllers at {root_s} and cgroup2"
+                                              f" only at {where}; boot with systemd.unified_cgroup_hierarchy=1")
+        if not has_controllers:
+            return found, Path(cgroup2[-1].mount_point), cgroup2[-1]
+        return found, root, root_mount
+    return (Finding("error", "cgroup v2",
+                    f"{root_s} is cgroup v1 ({root_mount.fstype if root_mount else 'no cgroup2 mount'});"
+                    f" memory protection needs cgroup v2: boot with systemd.unified_cgroup_hierarchy=1"), None, None)
+
+
+def _memory_controller_finding(v2_dir: Path | None, root: Path, memory_v1: list[Mount]) -> Finding:
+    if v2_dir is None:
+        return Finding("error", "memory controller", "no cgroup2 hierarchy is mounted, so none of its"
+                                                     " controllers is available")
+    try:
+        controllers = _read_text(v2_dir / "cgroup.controllers").split()
+    except OSError as e:
+        return Finding("error", "memory controller", f"{v2_dir / 'cgroup.controllers'}: cannot read: {e.strerror or e}")
+    if "memory" in controllers:
+        return Finding("ok", "memory controller", "enabled" if v2_dir == root else f"enabled in {v2_dir}")
+    if memory_v1:
+        return Finding("error", "memory controller", f"not in {v2_dir / 'cgroup.controllers'}: it is bound to cgroup v1"
+                                                     f" at {memory_v1[-1].mount_point}")
+    return Finding("error", "memory controller", f"not in {v2_dir / 'cgroup.controllers'}"
+                                                 f" ({' '.join(controllers) or 'empty'}); is cgroup_disable=memory on"
+                                                 f" the kernel command line?")
+
+
+def _recursiveprot_finding(v2_dir: Path | None, v2_mount: Mount | None, root: Path, root_s: str,
+                           mountinfo: str | os.PathLike) -> Finding:
+    v2_s = str(v2_dir) if v2_dir is not None else root_s
+    if v2_mount is not None and "memory_recursiveprot" in v2_mount.options:
+        return Finding("ok", "memory_recursiveprot", f"{v2_s} is mounted with memory_recursiveprot"
+                       if v2_dir != root else "mounted with memory_recursiveprot")
+    if v2_mount is None:
+        return Finding("warn", "memory_recursiveprot", f"no cgroup2 mount found for {v2_s} in {mountinfo}; cannot tell"
+                                                       f" whether memory_recursiveprot is on")
+    return Finding("warn", "memory_recursiveprot",
+                   f"{v2_s} is mounted without memory_recursiveprot: protection does not pass down to pods unless"
+                   f" every level sets it (systemd >= 247 mounts it when the kernel supports it)")
 
 
 def systemd_findings(bus_address: str | None, *, booted_dir: str | os.PathLike = BOOTED_DIR,

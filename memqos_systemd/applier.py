@@ -125,6 +125,12 @@ class Applier:
         self.oom_group_kill: set[str] = set()
         # on_restore(unit, None) after memory.oom.group was put back, (unit, why) when it could not be.
         self._on_restore = on_restore or (lambda unit, error: None)
+        # What we wrote to units we may create (reserved slices, reconcile.MAY_CREATE): systemd keeps
+        # it as drop-ins while such a slice is not loaded, and unloads a slice nothing runs in soon
+        # after the write that loaded it. So there "not loaded" means "holds what we wrote", not
+        # "write it again": on systemd 252 a kube.slice that did not run was rewritten every 30 ms,
+        # each write loading it (UnitNew, a round) and each round finding it unloaded (e2e 25-ceiling).
+        self.dropins: dict[str, dict[str, int]] = {}
 
     def _count(self, method: str, result: str) -> None:
         self._on_call(method, result)
@@ -214,6 +220,9 @@ class Applier:
                 ref = self.naming.parse_unit(n)
                 if ref is not None and ref.level not in levels:
                     fresh[n] = value
+        for name, values in self.dropins.items():
+            if fresh.get(name) is None:
+                fresh[name] = dict(values)  # not loaded: it holds what we wrote (see `dropins`)
         self.observed = fresh
         read_set = set(read)
         self.runs = {n: r for n, r in self.runs.items() if n in fresh and n not in read_set}  # not re-read
@@ -355,7 +364,11 @@ class Applier:
         self.unconfirmed.discard(unit)
         if self.cgroupfs is not None:
             self.cgroupfs.forget(unit)
-        if unit in self.observed:
+        if unit in self.dropins:
+            if self.observed.get(unit) != self.dropins[unit]:
+                self.observed[unit] = dict(self.dropins[unit])
+                self.generation += 1
+        elif unit in self.observed:
             del self.observed[unit]
             self.generation += 1
 
@@ -449,12 +462,14 @@ class Applier:
                 # Asked now, once the whole group is answered: a UnitRemoved read while any write
                 # of the group was out (and perhaps already handled: forgotten) must not be undone
                 # by caching the unit again (seen: a deleted pod slice kept its pod's protection).
+                held = dict(self.observed.get(change.unit) or DEFAULTS)
+                held.update(change.props)  # from UNREAD (empty): all three were sent
+                if not change.must_exist:
+                    self.dropins[change.unit] = held
                 if self.systemd.removed_since(change.unit, mark) or (change.must_exist and change.unit not in self.observed):
                     self.forget(change.unit)
                     continue
-                held = dict(self.observed.get(change.unit) or DEFAULTS)
-                held.update(change.props)  # from UNREAD (empty): all three were sent
-                self.observed[change.unit] = held
+                self.observed[change.unit] = dict(held)
                 self.runs.pop(change.unit, None)
                 self.generation += 1
             if result.failed is not None:

@@ -378,6 +378,11 @@ class FakeSystemd:
         self.version = version
         self._cgroup_class = _padded_cgroup_class(padding_properties) if padding_properties else _CgroupInterface
         self.created: list[str] = []  # slices SetUnitProperties brought into existence
+        # When set, a slice SetUnitProperties brought into existence is unloaded again right after
+        # the call (UnitRemoved), as systemd's garbage collector unloads an inactive unit nothing
+        # refers to; what was set stays as its drop-ins (`dropins_of`).
+        self.collect_created = False
+        self.dropins_of: dict[str, dict] = {}
         # When set, a directory standing in for the cgroup2 mount: a running slice gets its cgroup
         # directory there with the user.invocation_id attribute, as systemd sets it on a slice it
         # starts (252 sets none on scopes: tests/e2e 12-invocation-path X). See _sync_cgroup.
@@ -796,3 +801,13 @@ class FakeSystemd:
                 unit.memory[prop] = value.value
             unit.dropins[prop] = (value.value, runtime)
         self._sync_cgroup(name)
+        if self.collect_created and name in self.created and unit.active_state == "inactive":
+            self.dropins_of[name] = dict(unit.memory)
+            self._loop.call_soon(self._collect, name)
+
+    def _collect(self, name: str) -> None:
+        if name in self._units and self._units[name].active_state == "inactive":
+            del self._units[name]
+            self._unexport_unit(name)
+            self._sync_cgroup(name)
+            self._emit(self._manager.UnitRemoved, name, unit_path(name))

@@ -13,6 +13,7 @@ import logging
 import os
 
 import pytest
+import yaml
 from fakesystemd import unit_path
 from harness import ControlledSource, Harness, run, until
 
@@ -816,6 +817,41 @@ UPPER_UNITS = ["kube.slice", "kubepods-burstable.slice", "kubepods.slice"]  # no
 UPPER_NAMES = sorted([*UPPER_UNITS, "kubepods-besteffort.slice"])
 
 
+def test_a_reserved_slice_that_does_not_run_is_written_once_not_in_a_loop(fake_systemd, tmp_path):
+    """A reserved slice nothing runs in: our write loads it (UnitNew) and systemd's garbage
+    collector unloads it again (UnitRemoved), its values kept as drop-ins. Seen on systemd 252 (e2e
+    25-ceiling): kube.slice was written every 30 ms, each UnitNew bringing a round that found it
+    unloaded and wrote it again. Written once; again only when the plan changes."""
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
+    fake_systemd.collect_created = True
+
+    def kube_writes() -> list[dict]:
+        return [props for unit, props in h.sets() if unit == "kube.slice"]
+
+    async def body():
+        nonlocal h
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE], config=RESERVED) as h:
+            await until(lambda: fake_systemd.dropins_of.get("kube.slice", {}).get("MemoryMin") == 300 * MI)
+            for _ in range(5):
+                h.fetch_now()
+                await h.settle()
+            await asyncio.sleep(0.3)
+            assert h.memory("kube.slice") is None  # not loaded: its values are drop-ins
+            assert kube_writes() == [{"MemoryMin": 300 * MI}], kube_writes()
+            await h.resync_now()  # the timer reads the reserved slices: still not loaded
+            await h.settle()
+            assert len(kube_writes()) == 1
+            h.config_path.write_text(yaml.safe_dump({**RESERVED, "kubeReserved": {"memory": "200Mi"}}))
+            h.daemon.request_reload()  # a plan that changes: written again, once
+            await until(lambda: len(kube_writes()) == 2)
+            for _ in range(3):
+                await h.settle()
+            assert kube_writes()[1:] == [{"MemoryMin": 200 * MI}], kube_writes()
+
+    h = None
+    run(body())
+
+
 def units_read(fake) -> list[str]:
     """The units whose properties were read (GetAll on their object path), sorted."""
     from fakesystemd import unit_path
@@ -1236,7 +1272,7 @@ async def reload_during_a_held_fetch(h, fake, units, how: str) -> list:
             fake.announce_removed(unit)
         else:
             fake.remove_unit(unit)
-    await until(lambda: not set(units) & h.cache.keys())
+    await until(lambda: all(("removed", u) in h.events for u in units))  # delivered to the daemon
     if how != "reexecuted":
         for unit in units:
             fake.add_unit(unit, memory=memory[unit])

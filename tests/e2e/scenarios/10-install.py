@@ -109,7 +109,19 @@ check(reloaded, f"journal after reload: {reloaded[:1]}")
 with open(MEMQOS_CONFIG) as f:
     shipped = f.read()
 BAD_URL = "https://[::1/pods"
-memqos_write_config(shipped + f"\nkubelet: {{url: '{BAD_URL}'}}\n")
+
+
+def with_kubelet_url(url: str) -> dict:
+    """The shipped config with its kubelet block's URL changed (a second `kubelet:` key would be
+    refused for the duplicate key, not for the URL)."""
+    import yaml
+
+    doc = yaml.safe_load(shipped)
+    doc["kubelet"] = {**(doc.get("kubelet") or {}), "url": url}
+    return doc
+
+
+memqos_write_config(with_kubelet_url(BAD_URL))
 cursor = journal_cursor()
 refused = metric("memqos_config_reloads_total", result="refused")
 check(memqos_reload(), "systemctl reload to a kubelet URL it cannot take apart: the daemon counted it")
@@ -138,7 +150,7 @@ check(stopped, f"SIGTERM left protections in place: {stopped[:1]}")
 
 # --- a config it refuses at start: exit 2, failed, not restarted ----------------------------------
 # An unknown key, and the URL that used to loop the unit every 2 s (issue 26).
-memqos_write_config(shipped + f"\nnoSuchKey: 1\nkubelet: {{url: '{BAD_URL}'}}\n")
+memqos_write_config(shipped + "\nnoSuchKey: 1\n")
 cursor = journal_cursor()
 systemctl("restart", MEMQOS_UNIT)
 failed = wait_for(lambda: systemctl("is-active", MEMQOS_UNIT).stdout.strip() == "failed", 30)
@@ -146,7 +158,7 @@ check(failed, f"unknown config key: unit {systemctl('is-active', MEMQOS_UNIT).st
 check_eq(service_show("ExecMainStatus"), "2", "ExecMainStatus with an unknown key")
 msg = [l for l in journal_since(cursor) if "noSuchKey" in l]
 check(msg, f"the error names the key: {msg[:1]}")
-memqos_write_config(shipped + f"\nkubelet: {{url: '{BAD_URL}'}}\n")
+memqos_write_config(with_kubelet_url(BAD_URL))
 cursor = journal_cursor()
 systemctl("reset-failed", MEMQOS_UNIT)
 systemctl("start", MEMQOS_UNIT)

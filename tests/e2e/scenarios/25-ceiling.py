@@ -335,6 +335,9 @@ stop_pod(reader_pod)
 set_unit_properties(BE, MemoryMax=UINT64_MAX, MemoryLow=0)
 os.unlink(SPARSE)
 summary = "; ".join(f"{k}: {', '.join(f'{t * 1e3:.0f}' for t in v)} ms" for k, v in figures.items())
-check(hog_killed and "systemd" in one_write_invokers,
-      f"E. measured: {summary}; the one-write lowering OOM-killed the hog in PID 1's write: OOM killer invoked by"
-      f" {one_write_invokers}")
+# Who invokes the OOM killer after a one-write lowering is a race: PID 1, reclaiming in its write,
+# or the hog itself at its next charge (both seen): a figure, not a condition. The condition is the
+# step's: PID 1 kills nothing there (B, above).
+check(hog_killed,
+      f"E. measured: {summary}; the one-write lowering OOM-killed the hog; the OOM killer invoked by"
+      f" {one_write_invokers} ('systemd': in PID 1's write)")

@@ -32,6 +32,11 @@ MemoryMax it holds (the runtime's limits on container scopes, the kubelet's on k
 Like MemoryHigh, it grows in the grow pass and shrinks in the shrink pass; how far it may shrink
 in one write is ceiling.py's to say, before the diff.
 
+A unit whose cgroup shows less than systemd holds for it (`kernel_lost`: someone wrote the
+cgroup file behind systemd's back; the kernel, not systemd's view, is what protects) gets the
+same values set again: systemd then re-writes every memory file of the unit from its own state.
+Never the file itself.
+
 A unit whose values were not read (`UNREAD`: a pod slice that has just started,
 whose invocation ID came from its cgroup; see daemon.py) gets the plan's three
 values in one write: what it holds is unknown (its defaults, or what its
@@ -47,7 +52,8 @@ from typing import Iterable, Mapping
 from .naming import Naming
 from .plan import INFINITY, Plan, UnitPlan
 
-__all__ = ["Change", "DEFAULTS", "UNREAD", "diff", "grow_only", "one_write_per_container", "reset_plan", "MAY_CREATE"]
+__all__ = ["Change", "DEFAULTS", "UNREAD", "diff", "grow_only", "kernel_lost", "one_write_per_container", "reset_plan",
+           "MAY_CREATE"]
 
 DEFAULTS = {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": INFINITY}
 # What a property is when systemd's answer lacks it: MemoryMax is read only where it is ours.
@@ -71,15 +77,32 @@ class Change:
         return self.level not in MAY_CREATE
 
 
-def _grows(name: str, new: int, old: int) -> bool:
-    # For MemoryHigh a larger value is a looser limit; order it with the growth
-    # of protection so a throttle is lifted before protection is asked for.
-    return new > old
+def kernel_lost(held: Mapping[str, int], kernel: Mapping[str, int], page_size: int) -> dict[str, int]:
+    """What a unit's cgroup shows (`kernel`: memory.min/low/high as MemoryMin/Low/High) below what
+    systemd holds for it (`held`), where systemd cannot have put it: {property: what the kernel
+    shows}. systemd writes every memory file of a unit from its own state whenever it applies the
+    unit, so only a writer that went around systemd leaves the kernel showing less:
+    * MemoryMin, MemoryLow: less than held, page-rounded down as the kernel stores them. More is
+      left alone: a parent's DefaultMemoryMin=/DefaultMemoryLow= shows in a child whose own is
+      unset, so the kernel may rightly show more than the unit's property, never less.
+    * MemoryHigh: anything but held (a lower one throttles the pod, a higher one lifts the
+      throttle the plan sets; systemd derives memory.high from nothing else).
+    Empty when the kernel shows what systemd holds (or a property is not known on either side)."""
+    lost = {}
+    for prop, shown in kernel.items():
+        value = held.get(prop)
+        if value is None or prop not in DEFAULTS:
+            continue
+        applied = value if value == INFINITY else value // page_size * page_size
+        if shown < applied or (prop == "MemoryHigh" and shown != applied):
+            lost[prop] = shown
+    return lost
 
 
 def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[str, int] | None],
-         naming: Naming | None = None, retired: Iterable[str] = ()) -> list[Change]:
-    """Ordered changes that take systemd from `observed` to `desired`.
+         naming: Naming | None = None, retired: Iterable[str] = (),
+         lost: Mapping[str, Mapping[str, int]] = MappingProxyType({})) -> list[Change]:
+    """Ordered changes that take systemd from `observed` to `desired`, and the kernel with it.
 
     `observed` maps unit name -> the properties systemd holds, None when the
     unit is not loaded, or UNREAD when it runs and its values were not read (all
@@ -87,6 +110,10 @@ def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[st
     pod or container level but absent from `desired` are reset to the defaults,
     and so are the `retired` reserved slices (dropped from the config) that
     systemd has loaded.
+
+    `lost` maps a unit to what its cgroup shows of the properties it shows below what systemd
+    holds (`kernel_lost`). A property systemd holds as planned is sent again when the kernel has
+    lost it, in the order its kernel value calls for (raising it back is a grow: parents first).
     """
     if isinstance(desired, Plan):
         targets: list[tuple[str, str, Mapping[str, int]]] = list(desired.targets)
@@ -112,7 +139,7 @@ def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[st
     shrink: list[Change] = []
     for name, level, want in targets:
         have = observed.get(name)
-        if have == want:
+        if have == want and name not in lost:
             continue  # the steady case, most units of most rounds
         if have is UNREAD:
             # Unknown values: send all three, in the grow pass (parents first) unless all are the
@@ -125,8 +152,17 @@ def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[st
             if level not in MAY_CREATE or dict(want) == DEFAULTS:
                 continue  # nothing to create, or not ours to create
             have = DEFAULTS
-        up = {k: v for k, v in want.items() if have.get(k, _UNSET[k]) != v and _grows(k, v, have.get(k, _UNSET[k]))}
-        down = {k: v for k, v in want.items() if have.get(k, _UNSET[k]) != v and k not in up}
+        shown = lost.get(name, {})
+        up, down = {}, {}
+        for k, v in want.items():
+            old = have.get(k, _UNSET[k])
+            if old == v:
+                if k not in shown:
+                    continue
+                old = shown[k]  # systemd holds it, the kernel does not: set it again
+            # For MemoryHigh a larger value is a looser limit; it goes with the growth of
+            # protection, so a throttle is lifted before protection is asked for.
+            (up if v > old else down)[k] = v
         if up:
             grow.append(Change(name, level, up, "grow"))
         if down:

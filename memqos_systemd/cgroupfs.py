@@ -11,7 +11,9 @@ no plan (`reset`), a search of the kubepods tree finds. What is read there:
 * `user.invocation_id` (`read_invocation_id`, `Cgroupfs.run_of`): the run systemd started a slice
   as, put on its cgroup as it starts it (systemd.py's docstring; e2e 12-invocation-path X).
 * memory.min/low/high, and memory.max where MemoryMax is ours (`read_cgroup_memory`,
-  `Cgroupfs.kernel_values`, `Cgroupfs.shows`): what systemd applied, page-rounded by the kernel.
+  `Cgroupfs.kernel_values`, `kernel_shows`): what systemd applied, page-rounded by the kernel; of
+  the node, QoS and reserved slices also through descriptors kept open (`Cgroupfs.watch`), with an
+  inotify watch on each file that says when anyone writes it (`Cgroupfs.watch_notifier`).
 * memory.current of the BestEffort QoS slice (`Cgroupfs.usage`): how far its ceiling may go down
   in one write (ceiling.py).
 * memory.events (`read_events_file`, `Cgroupfs.container_events`): the throttling metric.
@@ -44,6 +46,7 @@ that wrote one of those only to the file loses it:
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 from dataclasses import dataclass
@@ -267,6 +270,8 @@ class Cgroupfs:
         self._placed: _Placed | None = None
         self._found: dict[str, Path] = {}  # scopes found by searching
         self._watched: dict[str, dict[str, int]] = {}  # unit -> {property: open descriptor} (watch)
+        self._written: _Inotify | None = None  # says when a watched file is written (watch_notifier)
+        self._watch_ids: dict[str, list[int]] = {}  # unit -> its files' inotify watch descriptors
 
     def place(self, plan: Any) -> None:
         """Learn where a plan's container scopes are (in their pod slices). Made once per plan
@@ -346,6 +351,34 @@ class Cgroupfs:
                 differ.append(unit)
         return differ
 
+    def watch_notifier(self) -> "_Inotify | None":
+        """An object whose fileno() is readable once anyone has written one of the files `watch`
+        reads (since the last drain_notifier): an inotify watch on each (IN_MODIFY, which every
+        write(2) to a file raises, kernfs's included: systemd's as it applies a unit's values over
+        D-Bus, and a write around it). The watch then looks at once instead of at its next tick,
+        and an idle node costs nothing. None where inotify cannot be had: the watch's timer alone."""
+        if self._written is None:
+            try:
+                self._written = _Inotify()
+            except OSError:
+                return None
+            for unit in list(self._watched):
+                self._close_watch(unit)  # opened again, with their inotify watches, at the next watch
+        return self._written
+
+    def drain_notifier(self) -> None:
+        """Take the notifier's events (it is readable until then)."""
+        if self._written is not None:
+            self._written.drain()
+
+    def close_notifier(self) -> None:
+        """Close the notifier (the daemon stops): the descriptors `watch` keeps stay until it is
+        asked again."""
+        if self._written is not None:
+            self._watch_ids.clear()
+            self._written.close()
+            self._written = None
+
     def _watched_values(self, unit: str, files: Mapping[str, str]) -> dict[str, int] | None:
         fds = self._watched.get(unit)
         if fds is not None and fds.keys() != files.keys():
@@ -362,6 +395,10 @@ class Cgroupfs:
                 except OSError:
                     self._close_watch(unit)  # not made yet, or gone: try again next time
                     return None
+            if self._written is not None:
+                # Added after the open: a file replaced in between is found by the pread (ENODEV).
+                self._watch_ids[unit] = [w for w in (self._written.add(where / f) for f in files.values())
+                                         if w is not None]
         values = {}
         for prop, fd in fds.items():
             try:
@@ -381,6 +418,8 @@ class Cgroupfs:
                 os.close(fd)
             except OSError:
                 pass
+        for wd in self._watch_ids.pop(unit, []):
+            self._written.remove(wd)
 
     # ---- settings of the runtime's that systemd would re-apply (see the module docstring)
     def runtime_settings(self, unit: str) -> RuntimeSettings | None:
@@ -411,3 +450,44 @@ class Cgroupfs:
         finally:
             os.close(fd)
         return None
+
+
+# ---- inotify (Cgroupfs.watch_notifier), through libc: no module of the standard library has it -----
+_IN_NONBLOCK, _IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
+_IN_MODIFY = 0x2
+
+
+class _Inotify:
+    """One inotify instance: files added with IN_MODIFY; fileno() is readable while events wait."""
+
+    def __init__(self):
+        try:
+            self._libc = ctypes.CDLL(None, use_errno=True)
+            fd = self._libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        except (OSError, AttributeError) as e:
+            raise OSError(errno.ENOSYS, f"no inotify: {e}") from None
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def add(self, path: str | os.PathLike) -> int | None:
+        """Watch `path` for writes; its watch descriptor, or None if it cannot be watched."""
+        wd = self._libc.inotify_add_watch(self._fd, os.fsencode(path), _IN_MODIFY)
+        return wd if wd >= 0 else None
+
+    def remove(self, wd: int) -> None:
+        """Stop watching; a file that has gone took its watch with it (EINVAL then: nothing to do)."""
+        self._libc.inotify_rm_watch(self._fd, wd)
+
+    def drain(self) -> None:
+        try:
+            while os.read(self._fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        os.close(self._fd)

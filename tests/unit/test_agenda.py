@@ -420,3 +420,36 @@ def test_ceiling_following_from_a_round_that_did_not_step_starts_at_the_first_in
     s = steady(poll=1000.0, resync=1000.0)
     s.a.ceiling_following(5.0, following=True, moved=False)  # e.g. usage unreadable: nothing sent yet
     assert s.a.timeout(5.0) == 1.0
+
+
+def test_a_drift_soon_after_another_is_re_read_after_the_gap_not_at_once():
+    """Issue 29: the watch looks whenever a watched file is written (inotify), so a writer in a
+    tight loop would have every write re-read and put back. The first drift after a quiet time is
+    re-read at once; one found within KERNEL_DRIFT_GAP of it waits for the gap's end, and the loop
+    sleeps no longer than that."""
+    gap = agenda_mod.KERNEL_DRIFT_GAP
+    s = steady()
+    s.a.kernel_drift(100.0)
+    assert s.step(100.0)[0] is Refresh.TIMER_LIGHT  # at once
+    s.a.kernel_drift(100.1)  # our put-back was answered; the writer's file write came after it
+    assert s.a.due(100.1).refresh is Refresh.NONE
+    assert s.a.timeout(100.1) == pytest.approx(gap - 0.1)
+    s.a.kernel_drift(100.2)  # and again: still one re-read, at the gap's end
+    assert s.a.due(100.0 + gap) == Due(refresh=Refresh.TIMER_LIGHT)
+    assert s.step(100.0 + gap)[0] is Refresh.TIMER_LIGHT
+    assert s.a.due(100.0 + gap + 0.01).refresh is Refresh.NONE  # taken
+    s.a.kernel_drift(100.0 + 2 * gap + 0.01)  # the next one after a gap: at once again
+    assert s.a.due(100.0 + 2 * gap + 0.01).refresh is Refresh.TIMER_LIGHT
+
+
+def test_a_tight_loop_writer_costs_one_re_read_a_gap():
+    gap = agenda_mod.KERNEL_DRIFT_GAP
+    s = steady()
+    reads, t = 0, 50.0
+    while t < 60.0:
+        s.a.kernel_drift(t)  # a write every 10 ms, each found by the watch
+        if s.a.due(t).refresh is not Refresh.NONE:
+            s.step(t)
+            reads += 1
+        t += 0.01
+    assert reads <= 10.0 / gap + 1

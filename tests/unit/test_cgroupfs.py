@@ -134,6 +134,46 @@ def test_watch_reports_the_slices_whose_cgroup_differs_and_keeps_its_descriptors
     assert fs.watch({}, 4096) == [] and open_fds() == before  # closed once not asked about
 
 
+def test_the_watch_notifier_is_readable_once_a_watched_file_is_written(tmp_path):
+    """inotify (IN_MODIFY) on the files `watch` reads: readable after any write(2) to one of them
+    (systemd's as it applies a unit, or a write around it), until drained; a write to a file not
+    watched, or reads, leave it quiet. Files watched before the notifier existed are watched too."""
+    import select
+
+    def readable(n) -> bool:
+        return bool(select.select([n.fileno()], [], [], 0.2)[0])
+
+    fs = Cgroupfs(tmp_path)
+    held = {"MemoryMin": 1 << 30, "MemoryLow": 0, "MemoryHigh": UINT64_MAX}
+    for unit in ("kubepods.slice", "system.slice"):
+        where = tmp_path / cgroup_path(unit)
+        where.mkdir(parents=True)
+        for file, text in (("memory.min", str(1 << 30)), ("memory.low", "0"), ("memory.high", "max")):
+            (where / file).write_text(text + "\n")
+    assert fs.watch({"kubepods.slice": held}, 4096) == []  # opened before the notifier
+    n = fs.watch_notifier()
+    assert n is not None and fs.watch_notifier() is n
+    assert fs.watch({"kubepods.slice": held}, 4096) == [] and not readable(n)
+    with open(tmp_path / "kubepods.slice/memory.min", "w") as f:  # a cgroupfs writer's zero
+        f.write("0\n")
+    assert readable(n)
+    fs.drain_notifier()
+    assert not readable(n)
+    (tmp_path / "system.slice/memory.low").write_text("5\n")  # not watched
+    assert not readable(n)
+    assert fs.watch({"kubepods.slice": held, "system.slice": held}, 4096) == ["kubepods.slice", "system.slice"]
+    assert not readable(n)  # reading is not writing
+    (tmp_path / "system.slice/memory.high").write_text("max\n")
+    assert readable(n)
+    fs.drain_notifier()
+    assert fs.watch({"kubepods.slice": held}, 4096) == ["kubepods.slice"]  # system.slice closed, unwatched
+    fs.drain_notifier()  # (the kernel says IN_IGNORED of each watch removed)
+    (tmp_path / "system.slice/memory.low").write_text("0\n")
+    assert not readable(n)
+    fs.close_notifier()
+    assert fs.watch({"kubepods.slice": held}, 4096) == ["kubepods.slice"]  # reading goes on without it
+
+
 def test_memory_max_is_compared_where_it_is_ours(tmp_path):
     """The BestEffort ceiling: a held MemoryMax is compared with memory.max (the watch, a timer
     resync's trust in the kernel); without one, memory.max is not looked at (the runtime's)."""

@@ -50,10 +50,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Iterable, Mapping
 
-from .cgroupfs import Cgroupfs
+from .cgroupfs import Cgroupfs, kernel_shows
 from .naming import Naming
 from .notify import WarnOnce
-from .reconcile import DEFAULTS, UNREAD, Change
+from .reconcile import DEFAULTS, UNREAD, Change, kernel_lost
 from .quantity import UINT64_MAX, show_value
 from .systemd import NoSuchUnit, SystemdError, UnitStatus, describe_call
 
@@ -84,7 +84,7 @@ class Applier:
     def __init__(self, systemd, naming: Naming, *, cgroupfs: Cgroupfs | None = None, page_size: int = 4096,
                  on_call: Callable[[str, str], None] | None = None,
                  on_restore: Callable[[str, str | None], None] | None = None,
-                 on_foreign: Callable[[str, dict[str, int], dict[str, int]], None] | None = None,
+                 on_foreign: Callable[[str, dict[str, int], dict[str, int], str], None] | None = None,
                  max_units: Callable[[], Collection[str]] = frozenset):
         self.systemd = systemd
         self.naming = naming
@@ -103,9 +103,9 @@ class Applier:
         # The node's cgroups (None: none read, for tests of the order alone):
         # - a slice's invocation ID on its cgroup (Cgroupfs.run_of): a write of the kubepods tree
         #   goes straight to that run, with no state check or ID read first;
-        # - what the kernel shows (Cgroupfs.shows, page-rounded by `page_size`): a timer resync
-        #   reads over D-Bus only the units whose cgroup differs from the cache
-        #   (refresh_all(trust_kernel=True));
+        # - what the kernel shows (Cgroupfs.kernel_values, page-rounded by `page_size`): a timer
+        #   resync reads over D-Bus only the units whose cgroup differs from the cache
+        #   (refresh_all(trust_kernel=True)), and a unit read is compared with it (`lost`);
         # - the runtime's settings our writes must keep (cgroupfs.py, "Why that file").
         self.cgroupfs = cgroupfs
         self.page_size = page_size
@@ -113,7 +113,14 @@ class Applier:
         # over D-Bus at the next refresh_all, which the kernel's agreeing cannot replace.
         self.unconfirmed: set[str] = set()
         self._on_call = on_call or (lambda method, result: None)
-        self._on_foreign = on_foreign or (lambda unit, before, now: None)
+        self._on_foreign = on_foreign or (lambda unit, before, now, writer: None)
+        # Units whose cgroup showed less than systemd holds at our last read of both
+        # (reconcile.kernel_lost: written behind systemd's back) -> what it showed of those
+        # properties. The diff sets them again through systemd; our next write drops the unit.
+        self.lost: dict[str, dict[str, int]] = {}
+        # Units a write of ours is out for: their cgroup shows the new values before the cache
+        # does, so the kernel watch leaves them out until the write is answered (upper_values).
+        self.writing: set[str] = set()
         self._live_uids: tuple[tuple, frozenset[str]] | None = None  # see live_pod_uids
         self._upper: tuple[Naming, tuple[str, ...]] | None = None  # see upper_values
         # New pod slices neither read nor written until their start job has ended (adopt_new_pod_slices).
@@ -189,6 +196,10 @@ class Applier:
         ~72 properties a unit in Python made the full re-read of 225 units ~180-280 ms, the largest
         idle cost after the pod poll (bench/idle_profile.py). Not for re-reads after daemon-reload,
         systemd's return or lost signals: then systemd's own state is read, unit by unit.
+        Every unit read over D-Bus is then compared both ways (`_compare`, with its cgroup read
+        just before the GetAll): systemd holding other values than the cache (a writer through
+        systemd), or the cgroup showing less than systemd holds (a writer of the cgroup file:
+        `lost`, which the next diff sets again).
         """
         extra = set(extra)
         if levels is None:
@@ -202,10 +213,16 @@ class Applier:
             # going UnitNew and UnitRemoved already tell.
             states = await self._states(self.systemd.unit_states(self._named_units(levels) | extra))
         fresh: dict[str, dict[str, int] | None] = dict.fromkeys(extra - set(states))
-        read = [n for n in states if not (trust_kernel and self._kernel_agrees(n, states[n]))]
+        ours = self.max_units()  # whose MemoryMax is ours, and so compared too
+        shown = {n: self.cgroupfs.kernel_values(n, with_max=n in ours) for n, s in states.items()
+                 if s.running} if self.cgroupfs is not None else {}
+        read = [n for n in states if not (trust_kernel and self._kernel_agrees(n, shown.get(n)))]
         values = await self._read(states, read)
+        lost = {}
         for name, value in values.items():
-            self._compare(name, value)
+            found = self._compare(name, value, shown.get(name))
+            if found:
+                lost[name] = found
         fresh.update(values)
         # Kept as cached, taken after the reads: a UnitRemoved handled meanwhile has already taken
         # the unit out of the cache (forget), and must not be undone here. Kept: a listed unit
@@ -225,6 +242,10 @@ class Applier:
                 fresh[name] = dict(values)  # not loaded: it holds what we wrote (see `dropins`)
         self.observed = fresh
         read_set = set(read)
+        # Lost: as just compared for a listed unit (none where its cgroup showed the cache); kept
+        # for the units of other levels.
+        self.lost = {n: v for n, v in self.lost.items() if n in fresh and n not in states}
+        self.lost.update((n, v) for n, v in lost.items() if n in fresh)
         self.runs = {n: r for n, r in self.runs.items() if n in fresh and n not in read_set}  # not re-read
         self.unconfirmed &= fresh.keys() - read_set
         self.generation += 1
@@ -233,23 +254,39 @@ class Applier:
             for name in sorted(self.oom_group_kill):
                 self._keep_oom_group(name)
 
-    def _compare(self, name: str, value: dict[str, int] | None) -> None:
-        """A read of `name` found systemd holding other values than the cache had from our last
-        read or write of it: someone else wrote them (another agent, `systemctl set-property`, the
-        kubelet's own Memory QoS). on_foreign(unit, before, now) says so; the next diff puts ours
-        back. Units cached from their cgroup alone (unconfirmed) or not read (UNREAD) are not
-        compared: their values were never systemd's own."""
+    def _compare(self, name: str, value: dict[str, int] | None,
+                 kernel: dict[str, int] | None = None) -> dict[str, int] | None:
+        """What a read of `name` over D-Bus (`value`) says of someone else's writes:
+        * systemd holds other values than the cache had from our last read or write of it: someone
+          wrote them through systemd (another agent, `systemctl set-property`, the kubelet's own
+          Memory QoS): on_foreign(unit, before, now, "systemd");
+        * else its cgroup, read just before (`kernel`), shows less than systemd holds
+          (reconcile.kernel_lost): someone wrote the cgroup file around systemd (an agent such as
+          koordlet, libcontainer's file write after its D-Bus call, a person):
+          on_foreign(unit, held, what the kernel showed, "cgroupfs"), and what it lost is returned
+          (for `lost`).
+        Either way the next diff puts ours back. The first needs values of systemd's own in the
+        cache: units cached from their cgroup alone (unconfirmed) or not read (UNREAD), or not
+        cached (at start), are compared with their cgroup only."""
+        if value is None:
+            return None
         held = self.observed.get(name)
-        if (value is not None and held is not None and held is not UNREAD and name not in self.unconfirmed
+        if (held is not None and held is not UNREAD and name not in self.unconfirmed
                 and any(value[k] != held[k] for k in value.keys() & held.keys())):
             # (Only what both hold: MemoryMax is read only while it is ours, Applier.max_units.)
-            self._on_foreign(name, dict(held), dict(value))
+            self._on_foreign(name, dict(held), dict(value), "systemd")
+            return None
+        lost = kernel_lost(value, kernel, self.page_size) if kernel is not None else {}
+        if lost:
+            self._on_foreign(name, dict(value), {**value, **lost}, "cgroupfs")
+        return lost or None
 
-    def _kernel_agrees(self, name: str, status: UnitStatus) -> bool:
-        """Whether `name` runs and its cgroup shows the values cached for it (see refresh_all)."""
+    def _kernel_agrees(self, name: str, kernel: dict[str, int] | None) -> bool:
+        """Whether `name`'s cgroup showed (`kernel`, Cgroupfs.kernel_values) the values cached for
+        it, values of systemd's own (see refresh_all)."""
         held = self.observed.get(name)
-        return (self.cgroupfs is not None and status.running and held is not None and held is not UNREAD
-                and name not in self.unconfirmed and self.cgroupfs.shows(name, held, self.page_size))
+        return (kernel is not None and held is not None and held is not UNREAD and name not in self.unconfirmed
+                and kernel_shows(kernel, held, self.page_size))
 
     def _named_units(self, levels: Collection[str]) -> set[str]:
         """Our units of `levels` by name: only FIXED_LEVELS have names known without a listing."""
@@ -268,7 +305,8 @@ class Applier:
         held = {}
         for unit in self._upper[1]:
             values = self.observed.get(unit)
-            if values is not None and values is not UNREAD and unit not in self.unconfirmed:
+            if (values is not None and values is not UNREAD and unit not in self.unconfirmed
+                    and unit not in self.writing):
                 held[unit] = values
         return held
 
@@ -297,6 +335,7 @@ class Applier:
             else:
                 self._compare(name, value)
                 self.observed[name] = value
+                self.lost.pop(name, None)  # not compared with its cgroup here: the next watch or resync does
                 self.runs.pop(name, None)
                 self.unconfirmed.discard(name)
         self.generation += 1
@@ -360,6 +399,7 @@ class Applier:
 
     def forget(self, unit: str) -> None:
         self.runs.pop(unit, None)
+        self.lost.pop(unit, None)
         self.awaiting_start.discard(unit)
         self.unconfirmed.discard(unit)
         if self.cgroupfs is not None:
@@ -444,38 +484,47 @@ class Applier:
 
         sent = 0
         for group in sibling_groups(changes):
-            outcomes = await _in_flight([one(c) for c in group])
+            self.writing.update(c.unit for c in group)
+            try:
+                outcomes = await _in_flight([one(c) for c in group])
+                self._took(group, outcomes, result)
+            finally:
+                self.writing.difference_update(c.unit for c in group)
             sent += len(group)
-            for change, (outcome, error, mark) in zip(group, outcomes):
-                if outcome == "failed":
-                    self._count("SetUnitProperties", "error")
-                    if result.failed is None:
-                        result.failed, result.error = change, error
-                    continue
-                if outcome == "vanished":
-                    self._count("SetUnitProperties", "no_such_unit")
-                    self.forget(change.unit)
-                    result.vanished.append(change)
-                    continue
-                self._count("SetUnitProperties", "ok")
-                result.applied.append(change)
-                # Asked now, once the whole group is answered: a UnitRemoved read while any write
-                # of the group was out (and perhaps already handled: forgotten) must not be undone
-                # by caching the unit again (seen: a deleted pod slice kept its pod's protection).
-                held = dict(self.observed.get(change.unit) or DEFAULTS)
-                held.update(change.props)  # from UNREAD (empty): all three were sent
-                if not change.must_exist:
-                    self.dropins[change.unit] = held
-                if self.systemd.removed_since(change.unit, mark) or (change.must_exist and change.unit not in self.observed):
-                    self.forget(change.unit)
-                    continue
-                self.observed[change.unit] = dict(held)
-                self.runs.pop(change.unit, None)
-                self.generation += 1
             if result.failed is not None:
                 result.skipped = len(changes) - sent
                 break
         return result
+
+    def _took(self, group: list[Change], outcomes: list[tuple[str, str | None, int]], result: ApplyResult) -> None:
+        """The answers to one group of writes, into `result` and the cache."""
+        for change, (outcome, error, mark) in zip(group, outcomes):
+            if outcome == "failed":
+                self._count("SetUnitProperties", "error")
+                if result.failed is None:
+                    result.failed, result.error = change, error
+                continue
+            if outcome == "vanished":
+                self._count("SetUnitProperties", "no_such_unit")
+                self.forget(change.unit)
+                result.vanished.append(change)
+                continue
+            self._count("SetUnitProperties", "ok")
+            result.applied.append(change)
+            # Asked now, once the whole group is answered: a UnitRemoved read while any write
+            # of the group was out (and perhaps already handled: forgotten) must not be undone
+            # by caching the unit again (seen: a deleted pod slice kept its pod's protection).
+            held = dict(self.observed.get(change.unit) or DEFAULTS)
+            held.update(change.props)  # from UNREAD (empty): all three were sent
+            if not change.must_exist:
+                self.dropins[change.unit] = held
+            if self.systemd.removed_since(change.unit, mark) or (change.must_exist and change.unit not in self.observed):
+                self.forget(change.unit)
+                continue
+            self.observed[change.unit] = dict(held)
+            self.lost.pop(change.unit, None)  # systemd has written every memory file of the unit
+            self.runs.pop(change.unit, None)
+            self.generation += 1
 
 
 class OomGroupJournal:

@@ -321,11 +321,6 @@ class Cgroupfs:
         where = self.dir_of(unit)
         return None if where is None else read_cgroup_memory(where, with_max=with_max)
 
-    def shows(self, unit: str, held: Mapping[str, int], page_size: int) -> bool:
-        """Whether the unit's cgroup shows `held` (kernel_shows); False where it cannot be read."""
-        kernel = self.kernel_values(unit, with_max="MemoryMax" in held)
-        return kernel is not None and kernel_shows(kernel, held, page_size)
-
     def usage(self, unit: str) -> int | None:
         """memory.current of a slice (the BestEffort ceiling's steps, ceiling.py); None when it
         cannot be read. Opened each time: read only while the ceiling is above or going down."""

@@ -10,11 +10,12 @@ import asyncio
 import json
 import os
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Collection
 
-from . import columns, last_pods, ledger
+from . import columns, fights, last_pods, ledger
 from .applier import Applier, ApplyResult, summarize
 from .cgroupfs import (
     Cgroupfs, cgroup_path, kernel_shows, read_cgroup_memory, read_memory_events, read_pressure, read_value,
@@ -22,7 +23,7 @@ from .cgroupfs import (
 from .config import DEFAULT_CONFIG_PATH, Config
 from .daemon import Daemon, Outside
 from .intake import PodIntake
-from .kubelet_gate import memory_qos_gate, parse_kubelet_metrics, qos_reserved
+from .kubelet_gate import GATE_FIX, memory_qos_gate, parse_kubelet_metrics, parse_labels, qos_reserved, who_writes
 from .metrics import Metrics, parse_listen
 from .naming import Naming, container_scope
 from .node import MemoryWatcher, check_node, kubelet_config_findings, page_size, read_meminfo, systemd_findings
@@ -54,6 +55,8 @@ CEILING_LEDGER_PATH = LEDGER_PATH.with_name(ledger.CEILINGS_PATH.name)
 # One daemon per node, of either route (runfile.hold_run_lock): beside the ledger, in the
 # directory the service and the DaemonSet's pod share.
 RUN_LOCK_PATH = LEDGER_PATH.with_name("run.lock")
+# The units the service finds written behind its back again and again (fights.py), for status and check.
+FIGHTS_PATH = LEDGER_PATH.with_name(fights.DEFAULT_PATH.name)
 CALL_TIMEOUT = 10.0
 
 
@@ -244,7 +247,8 @@ async def _status(cfg: Config, output: str) -> int:
     rows = _unit_rows(desired, applier.observed)
     doc = {"node": None, "holding": None if snapshot is None or intake.holding is None else str(intake.holding),
            "podSource": source_error, "pods": [], "units": rows, "drift": sum(r["drift"] for r in rows),
-           "bestEffortCeiling": _ceiling_row(desired, applier.observed, naming, cfg)}
+           "bestEffortCeiling": _ceiling_row(desired, applier.observed, naming, cfg),
+           "foughtOver": fights.current(FIGHTS_PATH, time.time())}
     if desired is not None:
         node = desired.node_unit()
         doc["node"] = {"capacityBytes": desired.capacity, "allocatableBytes": desired.allocatable,
@@ -410,6 +414,13 @@ def status_lines(doc: dict, *, wide: bool = False) -> list[str]:
     lines.append(_summary(doc))
     if doc["drift"]:
         lines.append("drift (!): the plan, systemd and the kernel disagree (why, and the values: --output json)")
+    if doc.get("foughtOver"):
+        lines.append("fought over (written behind our back again and again, put back each time; who: check):")
+        for f in doc["foughtOver"]:
+            clock = time.strftime("%H:%M:%S", time.localtime(f["since"]))
+            line = f"  {f['unit']}: {f['writes']} writes since {clock}, {_where(f['writers'])}"
+            cut = cut or (not wide and columns.width(line) > WIDTH)
+            lines.append(line if wide else columns.fit(line, WIDTH))
     if cut:
         lines.append(f"names cut (…) to fit {WIDTH} columns: --output wide shows them whole")
     return lines
@@ -428,6 +439,12 @@ def _ceiling_lines(c: dict) -> list[str]:
     ev = c["events"]
     return [columns.fit(first, WIDTH),
             columns.fit(f"  {how}; memory.events max {_count(ev['max'])}, oom_kill {_count(ev['oom_kill'])}", WIDTH)]
+
+
+def _where(writers: list[str]) -> str:
+    """How someone wrote behind our back: "through systemd", "in its cgroup file", or both."""
+    return " and ".join("through systemd" if w == "systemd" else "in its cgroup file"
+                        for w in sorted(writers, reverse=True))
 
 
 def _count(n: int | None) -> str:
@@ -521,9 +538,7 @@ async def _check_pods(cfg: Config, access) -> list[tuple[str, str]]:
             ("error", "pods: no pod source answers: the service protects no pod until one does")]
 
 
-# The fix, and what keeping the kubelet's own Memory QoS means (e2e 55-foreign-writer measures it).
-GATE_FIX = ("set featureGates: {MemoryQoS: false} in the kubelet's config (kubeadm: /var/lib/kubelet/config.yaml)"
-            " and restart the kubelet")
+# What keeping the kubelet's own Memory QoS means (e2e 55-foreign-writer measures it).
 GATE_KEPT = ("kept on, the kubelet writes kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow every"
              " minute (zeros under its default policy) and memqos-systemd puts its own back within about a second,"
              " each time counted in memqos_foreign_writes_total: protection dips every minute")
@@ -574,13 +589,7 @@ def _check_kubelet_gate(cfg: Config) -> list[tuple[str, str]]:
     else:
         out.append(("warn", f"kubelet: cannot tell whether its own Memory QoS is on ({gate.how}; {unasked});"
                             f" it is on by default from v1.37: {GATE_FIX}"))
-    seen = _service_foreign_writes(cfg)
     besteffort = Naming.for_config(cfg).qos_slice("BestEffort")
-    ceiling_fight = seen.pop(besteffort, None)
-    if seen:
-        out.append(("warn", "kubelet: the service has put back values someone else wrote: "
-                            + ", ".join(f"{unit} {n:g} time(s)" for unit, n in sorted(seen.items()))
-                            + f" (memqos_foreign_writes_total); the kubelet's own Memory QoS does this: {GATE_FIX}"))
     if cfg.best_effort_ceiling.enabled:
         if reserved.on:
             out.append(("error", f"kubelet: its QOSReserved is on ({reserved.how}): it sets {besteffort}'s MemoryMax"
@@ -595,18 +604,25 @@ def _check_kubelet_gate(cfg: Config) -> list[tuple[str, str]]:
     elif reserved.on:
         out.append(("ok", f"kubelet: its QOSReserved caps {besteffort} itself ({reserved.how}); bestEffortCeiling is"
                           f" off here: no conflict"))
-    if ceiling_fight:
-        out.append(("warn", f"kubelet: someone else changed {besteffort}'s MemoryMax {ceiling_fight:g} time(s) while the"
-                            f" service ran (memqos_foreign_writes_total), the kubelet's QOSReserved likely: the service"
-                            f" stood down, leaving the BestEffort ceiling to it; {QOS_RESERVED_FIX}"))
+    # The fight as the service has seen it: by level and kind of writer (the units are in its
+    # journal; a MemoryMax of the ceiling's written by another is said there, as it stood down),
+    # and the units fought over now (fights.py).
+    seen = _service_foreign_writes(cfg)
+    if seen:
+        each = [f"{level} level {n:g} time(s) {_where([writer])}: {who_writes(level, writer, gate.on, reserved.on)}"
+                for (level, writer), n in sorted(seen.items())]
+        out.append(("warn", "writers: the service has put back values someone else wrote: " + "; ".join(each)
+                            + " (memqos_foreign_writes_total; the units: journalctl -u memqos-systemd)"))
+    for f in fights.current(FIGHTS_PATH, time.time()):
+        who = " or ".join(who_writes(f["level"], w, gate.on, reserved.on) for w in sorted(f["writers"], reverse=True))
+        out.append(("warn", f"writers: {f['unit']} is fought over: written behind the service's back {f['writes']}"
+                            f" times ({_where(f['writers'])}) by {who}; the service puts its values back each time"))
     return out
 
 
-def _service_foreign_writes(cfg: Config) -> dict[str, float]:
-    """memqos_foreign_writes_total of the running service, by unit, from its metrics endpoint
-    (loopback, no credentials); empty when it does not answer."""
-
-
+def _service_foreign_writes(cfg: Config) -> dict[tuple[str, str], float]:
+    """memqos_foreign_writes_total of the running service, by (level, writer), from its metrics
+    endpoint (loopback, no credentials); empty when it does not answer."""
     if not cfg.metrics.listen:
         return {}
     host, port = parse_listen(cfg.metrics.listen)
@@ -617,15 +633,16 @@ def _service_foreign_writes(cfg: Config) -> dict[str, float]:
             text = r.read(4 << 20).decode("utf-8", "replace")
     except (OSError, ValueError):
         return {}
-    found = {}
+    found: dict[tuple[str, str], float] = {}
     for line in text.splitlines():
-        if line.startswith('memqos_foreign_writes_total{unit="'):
-            unit, _, rest = line[len('memqos_foreign_writes_total{unit="'):].partition('"}')
+        if line.startswith("memqos_foreign_writes_total{"):
+            labels, _, rest = line[len("memqos_foreign_writes_total{"):].partition("}")
+            labels = parse_labels(labels)
             try:
-                found[unit] = float(rest)
-            except ValueError:
+                found[(labels["level"], labels["writer"])] = float(rest)
+            except (KeyError, ValueError):
                 continue
-    return {u: n for u, n in found.items() if n > 0}
+    return {k: n for k, n in found.items() if n > 0}
 
 
 # ------------------------------------------------------------------ run
@@ -652,7 +669,7 @@ def run(args, cfg: Config) -> int:
     outside = Outside(connect=lambda address: Systemd.connect(address, call_timeout=CALL_TIMEOUT),
                       make_source=make_source, read_capacity=read_meminfo, page_size=page_size(),
                       metrics=metrics, memory_watcher=_memory_watcher(log), ledger_path=LEDGER_PATH,
-                      ceiling_ledger_path=CEILING_LEDGER_PATH, last_pods_path=LAST_PODS_PATH)
+                      ceiling_ledger_path=CEILING_LEDGER_PATH, last_pods_path=LAST_PODS_PATH, fights_path=FIGHTS_PATH)
     for note in cfg.notes:
         log.warning("config: %s", note)
     if cfg.kubelet_memory_qos_gate:

@@ -40,17 +40,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from . import fights
 from .agenda import HEARTBEAT_INTERVAL, Agenda, Tick
 from .applier import Applier, OomGroupJournal
 from .ceiling_watch import CeilingWatch
 from .cgroupfs import Cgroupfs, read_events_file
 from .config import Config, ConfigError, load_config
 from .intake import PodIntake
-from .kubelet_gate import FOREIGN_LOG_EVERY, foreign_write_line
+from .kubelet_gate import FIGHT_WINDOW, ForeignWrites, fight_line, foreign_write_line
 from .ledger import ReservedSlices
 from .metrics import NoMetrics
 from .naming import Naming, NamingError
-from .notify import Notifier, OncePer, WarnOnce, watchdog_interval
+from .notify import Notifier, WarnOnce, watchdog_interval
 from .plan import NodeFacts, PlanError
 from .pods import one_line
 from .reconcile import DEFAULTS
@@ -80,6 +81,8 @@ class Outside:
     ceiling_ledger_path: Path | None = None  # slices whose MemoryMax we set (ledger.CeilingSlices); None: not kept
     # The last snapshot's pods, for the first carry_over after a restart (last_pods.py); None: not kept.
     last_pods_path: Path | None = None
+    # The units someone keeps writing behind our back, for status and check (fights.py); None: not kept.
+    fights_path: Path | None = None
     clock: Callable[[], float] = time.monotonic
 
 
@@ -134,7 +137,7 @@ class Daemon:
         self.capacity = outside.read_capacity()
         self.stopping = False
         self._warn_once = WarnOnce(log)
-        self._foreign_noted = OncePer(FOREIGN_LOG_EVERY)  # a unit written behind our back: logged
+        self.foreign = ForeignWrites()  # writes behind our back: when to log them, which units are fought over
         self._oom_group = OomGroupJournal(outside.metrics.oom_group_restored)  # memory.oom.group put back
         self._wake = asyncio.Event()
         self._stop_event = asyncio.Event()
@@ -150,7 +153,8 @@ class Daemon:
 
     def _readers(self) -> list[tuple[Any, Callable[[], None]]]:
         """Every file descriptor the loop waits on, and what it means."""
-        return [(self.out.memory_watcher, self.on_memory_event)]
+        return [(self.out.memory_watcher, self.on_memory_event),
+                (self.out.cgroupfs.watch_notifier(), self.on_cgroup_written)]
 
     # ------------------------------------------------------------ events: one transition each
     def wake(self) -> None:
@@ -199,6 +203,12 @@ class Daemon:
         self.agenda.overflow()
         self.wake()
 
+    def on_cgroup_written(self) -> None:
+        """Someone wrote a watched cgroup file (Cgroupfs.watch_notifier): look at once, not at the
+        next tick of the watch."""
+        self.out.cgroupfs.drain_notifier()
+        self.watch_upper_slices()
+
     def on_memory_event(self) -> None:
         if self.out.memory_watcher is not None:
             for _ in self.out.memory_watcher.poll_events():
@@ -224,6 +234,9 @@ class Daemon:
         readers = [(source.fileno(), handler) for source, handler in self._readers() if source is not None]
         for fd, handler in readers:
             loop.add_reader(fd, handler)
+        if self.out.cgroupfs.watch_notifier() is None:
+            log.warning("no inotify: a write to the node, QoS or reserved slices' cgroups is found by the watch's"
+                        " timer only (within 5 s, 1 s while a writer is about)")
         self.reserved.start(self.naming.reserved_slices())  # dropped while we were stopped: reset once
         self.intake.recall()  # the pods of the last run, for the first carry_over
         ticks = asyncio.create_task(self._tick_loop())
@@ -243,6 +256,7 @@ class Daemon:
             ticks.cancel()
             for fd, _ in readers:
                 loop.remove_reader(fd)
+            self.out.cgroupfs.close_notifier()
             self.notifier.send("STOPPING=1")
             if self.systemd is not None:
                 await self.systemd.close()
@@ -406,6 +420,9 @@ class Daemon:
                                         f" would lower a protection or move a MemoryHigh not sent"] if outcome.held else [])
         self.reserved.settle(lambda name: self.applier.observed.get(name) in (None, DEFAULTS))
         self.reserved.keep(self.naming.reserved_slices())
+        # The upper slices' cgroups as this round left them (the first round's opens them, and
+        # arms their inotify watches); a write behind our back during our own is found here.
+        self.watch_upper_slices()
         if not outcome.result.ok:
             raise SystemdError(f"apply stopped at {outcome.result.failed.unit}: {outcome.result.error}")
         node = outcome.plan.node_unit()
@@ -439,16 +456,24 @@ class Daemon:
             if "high" in events:
                 self.out.metrics.throttle_events(unit, events["high"])
 
-    def _on_foreign_write(self, unit: str, before: dict[str, int], now: dict[str, int]) -> None:
-        """A read found a unit holding what someone else wrote: counted, logged once an hour per
-        unit, named (kubelet_gate.foreign_write_line); the next round puts ours back."""
-        self.out.metrics.foreign_write(unit)
+    def _on_foreign_write(self, unit: str, before: dict[str, int], now: dict[str, int], writer: str) -> None:
+        """A read found a unit holding what someone else wrote, through systemd or to its cgroup
+        file (`writer`): counted by level and writer, logged once an hour per unit and kind, and
+        once when the unit becomes fought over (kubelet_gate.py), which status shows (fights.py);
+        the next round puts ours back."""
+        ref = self.naming.parse_unit(unit)
+        level = ref.level if ref is not None else "reserved"  # a reserved slice a reload has just retired
+        self.out.metrics.foreign_write(level, writer)
         clock = self.out.clock()
         self.agenda.foreign_write(clock)
         if self.ceiling.stand_down(unit, before, now, self.config):  # the ceiling's: said there, once
             before, now = ({p: v for p, v in d.items() if p != "MemoryMax"} for d in (before, now))
             if before == now:
                 return
-        if self._foreign_noted(unit, clock):
-            kubelets = {self.naming.node_slice(): "MemoryMin", self.naming.qos_slice("Burstable"): "MemoryLow"}
-            log.warning("%s", foreign_write_line(unit, before, now, kubelets.get(unit)))
+        logged, began = self.foreign.seen(unit, level, writer, before, now, clock)
+        if logged:
+            log.warning("%s", foreign_write_line(unit, before, now, writer, self.naming))
+        if began is not None:
+            log.warning("%s", fight_line(began, self.naming))
+        if unit in self.foreign.fights and self.out.fights_path is not None:
+            fights.write(self.out.fights_path, self.foreign.fights.values(), FIGHT_WINDOW, time.time() - clock)

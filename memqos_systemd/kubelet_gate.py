@@ -1,4 +1,5 @@
-"""Whether the kubelet's own Memory QoS is on, and how we know. Pure.
+"""Who writes our units behind our back: the kubelet's own Memory QoS gate, and how we know it is
+on; what the journal says of each write found, and when a writer is fought over. Pure.
 
 The kubelet writes kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow itself when its
 `MemoryQoS` feature gate is on: every minute (its QoS manager's UpdateCgroups), explicit zeros
@@ -22,25 +23,31 @@ kubepods-burstable.slice and kubepods-besteffort.slice itself every minute (its 
 setMemoryReserve), the very MemoryMax of the BestEffort ceiling (plan.besteffort_ceiling). The gate
 comes from the same /metrics, else its config file; the reserve only from its config file.
 
-When a write is found anyway, `foreign_write_line` is the journal's line for it: what changed, and
-the likely writer (the kubelet's pattern named, with the fix).
+A write found behind our back (Applier._compare) is one of two kinds (`WRITERS`): through systemd
+(systemd holds other values than ours: the kubelet, `systemctl set-property`, libcontainer's
+`SetUnitProperties`), or to the cgroup file alone (`cgroupfs`: the kernel shows less than systemd
+holds: an agent that writes cgroupfs for its own Memory QoS such as koordlet, libcontainer's file
+write after its D-Bus call, a person's `echo`). Either way ours is put back through systemd.
+`ForeignWrites` says when to tell the journal (once an hour per unit and kind, `foreign_write_line`) and
+when a unit is fought over (more than FIGHT_WRITES writes within FIGHT_WINDOW, `fight_line`):
+ours is still put back every time, and `status` and the journal say so (fights.py keeps them in
+/run for `status` and `check`).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
+from .naming import Naming
 from .quantity import show_value
 
-__all__ = ["Gate", "DEFAULT_ON_FROM", "FOREIGN_LOG_EVERY", "foreign_write_line", "memory_qos_gate",
-           "qos_reserved", "parse_kubelet_metrics", "parse_version"]
+__all__ = ["Gate", "DEFAULT_ON_FROM", "memory_qos_gate", "qos_reserved", "parse_kubelet_metrics", "parse_version",
+           "WRITERS", "FOREIGN_LOG_EVERY", "FIGHT_WRITES", "FIGHT_WINDOW", "Fight", "ForeignWrites", "likely_writer",
+           "foreign_write_line", "fight_line", "GATE_FIX", "parse_labels", "who_writes"]
 
 DEFAULT_ON_FROM = (1, 37)
-# A unit someone else keeps writing (the kubelet's own Memory QoS: every minute) is logged at most
-# this often; the metric counts every time.
-FOREIGN_LOG_EVERY = 3600.0
 _FEATURE = re.compile(r'^kubernetes_feature_enabled\{([^}]*)\}\s+([0-9.eE+-]+)\s*$')
 _BUILD = re.compile(r'^kubernetes_build_info\{([^}]*)\}\s+')
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -68,7 +75,7 @@ def parse_kubelet_metrics(text: str) -> tuple[dict[str, bool], str | None]:
         if line.startswith("kubernetes_feature_enabled{"):
             m = _FEATURE.match(line)
             if m:
-                labels = dict(_LABEL.findall(m.group(1)))
+                labels = parse_labels(m.group(1))
                 try:
                     gates[labels["name"]] = float(m.group(2)) != 0
                 except (KeyError, ValueError):
@@ -76,8 +83,13 @@ def parse_kubelet_metrics(text: str) -> tuple[dict[str, bool], str | None]:
         elif line.startswith("kubernetes_build_info{") and version is None:
             m = _BUILD.match(line)
             if m:
-                version = dict(_LABEL.findall(m.group(1))).get("git_version")
+                version = parse_labels(m.group(1)).get("git_version")
     return gates, version
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """The labels of one sample in the Prometheus text format (`a="1",b="x"`) -> {"a": "1", "b": "x"}."""
+    return dict(_LABEL.findall(text))
 
 
 def memory_qos_gate(*, reported: bool | None = None, version: str | None = None, configured: bool | None = None,
@@ -94,21 +106,83 @@ def memory_qos_gate(*, reported: bool | None = None, version: str | None = None,
     return Gate(None, "not known: the kubelet's /metrics did not say, and its config file sets no MemoryQoS gate")
 
 
-def foreign_write_line(unit: str, before: Mapping[str, int], now: Mapping[str, int], kubelets_unit: str | None) -> str:
-    """The journal's line when a read found `unit` holding `now` where we had `before`: the values
-    that changed and the likely writer. `kubelets_unit`: the property the kubelet's own Memory QoS
-    rewrites on this unit (MemoryMin of the kubepods slice, MemoryLow of the Burstable QoS slice),
-    None for other units."""
-    changed = [p for p in now if now[p] != before.get(p)]
+# ---- writes behind our back -------------------------------------------------------------------------
+WRITERS = ("systemd", "cgroupfs")  # the kinds of writer (memqos_foreign_writes_total's `writer`)
+# A unit someone else keeps writing is logged at most this often; the metric counts every time.
+FOREIGN_LOG_EVERY = 3600.0
+# More than FIGHT_WRITES writes behind our back on one unit within FIGHT_WINDOW seconds is a fight:
+# a writer that comes back on a period, not a one-off. The writers known are periodic: the kubelet's
+# QoS manager (its Memory QoS gate, QOSReserved) every minute, an agent such as koordlet every few
+# seconds to a minute; a person's set-property or echo, or the kubelet's zeros at its start, is one
+# or two writes. So a once-a-minute writer is named after its 4th write (3 minutes), one every 10 s
+# after 30 s, and a person fixing a value by hand twice is not. A fight lasts until FIGHT_WINDOW
+# passes without a write.
+FIGHT_WRITES = 3
+FIGHT_WINDOW = 600.0
+GATE_FIX = ("set featureGates: {MemoryQoS: false} in the kubelet's config (kubeadm: /var/lib/kubelet/config.yaml)"
+            " and restart the kubelet")
+_CGROUPFS_WRITER = ("a cgroupfs writer (systemd still holds ours; something wrote the cgroup file around it: an"
+                    " agent that writes cgroupfs for its own Memory QoS such as koordlet, a runtime's file write"
+                    " after its D-Bus call, a person)")
+
+
+@dataclass
+class Fight:
+    """A unit someone keeps writing behind our back (times are the caller's clock)."""
+
+    unit: str
+    level: str
+    writers: set[str]  # of WRITERS
+    writes: int  # behind our back since `since`
+    since: float  # the first of the writes that made it a fight
+    last: float
+    changed: tuple[str, ...] = ()  # the properties the last write changed
+
+
+def likely_writer(unit: str, changed: tuple[str, ...] | list[str], writer: str, naming: Naming) -> str:
+    """Who most likely wrote `changed` of `unit`, for people: the kubelet's own Memory QoS (with the
+    fix) when it is its pattern (kubepods.slice MemoryMin, kubepods-burstable.slice MemoryLow,
+    through systemd), a cgroupfs writer, or another writer through systemd."""
+    if writer == "cgroupfs":
+        return _CGROUPFS_WRITER
+    kubelets = {naming.node_slice(): "MemoryMin", naming.qos_slice("Burstable"): "MemoryLow"}
+    if kubelets.get(unit) in changed:
+        return ("likely the kubelet's own Memory QoS (its MemoryQoS feature gate, on by default from v1.37,"
+                " rewrites kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow every minute);"
+                f" the fix: {GATE_FIX}")
+    return "another writer (systemctl set-property, another agent)"
+
+
+def who_writes(level: str, writer: str, gate_on: bool | None, qos_reserved: bool | None = None) -> str:
+    """Who most likely writes units of `level` behind our back, as `check` can tell from the kind of
+    writer (`writer`), whether the kubelet's MemoryQoS gate is on (`gate_on`, None: not known) and
+    whether its QOSReserved is (`qos_reserved`)."""
+    if writer == "cgroupfs":
+        return _CGROUPFS_WRITER
+    named = []
+    if level in ("node", "qos") and gate_on is not False:
+        named.append(("the kubelet's MemoryQoS gate" if gate_on else "the kubelet's MemoryQoS gate, if it is on")
+                     + f" (it rewrites kubepods.slice and kubepods-burstable.slice every minute; fix: {GATE_FIX})")
+    if level == "qos" and qos_reserved:
+        named.append("the kubelet's QOSReserved (it rewrites the QoS slices' memory limits every minute)")
+    return " or ".join(named) or "another writer through systemd (systemctl set-property, another agent)"
+
+
+def _changed(before: Mapping[str, int], now: Mapping[str, int]) -> list[str]:
+    return [p for p in now if now[p] != before.get(p)]
+
+
+def foreign_write_line(unit: str, before: Mapping[str, int], now: Mapping[str, int], writer: str,
+                       naming: Naming) -> str:
+    """The journal's line for a write found behind our back: the unit, what changed, where (through
+    systemd, or in the cgroup file with systemd still holding ours), the likely writer."""
+    changed = _changed(before, now)
     values = ", ".join(f"{p} {show_value(before[p])} -> {show_value(now[p])}" for p in changed if p in before)
-    if kubelets_unit in changed:
-        writer = ("likely the kubelet's own Memory QoS (its MemoryQoS feature gate, on by default from v1.37,"
-                  " rewrites kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow every minute);"
-                  " the fix: featureGates: {MemoryQoS: false} in the kubelet's config")
-    else:
-        writer = "by another writer (systemctl set-property, another agent)"
-    return (f"{unit}: {values} changed without us, {writer}; putting ours back (logged once an hour per unit;"
-            f" memqos_foreign_writes_total counts each time)")
+    where = "in its cgroup file, around systemd" if writer == "cgroupfs" else "through systemd"
+    return (f"{unit}: {values} changed without us {where}: {likely_writer(unit, changed, writer, naming)};"
+            f" putting ours back through systemd (logged once an hour per unit and kind; memqos_foreign_writes_total"
+            f" counts each time)")
+
 
 
 def qos_reserved(*, reported: bool | None = None, configured: bool | None = None, memory: str | None = None,
@@ -131,3 +205,50 @@ def qos_reserved(*, reported: bool | None = None, configured: bool | None = None
         return Gate(False, f"{how}, but no qosReserved.memory in {config_file}")
     return Gate(None, f"{how}; whether qosReserved sets memory is in the kubelet's config file, which is not read"
                       f" (set kubeletConfigFile)")
+
+
+def fight_line(fight: Fight, naming: Naming) -> str:
+    """The journal's line when a unit becomes fought over."""
+    kinds = " and ".join("through systemd" if w == "systemd" else "in its cgroup file" for w in sorted(fight.writers,
+                                                                                                      reverse=True))
+    writer = likely_writer(fight.unit, fight.changed, "cgroupfs" if "cgroupfs" in fight.writers else "systemd",
+                           naming)
+    return (f"{fight.unit}: written behind our back {fight.writes} times in {fight.last - fight.since:.0f} s"
+            f" ({kinds}): {writer}; two writers are fighting: memqos-systemd keeps putting its values back"
+            f" every time, for as long as it lasts (`memqos-systemd status` shows it; over once"
+            f" {FIGHT_WINDOW / 60:.0f} min pass without a write)")
+
+
+@dataclass
+class ForeignWrites:
+    """Writes found behind our back, per unit: whether to log one (once an hour per unit and kind of
+    writer: a writer through systemd and then the file shows both) and which units are fought over
+    (`fights`). Times are the caller's clock (monotonic seconds)."""
+
+    fights: dict[str, Fight] = field(default_factory=dict)
+    _recent: dict[str, list[float]] = field(default_factory=dict)  # unit -> its last writes, within the window
+    _logged: dict[tuple[str, str], float] = field(default_factory=dict)  # (unit, writer) -> when last logged
+
+    def seen(self, unit: str, level: str, writer: str, before: Mapping[str, int], now_values: Mapping[str, int],
+             now: float) -> tuple[bool, Fight | None]:
+        """A write behind our back on `unit` found at `now`: (log its line now, the fight it began or None).
+        Fights with no write for FIGHT_WINDOW are over."""
+        self.fights = {u: f for u, f in self.fights.items() if f.last > now - FIGHT_WINDOW}
+        self._recent = {u: ts for u, ts in self._recent.items() if ts[-1] > now - FIGHT_WINDOW}
+        self._logged = {u: t for u, t in self._logged.items() if t > now - FOREIGN_LOG_EVERY}
+        recent = [t for t in self._recent.get(unit, []) if t > now - FIGHT_WINDOW][-FIGHT_WRITES:] + [now]
+        self._recent[unit] = recent
+        changed = tuple(_changed(before, now_values))
+        began = None
+        fight = self.fights.get(unit)
+        if fight is not None:
+            fight.writes += 1
+            fight.last = now
+            fight.writers.add(writer)
+            fight.changed = changed
+        elif len(recent) > FIGHT_WRITES:
+            began = self.fights[unit] = Fight(unit, level, {writer}, len(recent), recent[0], now, changed)
+        log = (unit, writer) not in self._logged
+        if log:
+            self._logged[(unit, writer)] = now
+        return log, began

@@ -244,9 +244,11 @@ class Metrics:
                                          "Times systemd's unit signals came faster than they were handled and"
                                          " some were dropped (each followed by a full re-read)", registry=r)
         self._foreign_writes = Counter("memqos_foreign_writes",
-                                       "Times a unit of ours was found holding values someone else wrote through"
-                                       " systemd (the kubelet's own Memory QoS, systemctl set-property); each put back",
-                                       ["unit"], registry=r)
+                                       "Times a unit of ours was found holding values someone else wrote, by the"
+                                       " unit's level and the writer's kind: systemd (through systemd: the kubelet's own"
+                                       " Memory QoS, systemctl set-property) or cgroupfs (to the cgroup file alone);"
+                                       " each put back through systemd, the unit named in the journal",
+                                       ["level", "writer"], registry=r)
         self._oom_group_restores = Counter("memqos_oom_group_restores",
                                            "memory.oom.group put back to the runtime's 1 after systemd re-applied a"
                                            " container scope's settings (a write of ours, a daemon-reload), by result",
@@ -331,9 +333,10 @@ class Metrics:
         """Unit signals were dropped (Systemd's queue was full); a full re-read follows."""
         self._signal_overflows.inc()
 
-    def foreign_write(self, unit: str) -> None:
-        """Someone else changed a unit of ours through systemd (found at a read); it is put back."""
-        self._foreign_writes.labels(unit=unit).inc()
+    def foreign_write(self, level: str, writer: str) -> None:
+        """Someone else changed a unit of ours at `level` (node, qos, reserved, pod, container),
+        through systemd or to its cgroup file alone (`writer`: kubelet_gate.WRITERS); it is put back."""
+        self._foreign_writes.labels(level=level, writer=writer).inc()
 
     def oom_group_restored(self, ok: bool) -> None:
         """memory.oom.group of a container scope put back to 1 (ok), or the write failed."""
@@ -424,7 +427,7 @@ class NoMetrics:
     def source_error(self, kind: str) -> None: pass
     def config_reload(self, ok: bool) -> None: pass
     def signal_overflow(self) -> None: pass
-    def foreign_write(self, unit: str) -> None: pass
+    def foreign_write(self, level: str, writer: str) -> None: pass
     def oom_group_restored(self, ok: bool) -> None: pass
     def besteffort_ceiling(self, planned: int | None, held: int | None) -> None: pass
     def throttle_events(self, container_unit: str, high_count: int) -> None: pass

@@ -12,7 +12,7 @@ import socket
 import sys
 from typing import Iterable
 
-__all__ = ["Notifier", "OncePer", "WarnOnce", "setup_logging", "watchdog_interval"]
+__all__ = ["Notifier", "WarnOnce", "setup_logging", "watchdog_interval"]
 
 
 class Notifier:
@@ -122,17 +122,3 @@ class WarnOnce:
                 self._log.warning("%s", w)
         self._seen[kind] = set(warnings)
 
-
-class OncePer:
-    """Whether to say something about a key now: at most once per `period` seconds of the
-    caller's clock (a unit someone keeps writing behind our back is named once an hour)."""
-
-    def __init__(self, period: float):
-        self.period = period
-        self._said: dict[str, float] = {}
-
-    def __call__(self, key: str, now: float) -> bool:
-        if now < self._said.get(key, float("-inf")) + self.period:
-            return False
-        self._said[key] = now
-        return True

@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Callable, Collection, Mapping
 
 from .applier import Applier, ApplyResult, name_changes, summarize
@@ -90,12 +91,14 @@ class Outcome:
 
 
 def changes_to_send(desired: Plan, observed: Mapping[str, Mapping[str, int] | None], naming: Naming, *,
-                    holding: Holding | None, retired: frozenset[str] = frozenset()) -> tuple[list[Change], frozenset[str]]:
-    """The changes to send (only raising ones while holding), and the units held back. Pure."""
+                    holding: Holding | None, retired: frozenset[str] = frozenset(),
+                    lost: Mapping[str, Mapping[str, int]] = MappingProxyType({})) -> tuple[list[Change], frozenset[str]]:
+    """The changes to send (only raising ones while holding), and the units held back; `lost`: what
+    the units' cgroups show below what systemd holds (Applier.lost), set again. Pure."""
     if holding is not None:
         # Values not read cannot be compared: such units are left as they are while holding.
         observed = {n: (None if v is UNREAD else v) for n, v in observed.items()}
-    changes = diff(desired, observed, naming, retired=retired)
+    changes = diff(desired, observed, naming, retired=retired, lost=lost)
     if holding is None:
         return one_write_per_container(changes), frozenset()
     sent = grow_only(changes)
@@ -215,4 +218,5 @@ class Round:
 
     @staticmethod
     def _diff(desired: Plan, inputs: Inputs, applier: Applier) -> tuple[list[Change], frozenset[str]]:
-        return changes_to_send(desired, applier.observed, inputs.naming, holding=inputs.holding, retired=inputs.retired)
+        return changes_to_send(desired, applier.observed, inputs.naming, holding=inputs.holding, retired=inputs.retired,
+                               lost=applier.lost)

@@ -27,6 +27,10 @@ What it serves, mirroring systemd (see memqos_systemd/systemd.py for the source 
 
 `writes` lists SetUnitProperties and SetProperties alike as (unit, runtime, {property: value}).
 
+The running units' cgroup directories (with `cgroup_root` set) are kept as systemd keeps them: every
+write of a unit's properties re-writes all its memory files from its state (252's
+cgroup_context_apply); `write_cgroup_file` writes a file alone, around it.
+
 Every method call that reaches it (including org.freedesktop.DBus.Properties Get/GetAll)
 is recorded in order as a `Call`, with the exact D-Bus signature and body, so tests assert
 exactly what was sent. Test controls: add_unit, remove_unit, set_active_state,
@@ -661,6 +665,18 @@ class FakeSystemd:
         if name.endswith(".slice"):
             return _slice_dir(self.cgroup_root, name)
         return _slice_dir(self.cgroup_root, self._run(lambda: self._units[name].slice)) / name
+
+    def write_cgroup_file(self, name: str, **props: int) -> None:
+        """A write to a unit's cgroup files alone, around systemd (MemoryMin=0 writes 0 to memory.min):
+        what an agent that writes cgroupfs for its own Memory QoS does, or a person's echo. systemd's
+        state is untouched, so a D-Bus read still answers its own values; its next re-apply of the
+        unit (any SetUnitProperties on it, a daemon-reload) writes every memory file back from that
+        state. Written from the caller's thread, as another process would."""
+        files = {"MemoryMin": "memory.min", "MemoryLow": "memory.low", "MemoryHigh": "memory.high"}
+        where = self.cgroup_dir(name)
+        for prop, value in props.items():
+            with open(where / files[prop], "w") as f:
+                f.write("max\n" if value == UINT64_MAX else f"{value}\n")
 
     def spoof_signal(self, destination: str, member: str, signature: str, body: list) -> None:
         """Send a Manager signal from another connection, straight to `destination`."""

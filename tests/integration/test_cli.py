@@ -20,12 +20,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 import memqos_systemd
+from memqos_systemd.cgroupfs import cgroup_path
 from memqos_systemd.node import check_node, read_meminfo
 from memqos_systemd.sources.kubelet import node_hostname
 from kubelet_standin import Kubelet, Server, make_pki, pod, pod_list, server_context
@@ -292,6 +294,21 @@ def test_dry_run_prints_the_calls_and_sends_nothing_then_apply_sends_them_then_a
     assert again.returncode == 0, again.stderr
     assert again.stderr.strip().splitlines()[-1] == "0 change(s) applied"
     assert node.fake.writes == []
+
+
+def test_apply_sets_again_what_the_kernel_lost_behind_systemds_back(node):
+    """systemd holds the plan; the kernel's files show less (a cgroupfs writer's zeros): apply --once
+    sets the same values again through systemd (which then re-writes the files), and nothing else."""
+    plan = node.plan()
+    node.start_applied(plan)
+    for unit in ("kubepods.slice", "kubepods-burstable.slice"):
+        node.kernel(cgroup_path(unit), want(plan[unit]))
+    node.kernel(cgroup_path("kubepods-burstable.slice"), {**want(plan["kubepods-burstable.slice"]), "MemoryLow": 0})
+    node.fake.clear_calls()
+    p = node.cli("apply", "--once")
+    no_traceback(p)
+    assert p.returncode == 0, p.stderr
+    assert node.sets() == [("kubepods-burstable.slice", {"MemoryLow": plan["kubepods-burstable.slice"]["MemoryLow"]})]
 
 
 def test_apply_before_the_kubelet_made_its_slices_creates_none_and_says_so(node):
@@ -654,8 +671,9 @@ def test_status_json_shows_desired_systemd_kernel_and_flags_drift(node):
     no_traceback(p)
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert set(doc) == {"node", "holding", "podSource", "pods", "units", "drift", "bestEffortCeiling"}
+    assert set(doc) == {"node", "holding", "podSource", "pods", "units", "drift", "bestEffortCeiling", "foughtOver"}
     assert doc["bestEffortCeiling"] is None  # off, and nothing of ours held
+    assert doc["foughtOver"] == []  # no fight kept in /run (fights.py)
     rows = {r["unit"]: r for r in doc["units"]}
     for r in doc["units"]:
         assert set(r) == {"unit", "level", "cgroup", "desired", "systemd", "kernel", "drift", "why"}
@@ -1046,28 +1064,72 @@ def test_check_fails_when_the_kubelets_qosreserved_and_the_ceiling_would_both_ca
         assert p.returncode == 0 and level == "ok" and "bestEffortCeiling is off here: no conflict" in text, text
 
 
-def test_check_names_the_fight_the_service_has_seen(node, kubelet, kubelet_pki):
-    """The running service's memqos_foreign_writes_total (its metrics endpoint) is the fight as it
-    happened: check names the units and the kubelet's gate as the usual cause."""
+def test_check_names_the_writers_the_service_has_seen(node, kubelet, kubelet_pki):
+    """The running service's memqos_foreign_writes_total (its metrics endpoint, by level and kind of
+    writer) is the fight as it happened, and the units fought over now are in /run (fights.py):
+    check names the likely writer of each, the kubelet's MemoryQoS gate (on here) or a cgroupfs
+    writer."""
+    from memqos_systemd import fights
+    from memqos_systemd.kubelet_gate import Fight
     from memqos_systemd.metrics import Metrics
 
+    kubelet.respond.metrics = (GATE_METRICS % 1).encode()
+    kubelet.respond.tokens = {GOOD_TOKEN: (READER, {"pods", "metrics"})}
     service = Metrics()
     server = service.serve("127.0.0.1:0")
     try:
         for _ in range(3):
-            service.foreign_write("kubepods.slice")
-        service.foreign_write("kubepods-burstable.slice")
+            service.foreign_write("node", "systemd")
+        service.foreign_write("qos", "cgroupfs")
+        now = time.time()
+        fights.write(node.tmp / "fights.json", [
+            Fight("kubepods-burstable.slice", "qos", {"cgroupfs"}, 12, now - 100, now - 5, ("MemoryLow",)),
+            Fight("kube.slice", "reserved", {"systemd"}, 5, now - 2000, now - 1000, ("MemoryMin",))],  # over
+            window=600, wall_offset=0)
         config = kubeadm_config(node, kubelet, kubelet_pki)
         doc = yaml.safe_load(config.read_text())
         config.write_text(yaml.safe_dump({**doc, "metrics": {"listen": f"127.0.0.1:{server.port}"}}))
         p = node.cli("check", config=config)
     finally:
         server.close()
-    fight = [text for level, text in findings(p) if level == "warn" and "put back values someone else wrote" in text]
-    assert fight == ["kubelet: the service has put back values someone else wrote: kubepods-burstable.slice 1 time(s),"
-                     " kubepods.slice 3 time(s) (memqos_foreign_writes_total); the kubelet's own Memory QoS does this:"
-                     " set featureGates: {MemoryQoS: false} in the kubelet's config (kubeadm: /var/lib/kubelet/config.yaml)"
-                     " and restart the kubelet"]
+    said = [text for level, text in findings(p) if level == "warn" and text.startswith("writers: ")]
+    assert len(said) == 2, said
+    assert said[0].startswith("writers: the service has put back values someone else wrote: node level 3 time(s)"
+                              " through systemd: the kubelet's MemoryQoS gate (it rewrites kubepods.slice")
+    assert "featureGates: {MemoryQoS: false}" in said[0]
+    assert "; qos level 1 time(s) in its cgroup file: a cgroupfs writer (systemd still holds ours" in said[0]
+    assert said[1].startswith("writers: kubepods-burstable.slice is fought over: written behind the service's back"
+                              " 12 times (in its cgroup file) by a cgroupfs writer")
+
+
+def test_status_names_the_units_fought_over(node):
+    """The service keeps the units it finds written behind its back again and again in /run
+    (fights.py); status shows those whose last write is within the window, in the table and JSON."""
+    from memqos_systemd import fights
+    from memqos_systemd.kubelet_gate import Fight
+
+    plan = node.plan()
+    node.start_applied(plan)
+    now = time.time()
+    pod = "kubepods-burstable-pod" + "1" * 8 + "_" + "2" * 4 + "_" + "3" * 4 + "_" + "4" * 4 + "_" + "5" * 12 + ".slice"
+    fights.write(node.tmp / "fights.json", [
+        Fight("kubepods.slice", "node", {"cgroupfs", "systemd"}, 7, now - 60, now - 1, ("MemoryMin",)),
+        Fight(pod, "pod", {"cgroupfs"}, 4, now - 30, now - 2, ("MemoryLow",)),
+        Fight("kube.slice", "reserved", {"systemd"}, 5, now - 2000, now - 1000, ("MemoryMin",))], window=600,
+        wall_offset=0)
+    p = node.cli("status", "--output", "table")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert all(len(line) <= 100 for line in lines), max(lines, key=len)
+    start = next(i for i, line in enumerate(lines) if line.startswith("fought over (written behind our back"))
+    assert lines[start + 1].startswith(f"  {pod}: 4 writes since ")  # cut to 100 columns, in its cgroup file
+    assert lines[start + 2].startswith("  kubepods.slice: 7 writes since ")
+    assert lines[start + 2].endswith(", through systemd and in its cgroup file")
+    assert lines[start + 3:] == ["names cut (…) to fit 100 columns: --output wide shows them whole"]
+    wide = node.cli("status", "--output", "wide").stdout.splitlines()
+    assert any(line.startswith(f"  {pod}: 4 writes since ") and line.endswith(", in its cgroup file") for line in wide)
+    doc = json.loads(node.cli("status", "--output", "json").stdout)
+    assert [(f["unit"], f["writes"]) for f in doc["foughtOver"]] == [(pod, 4), ("kubepods.slice", 7)]
 
 
 def test_check_fails_on_the_kubelets_cgroupfs_driver(node, kubelet, kubelet_pki):

@@ -526,7 +526,7 @@ def test_a_new_pod_slice_whose_kernel_values_cannot_be_read_or_differ_gets_what_
     async def body():
         h = Harness(fake_systemd, tmp_path, [GUARANTEED, NEWCOMER])
         if files == "unreadable":
-            h.daemon.out.cgroupfs.kernel_values = lambda unit: None
+            h.daemon.out.cgroupfs.kernel_values = lambda unit, with_max=False: None
         async with h:
             await h.settle()
             fake_systemd.clear_calls()
@@ -922,8 +922,9 @@ def kernel_only(tmp_path, unit: str, file: str, value: int) -> None:
 def test_a_timer_resync_reads_over_dbus_the_units_whose_cgroup_differs(fake_systemd, tmp_path, monkeypatch):
     """The kernel's files stand in for a GetAll only while they show the cached values: a cgroup
     that shows anything else is read over D-Bus, and what systemd holds decides. A value changed
-    through systemd shows in the cgroup, so it is read and put right; a file written behind
-    systemd's back is read too, and nothing is sent while systemd holds the planned values."""
+    through systemd shows in the cgroup, so it is read and put right; a file that shows more than
+    systemd holds (as a parent's DefaultMemoryLow= makes it) is read and left; one that shows less
+    was written behind systemd's back, and the same value is set again (issue 29)."""
     import memqos_systemd.agenda as agenda_mod
 
     monkeypatch.setattr(agenda_mod, "FULL_RESYNC_EVERY", 2)
@@ -934,16 +935,23 @@ def test_a_timer_resync_reads_over_dbus_the_units_whose_cgroup_differs(fake_syst
             for _ in range(2):
                 await h.resync_now()
             planned = h.memory(BPOD)
-            kernel_only(tmp_path, BPOD, "memory.low", 4096)
-            kernel_only(tmp_path, "kubepods.slice", "memory.min", 8192)
+            kernel_only(tmp_path, BPOD, "memory.low", planned["MemoryLow"] + 4096)
             fake_systemd.clear_calls()
             await h.resync_now()  # the upper slices only
-            assert units_read(fake_systemd) == ["kubepods.slice"] and fake_systemd.writes == []
-            fake_systemd.clear_calls()
-            await h.resync_now()  # every unit
-            assert set(units_read(fake_systemd)) >= {BPOD, "kubepods.slice"}
+            assert units_read(fake_systemd) == [] and fake_systemd.writes == []
+            await h.resync_now()  # every unit (the scopes here have no cgroup: always read)
+            assert BPOD in units_read(fake_systemd) and "kubepods.slice" not in units_read(fake_systemd)
             assert fake_systemd.writes == [] and h.memory(BPOD) == planned
+            kernel_only(tmp_path, BPOD, "memory.low", 4096)
+            fake_systemd.clear_calls()
+            await h.resync_now()
+            assert fake_systemd.writes == []  # not watched: the full resync finds it
+            await h.resync_now()
+            assert BPOD in units_read(fake_systemd) and h.sets() == [(BPOD, {"MemoryLow": planned["MemoryLow"]})]
+            assert (tmp_path / "cgroup" / "kubepods.slice/kubepods-burstable.slice" / BPOD / "memory.low").read_text() \
+                == f"{planned['MemoryLow']}\n"  # the stand-in, as systemd, wrote the file again
             behind_our_back(fake_systemd, BPOD, MemoryLow=0)
+            fake_systemd.clear_calls()
             await h.resync_now()
             await h.resync_now()
             assert h.memory(BPOD) == planned

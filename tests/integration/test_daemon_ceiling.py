@@ -151,7 +151,7 @@ def test_started_with_it_off_it_takes_back_a_memorymax_of_its_own_and_no_one_els
         async with node(fake_systemd, tmp_path, config=TIERED, run_dir=tmp_path / "again") as h:
             await h.resync_now()
             assert memory_max(fake_systemd) == 700 * MI and max_writes(fake_systemd) == []
-            assert h.metrics.registry.get_sample_value("memqos_foreign_writes_total", {"unit": BE}) is None
+            assert h.metrics.registry.get_sample_value("memqos_foreign_writes_total", {"level": "qos", "writer": "systemd"}) is None
     run(again())
 
 
@@ -165,11 +165,11 @@ def test_someone_elses_memorymax_makes_it_stand_down_until_the_config_is_reloade
             fake_systemd.clear_calls()
             behind_our_back(fake_systemd, BE, 500 * MI)  # the kubelet's QOSReserved, every minute
             h.reread()
-            await until(lambda: h.metrics.registry.get_sample_value("memqos_foreign_writes_total", {"unit": BE}) == 1)
+            await until(lambda: h.metrics.registry.get_sample_value("memqos_foreign_writes_total", {"level": "qos", "writer": "systemd"}) == 1)
             await h.resync_now()
             behind_our_back(fake_systemd, BE, 400 * MI)  # its next minute
             h.reread()
-            await until(lambda: h.metrics.registry.get_sample_value("memqos_foreign_writes_total", {"unit": BE}) == 2)
+            await until(lambda: h.metrics.registry.get_sample_value("memqos_foreign_writes_total", {"level": "qos", "writer": "systemd"}) == 2)
             await h.resync_now()
             assert memory_max(fake_systemd) == 400 * MI and max_writes(fake_systemd) == []  # never fought
             h.daemon.request_reload()  # the operator says it is gone

@@ -187,10 +187,10 @@ def test_memory_max_is_compared_where_it_is_ours(tmp_path):
     fs = Cgroupfs(tmp_path)
     unit = "kubepods-besteffort.slice"
     assert fs.kernel_values(unit, with_max=True)["MemoryMax"] == 1000001
-    assert not fs.shows(unit, {**held, "MemoryMax": 1000001}, 4096)  # the kernel would show it page-rounded
-    assert fs.shows(unit, held, 4096)  # not ours: memory.max is not looked at
+    assert not kernel_shows(fs.kernel_values(unit, with_max=True), {**held, "MemoryMax": 1000001}, 4096)  # unrounded
+    assert kernel_shows(fs.kernel_values(unit), held, 4096)  # not ours: memory.max is not looked at
     (be / "memory.max").write_text(f"{1000001 // 4096 * 4096}\n")
-    assert fs.shows(unit, {**held, "MemoryMax": 1000001}, 4096)  # page-rounded, as the kernel keeps it
+    assert kernel_shows(fs.kernel_values(unit, with_max=True), {**held, "MemoryMax": 1000001}, 4096)  # page-rounded
     before = len(os.listdir("/proc/self/fd"))
     assert fs.watch({unit: held}, 4096) == [] and len(os.listdir("/proc/self/fd")) == before + 3
     assert fs.watch({unit: {**held, "MemoryMax": 500 << 20}}, 4096) == [unit]  # reopened with memory.max

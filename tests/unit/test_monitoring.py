@@ -144,7 +144,7 @@ def _served_names(tmp_path: Path) -> set[str]:
     m.source_error("connect")
     m.config_reload(True)
     m.signal_overflow()
-    m.foreign_write("kubepods.slice")
+    m.foreign_write("node", "cgroupfs")
     m.oom_group_restored(True)
     m.throttle_events(next(u.unit for u in p.units if u.level == "container"), 1)
     names = {s.name for fam in text_string_to_metric_families(m.render().decode()) for s in fam.samples}

@@ -2,7 +2,7 @@
 """Benchmark: the daemon's CPU while idle on a node of 110 pods, natively, with a profile.
 
     python3 bench/idle_profile.py [--idle 120] [--speed 1] [--profile-idle 60] [--scrape 15]
-                                  [--no-pod-signals] [--json out.json]
+                                  [--no-pod-signals] [--watch-every S] [--json out.json]
     python3 bench/idle_profile.py --render out.json   # the report again, from saved results
 
 (with dbus-next importable: e.g. `.venv/bin/python bench/idle_profile.py`; needs dbus-daemon.)
@@ -23,6 +23,11 @@ No VM. Two processes, so that only the daemon's CPU is counted:
   other = the rest: the loop, timers, watchdog, metrics server), then a second window under
   cProfile (the loop thread and the worker threads' calls) for the top functions. cProfile slows
   what it profiles, so the CPU figures come from the first window only.
+
+The watch of the node, QoS and reserved slices' cgroups (Daemon.watch_upper_slices: every 5 s
+idle, and whenever one of their files is written) is timed as an activity of its own, its count
+the number of times it ran; `--watch-every S` makes it read them every S seconds for good instead
+(the 1 s watch issue 29 asked to weigh), not divided by `--speed`.
 
 The intervals are the defaults (pollInterval 5 s, resyncInterval 60 s, memory.events every 15 s);
 `--speed K` divides all three by K and the window's CPU is then reported per hour at the
@@ -254,6 +259,8 @@ def parent(args) -> int:
                "--cgroup", os.path.join(work, "cgroup"), "--metrics-port", str(port)]
         if args.no_pod_signals:
             cmd.append("--no-pod-signals")
+        if args.watch_every:
+            cmd += ["--watch-every", str(args.watch_every)]
         env = {**os.environ, "NOTIFY_SOCKET": os.path.join(work, "notify"), "WATCHDOG_USEC": "30000000"}
         env.pop("WATCHDOG_PID", None)
         subprocess.run(cmd, check=True, env=env)
@@ -302,6 +309,8 @@ def report(r: dict) -> None:
         print(f"scraped every {sc['every_s']:g} s at the defaults ({sc['scrapes']} scrapes, {sc['bytes']} bytes each);"
               f" protection signals {'on' if sc['pod_signals'] else 'off (--no-pod-signals)'}"
               + (f"; reading them: {1000 * r['signals_read_s']:.2f} ms per scrape" if r.get("signals_read_s") else ""))
+    if r.get("watch_every"):
+        print(f"the upper slices' cgroups read every {r['watch_every']:g} s for good (--watch-every)")
     print(f"idle window: {w['seconds']:.0f} s at intervals / {r['speed']:g} (poll {DEFAULT_POLL / r['speed']:g} s,"
           f" resync {DEFAULT_RESYNC / r['speed']:g} s, memory.events {DEFAULT_THROTTLE / r['speed']:g} s);"
           f" D-Bus calls {w['dbus_calls']}, writes {w['writes']}")
@@ -371,6 +380,8 @@ def child(args) -> int:
 
     speed = args.speed
     agenda_mod.THROTTLE_READ_INTERVAL = DEFAULT_THROTTLE / speed
+    if args.watch_every:
+        agenda_mod.KERNEL_WATCH_IDLE = agenda_mod.KERNEL_WATCH_INTERVAL = args.watch_every
     cfg = parse_config(config_dict(args.url, speed))
     if args.no_pod_signals:
         set_plan = Metrics.set_plan
@@ -381,8 +392,9 @@ def child(args) -> int:
             "resync, timer: upper slices (refresh_all)": Activity(),
             "resync, full: every unit (refresh_all)": Activity(),
             "memory.events (worker thread)": Activity(),
-            "metrics scrape: collect + render (request thread)": Activity()}
-    fetch_a, plan_a, light_a, full_a, events_a, scrape_a = acts.values()
+            "metrics scrape: collect + render (request thread)": Activity(),
+            "kernel watch: upper slices' cgroups": Activity()}
+    fetch_a, plan_a, light_a, full_a, events_a, scrape_a, watch_a = acts.values()
     profiles: list[cProfile.Profile] = []
     state = {"profiling": False}
 
@@ -425,6 +437,16 @@ def child(args) -> int:
                       metrics=metrics, notifier=Notifier(os.environ.get("NOTIFY_SOCKET", "")),
                       cgroupfs=Cgroupfs(args.cgroup))
     Daemon.read_throttle_events = timed_thread(Daemon.read_throttle_events, events_a)  # a tick's work
+    watch = Daemon.watch_upper_slices
+
+    def timed_watch(self):  # on the loop's thread, which the profiled window profiles already
+        t = time.thread_time()
+        try:
+            watch(self)
+        finally:
+            watch_a.add(time.thread_time() - t)
+
+    Daemon.watch_upper_slices = timed_watch  # a tick's work, the inotify reader's and the round's
     d = Daemon(None, cfg, outside)
     d.round.run = timed_async(d.round.run, plan_a)
     refresh_all = Applier.refresh_all
@@ -534,8 +556,9 @@ def child(args) -> int:
         lines = [ln for ln in text.splitlines() if not any(f in ln for f in LOOP_FRAMES)]
         texts.append(f"sorted by {order}:\n" + "\n".join(lines[:args.top + 1]))
     text = "\n\n".join(texts)
-    result = {"speed": speed, "window": {"seconds": wall, "cpu_s": cpu, "sys_cpu_s": sys_cpu,
-                                         "dbus_calls": c1[0] - c0[0], "writes": c1[1] - c0[1]},
+    result = {"speed": speed, "watch_every": args.watch_every,
+              "window": {"seconds": wall, "cpu_s": cpu, "sys_cpu_s": sys_cpu,
+                         "dbus_calls": c1[0] - c0[0], "writes": c1[1] - c0[1]},
               "full_resync_every": agenda_mod.FULL_RESYNC_EVERY, "full_resync_cpu_s": full_each,
               "event_full_resync_cpu_s": event_each, "signals_read_s": signals_read,
               "activities": measured, "other_cpu_s": cpu - sum(a["cpu_s"] for a in measured.values()),
@@ -555,6 +578,8 @@ def main() -> int:
     ap.add_argument("--scrape", type=float, default=15.0, help="scrape /metrics every this many seconds (0: never)")
     ap.add_argument("--no-pod-signals", action="store_true",
                     help="run without the protection signals (the pod and QoS slices' files), for comparison")
+    ap.add_argument("--watch-every", type=float, default=0.0,
+                    help="read the upper slices' cgroups every this many seconds for good (0: the daemon's own)")
     ap.add_argument("--json", help="also write the raw results here")
     ap.add_argument("--render", metavar="JSON", help="print the report of saved results (--json) and exit")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

@@ -355,8 +355,8 @@ PAGE = 4096
      {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": INFINITY}, {"MemoryHigh": INFINITY}),
     ({"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": INFINITY},
      {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": 1 << 30}, {"MemoryHigh": 1 << 30}),
-    # MemoryMax (the BestEffort ceiling's) is not set again from here: a rival writer of it is heeded
-    # (ceiling.py), and the kernel lowers nothing a protection depends on by holding less of it.
+    # MemoryMax (the BestEffort ceiling's) is not compared: a rival writer of it is heeded, not fought
+    # (ceiling_watch.stand_down), and a lower memory.max only caps BestEffort harder.
     ({"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": INFINITY, "MemoryMax": 1 << 30},
      {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": INFINITY, "MemoryMax": 1 << 29}, {}),
     # What is not known on one side is not compared.

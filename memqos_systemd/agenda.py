@@ -7,7 +7,7 @@ what is due, `timeout(now)` how long it may sleep, takes the work it does (`take
 `take_units`, `fetch_started`) and puts back what a failed step did not do (`put_back_refresh`,
 `put_back_units`). So every interleaving of events and timers is a table test
 (tests/unit/test_agenda.py), with no bus, threads or sleeps. The work beside the rounds (the
-heartbeat, the watch of the upper slices, the throttle read) is on the same
+heartbeat, the watch of the upper slices) is on the same
 schedule: each is a `Tick` (`ticks_due`, `tick_done`, `tick_timeout`).
 
 What is re-read from systemd first is one ordered value, `Refresh`: a merge of what is asked is
@@ -37,7 +37,7 @@ __all__ = [
     "Agenda", "Due", "Refresh", "LIGHT_LEVELS", "FULL_RESYNC_EVERY", "SYSTEMD_SETTLE", "UNKNOWN_UNIT_PATIENCE",
     "FAST_POLL_FIRST", "KUBELET_START_PATIENCE", "KUBELET_START_RETRY", "SOURCE_WATCH_INTERVAL",
     "KERNEL_WATCH_INTERVAL", "KERNEL_WATCH_IDLE", "KERNEL_WATCH_ALERT", "KERNEL_WATCH_AFTER_KUBELET_START",
-    "KERNEL_WATCH_AFTER_DRIFT", "KERNEL_DRIFT_GAP", "HEARTBEAT_INTERVAL", "THROTTLE_READ_INTERVAL", "Tick",
+    "KERNEL_WATCH_AFTER_DRIFT", "KERNEL_DRIFT_GAP", "HEARTBEAT_INTERVAL", "Tick",
     "CEILING_FOLLOW_FIRST", "CEILING_FOLLOW_MAX",
 ]
 
@@ -95,8 +95,6 @@ KERNEL_DRIFT_GAP = 0.5
 # How often the loop says it runs: to /livez (metrics.LIVENESS_WINDOW: a DaemonSet's liveness
 # probe) and, under WatchdogSec=, to systemd (half its timeout, if shorter: the daemon passes that).
 HEARTBEAT_INTERVAL = 10.0
-# How often memory.events of the containers is read for the throttling metric.
-THROTTLE_READ_INTERVAL = 15.0
 # The BestEffort ceiling steps down to the slice's usage, never below it (ceiling.py), and follows
 # it: the usage is looked at again CEILING_FOLLOW_FIRST after a step that moved, then twice as long
 # each time nothing moved, up to CEILING_FOLLOW_MAX. An allocating BestEffort process at the step is
@@ -114,7 +112,6 @@ class Tick(enum.StrEnum):
 
     HEARTBEAT = "heartbeat"  # the loop runs: WATCHDOG=1 to systemd, /livez stays 200; at once, then every heartbeat interval
     WATCH = "watch"  # the node, QoS and reserved slices' cgroups read (Cgroupfs.watch): every watch_interval
-    THROTTLE = "throttle"  # memory.events `high` of the containers, for the throttling metric: every THROTTLE_READ_INTERVAL
 
 
 class Refresh(enum.IntEnum):
@@ -178,8 +175,7 @@ class Agenda:
         self._new: set[str] = set()  # UnitNew: read state and properties
         self._started: set[str] = set()  # JobRemoved: read the state again
         # When each tick is due next: the heartbeat at once, the others after their interval.
-        self._ticks = {Tick.HEARTBEAT: now, Tick.WATCH: now + self.watch_interval(now),
-                       Tick.THROTTLE: now + THROTTLE_READ_INTERVAL}
+        self._ticks = {Tick.HEARTBEAT: now, Tick.WATCH: now + self.watch_interval(now)}
         self._ceiling_at = float("inf")  # when to look at the BestEffort slice's usage again
         self._ceiling_wait = CEILING_FOLLOW_FIRST
 
@@ -359,12 +355,7 @@ class Agenda:
 
     def tick_done(self, tick: Tick, now: float) -> None:
         """`tick` has been done: when it is due next."""
-        if tick is Tick.HEARTBEAT:
-            wait = self.heartbeat_interval
-        elif tick is Tick.WATCH:
-            wait = self.watch_interval(now)
-        else:
-            wait = THROTTLE_READ_INTERVAL
+        wait = self.heartbeat_interval if tick is Tick.HEARTBEAT else self.watch_interval(now)
         self._ticks[tick] = now + wait
 
     def tick_timeout(self, now: float) -> float:

@@ -16,9 +16,10 @@ no plan (`reset`), a search of the kubepods tree finds. What is read there:
   inotify watch on each file that says when anyone writes it (`Cgroupfs.watch_notifier`).
 * memory.current of the BestEffort QoS slice (`Cgroupfs.usage`): how far its ceiling may go down
   in one write (ceiling.py).
-* memory.events (`read_events_file`, `Cgroupfs.container_events`): the throttling metric.
-* memory.events, memory.pressure and memory.current of the pod and QoS slices
-  (`read_memory_events`, `read_pressure`, `read_value`): read by metrics.py at each scrape.
+* memory.events, memory.pressure and memory.current of the pod and QoS slices and the container
+  scopes (`KeptFiles`, parsed by `flat_keyed` and `psi_totals`): read at each scrape, for the
+  metrics (signals.py says which file goes into which metric), and by `status`
+  (`read_memory_events`, `read_pressure`, `read_value`).
 * memory.swap.max and memory.oom.group (`Cgroupfs.runtime_settings`): see below.
 
 Why that file
@@ -49,16 +50,19 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import resource
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Container, Iterable, Mapping
 
+from .plan import Plan, UnitPlan
 from .quantity import UINT64_MAX
 
 __all__ = [
-    "Cgroupfs", "RuntimeSettings", "INVOCATION_XATTRS", "ROOT", "cgroup_path", "plan_cgroup_paths",
-    "dir_of_control_group", "read_value", "read_invocation_id", "read_cgroup_memory", "read_events_file",
-    "read_memory_events", "read_pressure", "parse_pressure", "parse_flat_keyed",
+    "Cgroupfs", "KeptFiles", "RuntimeSettings", "INVOCATION_XATTRS", "ROOT", "cgroup_path", "plan_cgroup_paths",
+    "dir_of_control_group", "read_file", "read_value", "read_invocation_id", "read_cgroup_memory",
+    "read_memory_events", "read_pressure", "parse_pressure", "parse_flat_keyed", "flat_keyed", "psi_totals",
 ]
 
 ROOT = Path("/sys/fs/cgroup")
@@ -85,8 +89,8 @@ def cgroup_path(unit: str, parent_path: str | None = None) -> str:
     return f"{parent_path}/{unit}" if parent_path else unit
 
 
-def plan_cgroup_paths(units: Iterable[Any]) -> dict[str, str]:
-    """cgroup paths for planned units (objects with .unit and .parent), parents first."""
+def plan_cgroup_paths(units: Iterable[UnitPlan]) -> dict[str, str]:
+    """cgroup paths for planned units, parents first."""
     paths: dict[str, str] = {}
     for u in units:
         paths[u.unit] = cgroup_path(u.unit, paths.get(u.parent) if u.parent else None)
@@ -108,16 +112,88 @@ def dir_of_control_group(control_group: str | None, root: str | os.PathLike = RO
 
 
 # ---- reading one cgroup ------------------------------------------------------------------------
-def read_value(path: str | os.PathLike) -> int | None:
-    """A one-number cgroup file ("max" is UINT64_MAX); None when absent or not a number."""
+def read_file(path: str | os.PathLike, size: int = 4096) -> bytes | None:
+    """A small cgroup file's content, in one read; None when it cannot be read: absent (no such
+    controller, no PSI), gone with its cgroup (ENODEV), unsupported (EOPNOTSUPP: psi=0). Plain os
+    calls: this is what a scrape does for every file it serves."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # plain os calls: read at every scrape
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            text = os.read(fd, _MAX_FILE_BYTES).strip()
+            return os.read(fd, size)
         finally:
             os.close(fd)
     except OSError:
         return None
+
+
+class KeptFiles:
+    """Files read again at every scrape, kept open in between: a `pread` on a descriptor opened
+    once costs a sixth of open, read and close, natively and on kernfs in the VM (docs/BENCHMARKS.md,
+    "A scrape at the floor's pace"), and a scrape reads hundreds. A file whose cgroup went (ENODEV), or that cannot be read, is
+    opened afresh at the next read (a cgroup made again at the same place is then read, not the
+    old one); one not opened is not there. At most `limit` descriptors are kept (the rest are
+    read with open and close): a scrape never takes the last descriptors the daemon has.
+    `keep_only` closes those of files no longer asked for. Not thread-safe: the caller holds
+    `lock` around its reads."""
+
+    def __init__(self, limit: int | None = None):
+        self._fds: dict[str, int] = {}
+        self._limit = _descriptors_to_keep() if limit is None else limit
+        self.lock = threading.Lock()
+
+    def read(self, path: str, size: int = 4096) -> bytes | None:
+        """The file's content (None: it cannot be read: absent, its cgroup gone, no PSI)."""
+        fd = self._fds.get(path)
+        if fd is not None:
+            try:
+                return os.pread(fd, size, 0)
+            except OSError:
+                del self._fds[path]
+                os.close(fd)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            raw = os.pread(fd, size, 0)
+        except OSError:
+            os.close(fd)
+            return None
+        if len(self._fds) < self._limit:
+            self._fds[path] = fd
+        else:
+            os.close(fd)
+        return raw
+
+    def keep_only(self, paths: Container[str]) -> None:
+        """Close the descriptors of files not in `paths`."""
+        for path in [p for p in self._fds if p not in paths]:
+            os.close(self._fds.pop(path))
+
+    def __len__(self) -> int:
+        return len(self._fds)
+
+    def __del__(self):
+        for fd in self._fds.values():
+            os.close(fd)
+
+
+def _descriptors_to_keep() -> int:
+    """How many descriptors KeptFiles may keep: all but 256 of the soft RLIMIT_NOFILE (the
+    packaged unit raises it: LimitNOFILE=), 768 when it cannot be read."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return 768
+    return 768 if soft == resource.RLIM_INFINITY else max(0, soft - 256)
+
+
+def read_value(path: str | os.PathLike) -> int | None:
+    """A one-number cgroup file ("max" is UINT64_MAX); None when absent or not a number."""
+    raw = read_file(path, _MAX_FILE_BYTES)
+    if raw is None:
+        return None
+    text = raw.strip()
     if text == b"max":
         return UINT64_MAX
     if text.isdigit() and int(text) <= UINT64_MAX:
@@ -156,45 +232,30 @@ def read_cgroup_memory(cgroup_dir: str | os.PathLike, *, with_max: bool = False)
     return values
 
 
-def read_events_file(path: str | os.PathLike, limit: int = 64 * 1024) -> dict[str, int]:
-    """A flat-keyed cgroup file such as memory.events -> {"low": n, "high": n, "max": n, ...}.
-    {} when the cgroup is gone (a container that just exited); malformed lines are skipped.
-    With plain os calls: the daemon reads every container's file every 15 s."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            chunks, size = [], 0
-            while size < limit:
-                chunk = os.read(fd, limit - size)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-        finally:
-            os.close(fd)
-    except (FileNotFoundError, NotADirectoryError):
-        return {}
-    except OSError as e:
-        if e.errno == errno.ENODEV:  # the cgroup was removed while we read it
-            return {}
-        raise
-    return parse_flat_keyed(b"".join(chunks))
-
-
-def parse_flat_keyed(raw: bytes) -> dict[str, int]:
-    """The lines `key value` of a flat-keyed cgroup file (memory.events, memory.stat) -> {key: value};
-    malformed lines are skipped."""
+def flat_keyed(raw: bytes) -> dict[bytes, bytes]:
+    """The lines `key value` of a flat-keyed cgroup file (memory.events, memory.stat) -> {key:
+    value}, both as the file has them (the value's digits); malformed lines are skipped."""
+    fields = raw.split()
+    values = fields[1::2]
+    if len(fields) % 2 == 0 and b"".join(values).isdigit():  # the kernel's files: every line `key digits`
+        return dict(zip(fields[::2], values))
     out = {}
-    for line in raw.decode("utf-8", "replace").splitlines():
-        fields = line.split()
-        if len(fields) == 2 and fields[1].isdigit():
-            out[fields[0]] = int(fields[1])
+    for line in raw.splitlines():
+        key, _, value = line.partition(b" ")
+        if value.isdigit():
+            out[key] = value
     return out
 
 
+def parse_flat_keyed(raw: bytes) -> dict[str, int]:
+    """flat_keyed as {key: number}."""
+    return {key.decode("utf-8", "replace"): int(value) for key, value in flat_keyed(raw).items()}
+
+
 def read_memory_events(cgroup_dir: str | os.PathLike, name: str = "memory.events") -> dict[str, int]:
-    """`memory.events` (or memory.events.local) of a cgroup directory (read_events_file)."""
-    return read_events_file(os.path.join(cgroup_dir, name))
+    """`memory.events` (or memory.events.local) of a cgroup directory -> {"low": n, "high": n, ...};
+    {} when the cgroup is gone (a container that just exited); malformed lines are skipped."""
+    return parse_flat_keyed(read_file(os.path.join(cgroup_dir, name)) or b"")
 
 
 def parse_pressure(raw: bytes) -> dict[str, dict[str, float]]:
@@ -220,16 +281,22 @@ def read_pressure(cgroup_dir: str | os.PathLike, name: str = "memory.pressure") 
     """PSI of a cgroup (`memory.pressure`), as parse_pressure gives it but with `total` in seconds.
     {} when the cgroup is gone or the kernel keeps no PSI (psi=0: the file is absent, or reading it
     fails with EOPNOTSUPP)."""
-    path = os.path.join(cgroup_dir, name)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            raw = os.read(fd, 4096)
-        finally:
-            os.close(fd)
-    except OSError:
+    raw = read_file(os.path.join(cgroup_dir, name))
+    if raw is None:
         return {}
     return {kind: {**values, "total": values["total"] / 1e6} for kind, values in parse_pressure(raw).items()}
+
+
+def psi_totals(raw: bytes) -> dict[bytes, bytes]:
+    """The `total=` of each line of a PSI file (memory.pressure): {b"some": µs, b"full": µs}, the
+    digits as the file has them; a line without a numeric total is left out."""
+    out = {}
+    for line in raw.splitlines():
+        kind, _, rest = line.partition(b" ")
+        _, found, total = rest.rpartition(b"total=")
+        if found and total.isdigit():
+            out[kind] = total
+    return out
 
 
 def kernel_shows(kernel: Mapping[str, int], held: Mapping[str, int], page_size: int) -> bool:
@@ -257,9 +324,8 @@ class RuntimeSettings:
 
 @dataclass(frozen=True)
 class _Placed:
-    plan: Any
-    dirs: Mapping[str, Path]  # container scope -> its cgroup directory
-    events: tuple[tuple[str, str], ...]  # (container scope, its memory.events path)
+    plan: Plan
+    dirs: Mapping[str, Path]  # every planned unit -> its cgroup directory
 
 
 class Cgroupfs:
@@ -273,14 +339,14 @@ class Cgroupfs:
         self._written: _Inotify | None = None  # says when a watched file is written (watch_notifier)
         self._watch_ids: dict[str, list[int]] = {}  # unit -> its files' inotify watch descriptors
 
-    def place(self, plan: Any) -> None:
-        """Learn where a plan's container scopes are (in their pod slices). Made once per plan
-        object; asked from the daemon's loop and from the memory.events thread."""
-        if self._placed is not None and self._placed.plan is plan:
-            return
-        paths = plan_cgroup_paths(plan.units)
-        dirs = {u.unit: self.root / paths[u.unit] for u in plan.units if u.level == "container"}
-        self._placed = _Placed(plan, dirs, tuple((unit, str(d / "memory.events")) for unit, d in dirs.items()))
+    def place(self, plan: Plan) -> Mapping[str, Path]:
+        """Where a plan's units' cgroups are ({unit: directory}; a container scope's is in its pod
+        slice), learnt for `dir_of`. Made once per plan object, in the daemon's loop."""
+        placed = self._placed
+        if placed is None or placed.plan is not plan:
+            paths = plan_cgroup_paths(plan.units)
+            placed = self._placed = _Placed(plan, {u.unit: self.root / paths[u.unit] for u in plan.units})
+        return placed.dirs
 
     def dir_of(self, unit: str) -> Path | None:
         """Where a unit's cgroup is: a slice's place follows from its name, a scope's from the
@@ -325,11 +391,6 @@ class Cgroupfs:
         """memory.current of a slice (the BestEffort ceiling's steps, ceiling.py); None when it
         cannot be read. Opened each time: read only while the ceiling is above or going down."""
         return read_value(self.root / cgroup_path(unit) / "memory.current") if unit.endswith(".slice") else None
-
-    def container_events(self) -> tuple[tuple[str, str], ...]:
-        """(container scope, its memory.events path) of the placed plan."""
-        placed = self._placed
-        return () if placed is None else placed.events
 
     def watch(self, held: Mapping[str, Mapping[str, int]], page_size: int) -> list[str]:
         """The units of `held` (a few slices: the node, QoS and reserved ones) whose cgroup does

@@ -77,6 +77,11 @@ class KubeletSettings:
 class MetricsConfig:
     # None: no metrics endpoint.
     listen: str | None = "127.0.0.1:9759"
+    # The per-pod series (10 a pod); False keeps the node's and the QoS classes' only.
+    per_pod: bool = True
+    # Also every pod slice's and container scope's desired values and each container's memory.high
+    # throttle count (3 series a pod slice, 4 a container); off by default.
+    per_unit: bool = False
 
 
 @dataclass(frozen=True)
@@ -435,8 +440,14 @@ def _metrics(src, key, value) -> MetricsConfig:
     if value is None:
         return MetricsConfig(listen=None)
     if not isinstance(value, dict):
-        raise _fail(src, key, value, "must be a map with 'listen', or null to disable")
-    return MetricsConfig(**_map_fields(src, key, value, {"listen": ("listen", lambda k, v: _listen(src, k, v))}))
+        raise _fail(src, key, value, "must be a map with 'listen', 'perPod' and 'perUnit', or null to disable")
+    metrics = MetricsConfig(**_map_fields(src, key, value, {"listen": ("listen", lambda k, v: _listen(src, k, v)),
+                                                            "perPod": ("per_pod", lambda k, v: _bool(src, k, v)),
+                                                            "perUnit": ("per_unit", lambda k, v: _bool(src, k, v))}))
+    if metrics.per_unit and not metrics.per_pod:
+        raise _fail(src, f"{key}.perUnit", True, "adds series to the per-pod ones, which perPod: false turns off;"
+                                                 " set one of them, not both")
+    return metrics
 
 
 def _map_fields(src, prefix, value: dict, fields: dict) -> dict:

@@ -9,7 +9,7 @@ Events only say "look again": each handler below is one transition of the agenda
 the loop asks the agenda what is due (a config reload, a connection, a re-read of what systemd
 holds, the pods), does it, and runs a round (round.py: the same as `apply --once`). Beside the
 steps, the ticks the agenda schedules (`Tick`: the heartbeat, the watch of the upper slices'
-cgroups, the throttle read) run in a loop of their own that never waits on systemd or the pod
+cgroups) run in a loop of their own that never waits on systemd or the pod
 source, so a step that does never holds up the heartbeat.
 
 Where things plug in:
@@ -44,7 +44,7 @@ from . import fights
 from .agenda import HEARTBEAT_INTERVAL, Agenda, Tick
 from .applier import Applier, OomGroupJournal
 from .ceiling_watch import CeilingWatch
-from .cgroupfs import Cgroupfs, read_events_file
+from .cgroupfs import Cgroupfs
 from .config import Config, ConfigError, load_config
 from .intake import PodIntake
 from .kubelet_gate import FIGHT_WINDOW, ForeignWrites, fight_line, foreign_write_line
@@ -143,8 +143,7 @@ class Daemon:
         self._stop_event = asyncio.Event()
         # Every periodic task beside the rounds, on the agenda's schedule (Tick).
         self._ticks: dict[Tick, Callable[[], None]] = {
-            Tick.HEARTBEAT: self._heartbeat, Tick.WATCH: self.watch_upper_slices,
-            Tick.THROTTLE: self.read_throttle_events}
+            Tick.HEARTBEAT: self._heartbeat, Tick.WATCH: self.watch_upper_slices}
 
     @property
     def ready(self) -> bool:
@@ -283,14 +282,10 @@ class Daemon:
         await self._round()
 
     async def _tick_loop(self) -> None:
-        """The agenda's ticks, each when it is due. A tick never waits on systemd or the pod source
-        (the throttle read's files are read in a worker thread)."""
+        """The agenda's ticks, each when it is due. A tick never waits on systemd or the pod source."""
         while not self.stopping:
             for tick in self.agenda.ticks_due(self.out.clock()):
-                if tick is Tick.THROTTLE:
-                    await asyncio.to_thread(self._ticks[tick])
-                else:
-                    self._ticks[tick]()
+                self._ticks[tick]()
                 self.agenda.tick_done(tick, self.out.clock())
             await asyncio.sleep(self.agenda.tick_timeout(self.out.clock()))  # (a stop cancels it)
 
@@ -448,13 +443,6 @@ class Daemon:
         if self.out.cgroupfs.watch(self.applier.upper_values(), self.out.page_size):
             self.agenda.kernel_drift(self.out.clock())
             self.wake()
-
-    def read_throttle_events(self) -> None:
-        """memory.events `high` of every planned container, for the throttling metric."""
-        for unit, path in self.out.cgroupfs.container_events():  # the plan placed last
-            events = read_events_file(path)
-            if "high" in events:
-                self.out.metrics.throttle_events(unit, events["high"])
 
     def _on_foreign_write(self, unit: str, before: dict[str, int], now: dict[str, int], writer: str) -> None:
         """A read found a unit holding what someone else wrote, through systemd or to its cgroup

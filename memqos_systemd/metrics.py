@@ -4,26 +4,33 @@
 tests and a reloaded daemon can each have their own. The daemon calls:
 
     m = Metrics()
-    m.set_plan(plan)                      # after every plan
+    m.set_plan(plan, cgroupfs, config.metrics)  # after every new plan: its series, and the cgroups' signals
     m.observe_reconcile(seconds, changes) # after every reconcile
     m.dbus_call("SetUnitProperties", "ok")
     m.source_ok(snapshot) / m.source_error(err.kind)   # SourceError.kind
     m.config_reload(ok)
-    m.throttle_events(scope_unit, memory_events["high"])
-    m.set_plan(plan, cgroupfs)            # with the cgroups: the pod and QoS slice series
+    m.foreign_write(level, writer)        # someone else's value found (and put back)
     m.round_state(drifted, holding)       # after every round
     m.set_ready()                         # first reconcile applied: /readyz turns 200
     m.heartbeat()                         # the loop runs: /livez 200 for LIVENESS_WINDOW
     server = m.serve(config.metrics.listen); ...; server.close()
 
-The pod and QoS slices' memory.events, memory.pressure and memory.current are read at each
-scrape (`_Cgroups`, through cgroupfs.py), never in between: no scraper, no reads (see
-docs/BENCHMARKS.md, "Protection signals"). A pod's series go when the plan drops the pod or its
-cgroup is gone.
+A scrape is three parts, in this order:
 
-Values that are replaced wholesale (the plan's units, the throttle counts, the
-snapshot age) are served by one custom collector from immutable snapshots, so a
-scrape never sees half of an update.
+* the registry, rendered by prometheus_client: the daemon's own counters, gauges and histogram
+  (a few dozen series) and the process metrics (`process_cpu_seconds_total`, ...);
+* the plan's series, written as text once per plan (`_plan_text`, at the first scrape after it):
+  the node's protection, the pods by QoS class, the desired values of the node, QoS and reserved
+  slices (of every pod slice and container scope too with metrics.perUnit), and the snapshot's age;
+* the kernel's signals (signals.py): the pod and QoS slices' (and with perUnit the container
+  scopes') memory.events, memory.pressure and memory.current, read at each scrape and never in
+  between (no scraper, no reads), with their labels made once per plan. A pod's series go when
+  the plan drops the pod or its cgroup is gone.
+
+Writing the per-plan and per-pod families as text is what keeps a scrape near the cost of only
+reading the files (docs/BENCHMARKS.md, "What a scrape costs"): prometheus_client spends ~7 µs a
+sample, a preformatted line well under 1 µs. The page is the text format 0.0.4, uncompressed
+whatever the scraper accepts (compressing it would cost more CPU than the scrape itself).
 """
 
 from __future__ import annotations
@@ -36,16 +43,20 @@ import socket
 import socketserver
 import threading
 import time
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Mapping
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.samples import Sample
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from . import __version__
-from .cgroupfs import read_memory_events, read_pressure, read_value
+from .cgroupfs import Cgroupfs, KeptFiles
+from .config import MetricsConfig
+from .kubelet_gate import WRITERS
+from .plan import LEVELS, Plan
 from .quantity import UINT64_MAX
+from .signals import SignalView, header, qos_class_of, sample
 
 __all__ = ["Metrics", "NoMetrics", "MetricsServer", "parse_listen", "QOS_CLASSES"]
 
@@ -53,151 +64,45 @@ log = logging.getLogger(__name__)
 
 QOS_CLASSES = ("Guaranteed", "Burstable", "BestEffort")
 _PROPERTIES = (("MemoryMin", "memory_min"), ("MemoryLow", "memory_low"), ("MemoryHigh", "memory_high"))
-# memory.events keys exported per pod (the kernel's file also has oom_group_kill on newer kernels).
-_POD_EVENTS = ("low", "high", "max", "oom", "oom_kill")
+_UPPER = ("node", "reserved", "qos")  # the levels memqos_unit_desired_bytes always has
 # Reconciles are a handful of D-Bus calls: milliseconds normally, seconds when systemd is slow.
 _RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_AGE = header("memqos_source_snapshot_age_seconds", "gauge", "Seconds since the last good pod snapshot was fetched")
 
 
 def _bytes_value(n: int) -> float:
     return math.inf if n >= UINT64_MAX else float(n)
 
 
-def _qos_of(pod_unit: Any) -> str:
-    """QoS class of a planned pod slice, from the slice it sits in (kubepods-burstable.slice...)."""
-    parent = pod_unit.parent or ""
-    if parent.endswith("-burstable.slice"):
-        return "Burstable"
-    if parent.endswith("-besteffort.slice"):
-        return "BestEffort"
-    return "Guaranteed"
+def _value(n: int | float) -> str:
+    """A value as the text format writes it: bytes at or past UINT64_MAX are +Inf (systemd's infinity)."""
+    return "+Inf" if n >= UINT64_MAX else str(n)
 
 
-class _Dynamic:
-    """Collector for the values the daemon replaces as a whole."""
-
-    def __init__(self, owner: "Metrics"):
-        self._owner = owner
-
-    def describe(self):
-        return []  # unchecked collector: families vary with the plan
-
-    def collect(self):
-        o = self._owner
-        plan_view = o._plan_view
-        if plan_view is not None:
-            units, node_min, node_low, capacity, allocatable, qos_counts, warnings = plan_view
-            g = GaugeMetricFamily("memqos_unit_desired_bytes",
-                                  "Desired memory property of a unit we manage (+Inf: infinity)",
-                                  labels=["unit", "level", "property"])
-            for unit, level, prop, value in units:
-                g.add_metric([unit, level, prop], value)
-            yield g
-            yield GaugeMetricFamily("memqos_node_memory_min_bytes",
-                                    "MemoryMin of the node's kubepods slice", value=node_min)
-            yield GaugeMetricFamily("memqos_node_memory_low_bytes",
-                                    "MemoryLow of the node's kubepods slice", value=node_low)
-            yield GaugeMetricFamily("memqos_node_capacity_bytes", "Node memory capacity (MemTotal) the plan used",
-                                    value=capacity)
-            yield GaugeMetricFamily("memqos_node_allocatable_bytes", "Node Allocatable memory the plan used",
-                                    value=allocatable)
-            p = GaugeMetricFamily("memqos_pods", "Pods in the plan by QoS class", labels=["qos_class"])
-            for qos in QOS_CLASSES:
-                p.add_metric([qos], qos_counts.get(qos, 0))
-            yield p
-            yield GaugeMetricFamily("memqos_plan_warnings", "Warnings the last plan produced", value=warnings)
-        throttle = o._throttle
-        c = CounterMetricFamily("memqos_container_memory_high_events",
-                                "memory.events 'high' of a container scope: times memory.high throttled it",
-                                labels=["unit"])
-        for unit, count in sorted(throttle.items()):
-            c.add_metric([unit], count)
-        yield c
-        last = o._last_success
-        if last is not None:
-            yield GaugeMetricFamily("memqos_source_snapshot_age_seconds",
-                                    "Seconds since the last good pod snapshot was fetched",
-                                    value=max(0.0, o._clock() - last))
-
-
-class _Cgroups:
-    """Collector for the pod and QoS slices' kernel signals, read from their cgroups at each scrape.
-    Each series' labels are made once per plan (_cgroup_view): a scrape only reads and appends."""
-
-    def __init__(self, owner: "Metrics"):
-        self._owner = owner
-
-    def describe(self):
-        return []
-
-    def collect(self):
-        view = self._owner._cgroups
-        if view is None:
-            return
-        pods, qos_slices = view
-        pod_labels = ["namespace", "pod", "qos_class"]
-        events = CounterMetricFamily("memqos_pod_memory_events",
-                                     "memory.events of a pod slice: low = reclaimed below its memory.low (soft"
-                                     " protection breached), high, max, oom, oom_kill", labels=pod_labels + ["event"])
-        pressure = CounterMetricFamily("memqos_pod_memory_pressure_seconds",
-                                       "memory.pressure total of a pod slice (PSI): time some or all of its tasks"
-                                       " stalled on memory", labels=pod_labels + ["kind"])
-        usage = GaugeMetricFamily("memqos_pod_memory_usage_bytes", "memory.current of a pod slice", labels=pod_labels)
-        protected = GaugeMetricFamily("memqos_pod_memory_protected_bytes",
-                                      "What the plan protects of a pod slice: MemoryMin (min) and MemoryLow (low)",
-                                      labels=pod_labels + ["kind"])
-        add_event, add_stall = events.samples.append, pressure.samples.append
-        add_usage, add_protected = usage.samples.append, protected.samples.append
-        for where, event_labels, stall_labels, labels, protections in pods:
-            try:
-                counts = read_memory_events(where)
-            except OSError:
-                counts = {}
-            if not counts:
-                continue  # the cgroup is gone (or not made yet): no series for it
-            for prot_labels, value in protections:
-                add_protected(Sample("memqos_pod_memory_protected_bytes", prot_labels, value))
-            for event, event_label in event_labels:
-                if event in counts:
-                    add_event(Sample("memqos_pod_memory_events_total", event_label, counts[event]))
-            current = read_value(where + "/memory.current")
-            if current is not None:
-                add_usage(Sample("memqos_pod_memory_usage_bytes", labels, current))
-            stalls = read_pressure(where)
-            for kind, stall_label in stall_labels:
-                if kind in stalls:
-                    add_stall(Sample("memqos_pod_memory_pressure_seconds_total", stall_label, stalls[kind]["total"]))
-        yield from (events, pressure, usage, protected)
-        qos_pressure = CounterMetricFamily("memqos_qos_memory_pressure_seconds",
-                                           "memory.pressure total of a QoS slice, and of kubepods.slice as"
-                                           " qos_class=\"all\"", labels=["qos_class", "kind"])
-        for qos, where in qos_slices:
-            stalls = read_pressure(where)
-            for kind in ("some", "full"):
-                if kind in stalls:
-                    qos_pressure.add_metric([qos, kind], stalls[kind]["total"])
-        yield qos_pressure
-
-
-def _cgroup_view(plan: Any, cgroupfs: Any) -> tuple:
-    """What _Cgroups reads and labels: per pod slice (its cgroup dir, its series' labels, what the
-    plan protects), and the QoS slices (class, dir), kubepods.slice as "all"."""
-    pods, qos_slices = [], []
-    node = plan.node_unit().unit
+def _plan_text(plan: Plan, settings: MetricsConfig) -> bytes:
+    """The plan's own series, written once per plan."""
+    per_unit = settings.per_pod and settings.per_unit
+    desired = [sample("memqos_unit_desired_bytes", (("unit", u.unit), ("level", u.level), ("property", prop)),
+                      _value(getattr(u, attr)))
+               for u in plan.units if per_unit or u.level in _UPPER for prop, attr in _PROPERTIES]
+    pods = {q: 0 for q in QOS_CLASSES}
     for u in plan.units:
         if u.level == "pod":
-            namespace, _, name = (u.pod or "/").partition("/")
-            labels = {"namespace": namespace, "pod": name, "qos_class": _qos_of(u)}
-            pods.append((str(cgroupfs.dir_of(u.unit)),
-                         tuple((e, {**labels, "event": e}) for e in _POD_EVENTS),
-                         tuple((k, {**labels, "kind": k}) for k in ("some", "full")),
-                         labels,
-                         (({**labels, "kind": "min"}, float(u.memory_min)),
-                          ({**labels, "kind": "low"}, float(u.memory_low)))))
-        elif u.level == "qos" or u.unit == node:
-            qos = "all" if u.unit == node else "BestEffort" if u.unit.endswith("-besteffort.slice") else "Burstable"
-            qos_slices.append((qos, str(cgroupfs.dir_of(u.unit))))
-    return tuple(pods), tuple(qos_slices)
+            pods[qos_class_of(u)] += 1
+    node = plan.node_unit()
+    out = [header("memqos_unit_desired_bytes", "gauge", "Desired memory property of a unit we manage (+Inf:"
+                  " infinity); the node, QoS and reserved slices (every unit with metrics.perUnit)"),
+           b"\n".join(desired) + b"\n"]
+    for name, help_, value in (
+            ("memqos_node_memory_min_bytes", "MemoryMin of the node's kubepods slice", node.memory_min),
+            ("memqos_node_memory_low_bytes", "MemoryLow of the node's kubepods slice", node.memory_low),
+            ("memqos_node_capacity_bytes", "Node memory capacity (MemTotal) the plan used", plan.capacity),
+            ("memqos_node_allocatable_bytes", "Node Allocatable memory the plan used", plan.allocatable),
+            ("memqos_plan_warnings", "Warnings the last plan produced", len(plan.warnings))):
+        out += [header(name, "gauge", help_), sample(name, (), _value(value)) + b"\n"]
+    out.append(header("memqos_pods", "gauge", "Pods in the plan by QoS class"))
+    out += [sample("memqos_pods", (("qos_class", q),), str(n)) + b"\n" for q, n in pods.items()]
+    return b"".join(out)
 
 
 # /livez answers 503 once the daemon's loop has not beaten (`heartbeat`, every
@@ -216,10 +121,13 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self._clock = clock
         self._wall = wall_clock
-        self._plan_view: tuple | None = None
-        self._throttle: dict[str, float] = {}
+        # The plan to show: (plan, its units' cgroups or None, the config's metrics settings).
+        self._shown: tuple[Plan, Mapping[str, Path] | None, MetricsConfig] | None = None
+        # What the first scrape after a new plan makes of it, under _files.lock: (the _shown it
+        # was made from, _plan_text, the SignalView of its cgroups or None).
+        self._made: tuple[tuple | None, bytes, SignalView | None] = (None, b"", None)
+        self._files = KeptFiles()  # the files a scrape reads, open from one scrape to the next
         self._last_success: float | None = None
-        self._cgroups: tuple | None = None  # _cgroup_view of the plan shown, with its cgroups
         self._ready = False
         self._beat = clock()  # alive from the start (the first beat comes once the loop starts)
         r = self.registry
@@ -263,32 +171,17 @@ class Metrics:
                               "The BestEffort ceiling: MemoryMax of the BestEffort QoS slice as planned (kind=planned)"
                               " and as systemd holds it (kind=held; above the plan while it steps down with the"
                               " slice's usage); +Inf: none", ["kind"], registry=r)
-        r.register(_Dynamic(self))
-        r.register(_Cgroups(self))
+        ProcessCollector(registry=r)
 
     # ---------------------------------------------------------------- plan
 
-    def set_plan(self, plan: Any, cgroupfs: Any = None) -> None:
-        """Desired values of every planned unit; node min/low; pods by QoS class.
-        Throttle counts of containers no longer in the plan are dropped. With `cgroupfs`
-        (cgroupfs.Cgroupfs: where the slices are), each scrape also reads the pod and QoS slices'
-        memory.events, memory.pressure and memory.current."""
-        self._cgroups = None if cgroupfs is None else _cgroup_view(plan, cgroupfs)
-        units = []
-        qos_counts = {q: 0 for q in QOS_CLASSES}
-        containers = set()
-        for u in plan.units:
-            for prop, attr in _PROPERTIES:
-                units.append((u.unit, u.level, prop, _bytes_value(getattr(u, attr))))
-            if u.level == "pod":
-                qos_counts[_qos_of(u)] += 1
-            elif u.level == "container":
-                containers.add(u.unit)
-        node = plan.node_unit()
-        self._plan_view = (tuple(units), float(node.memory_min), float(node.memory_low), float(plan.capacity),
-                           float(plan.allocatable), qos_counts, len(plan.warnings))
-        if any(unit not in containers for unit in self._throttle):
-            self._throttle = {k: v for k, v in self._throttle.items() if k in containers}
+    def set_plan(self, plan: Plan, cgroupfs: Cgroupfs | None = None,
+                 settings: MetricsConfig = MetricsConfig()) -> None:
+        """Serve this plan: its own series (desired values, node protection, pods by QoS class)
+        and, with `cgroupfs` (where its units' cgroups are), at each scrape the signals of its
+        pod slices, QoS slices and container scopes (signals.py), as `settings` (the config's
+        `metrics:`) asks: per pod unless perPod is false, per unit only with perUnit."""
+        self._shown = (plan, None if cgroupfs is None else cgroupfs.place(plan), settings)
 
     def round_state(self, drifted: int, holding: bool) -> None:
         """After a round: how many units differ from the plan, and whether the daemon holds."""
@@ -334,32 +227,20 @@ class Metrics:
         self._signal_overflows.inc()
 
     def foreign_write(self, level: str, writer: str) -> None:
-        """Someone else changed a unit of ours at `level` (node, qos, reserved, pod, container),
-        through systemd or to its cgroup file alone (`writer`: kubelet_gate.WRITERS); it is put back."""
-        self._foreign_writes.labels(level=level, writer=writer).inc()
+        """Someone else changed a unit of ours at `level` (plan.LEVELS: node, qos, reserved, pod,
+        container), through systemd or to its cgroup file alone (`writer`: kubelet_gate.WRITERS);
+        it is put back. Anything else is counted as "other": the series stay a fixed, small set."""
+        self._foreign_writes.labels(level=level if level in LEVELS else "other",
+                                    writer=writer if writer in WRITERS else "other").inc()
 
     def oom_group_restored(self, ok: bool) -> None:
         """memory.oom.group of a container scope put back to 1 (ok), or the write failed."""
         self._oom_group_restores.labels(result="ok" if ok else "error").inc()
 
-    # ---------------------------------------------------------------- throttling
-
     def besteffort_ceiling(self, planned: int | None, held: int | None) -> None:
         """The BestEffort ceiling after a round: planned and held MemoryMax (None: none)."""
         self._ceiling.labels("planned").set(_bytes_value(UINT64_MAX if planned is None else planned))
         self._ceiling.labels("held").set(_bytes_value(UINT64_MAX if held is None else held))
-
-    def throttle_events(self, container_unit: str, high_count: int) -> None:
-        """memory.events 'high' of a container scope (the kernel's own counter)."""
-        if self._throttle.get(container_unit) == float(high_count):
-            return  # unchanged (the usual case): no copy of the table for every container
-        throttle = dict(self._throttle)
-        throttle[container_unit] = float(high_count)
-        self._throttle = throttle
-
-    def forget_unit(self, unit: str) -> None:
-        if unit in self._throttle:
-            self._throttle = {k: v for k, v in self._throttle.items() if k != unit}
 
     # ---------------------------------------------------------------- serving
 
@@ -386,8 +267,30 @@ class Metrics:
         return None
 
     def render(self) -> bytes:
-        from prometheus_client import generate_latest
-        return generate_latest(self.registry)
+        """The page a scrape gets: the registry's families, the plan's and the kernel's signals."""
+        last = self._last_success
+        age = b"" if last is None else _AGE + sample("memqos_source_snapshot_age_seconds", (),
+                                                     repr(max(0.0, self._clock() - last))) + b"\n"
+        registry = generate_latest(self.registry)
+        with self._files.lock:  # one scrape at a time reads (a second one waits: its page is as fresh)
+            plan_text, signals = self._made_of(self._shown)
+            return b"".join((registry, plan_text, age, b"" if signals is None else signals.text(self._files)))
+
+    def _made_of(self, shown: tuple | None) -> tuple[bytes, SignalView | None]:
+        """The plan's text and signal view, made at the first scrape after set_plan: a burst of
+        plans between two scrapes costs one, and a node nobody scrapes none. The descriptors of
+        files the new view does not read are closed."""
+        made = self._made
+        if made[0] is not shown:
+            plan_text, signals = b"", None
+            if shown is not None:
+                plan, dirs, settings = shown
+                plan_text = _plan_text(plan, settings)
+                if dirs is not None:
+                    signals = SignalView.of(plan, dirs, per_pod=settings.per_pod, per_unit=settings.per_unit)
+            self._files.keep_only(() if signals is None else signals.paths)
+            made = self._made = (shown, plan_text, signals)
+        return made[1], made[2]
 
     def serve(self, listen: str) -> "MetricsServer":
         """Serve /metrics, /readyz (503 until `set_ready`, then 200) and /livez (503 when no
@@ -395,12 +298,18 @@ class Metrics:
         any free port; see .port). Binds exactly what is given; the config's default is
         127.0.0.1:9759. Raises OSError if it cannot bind."""
         host, port = parse_listen(listen)
-        metrics_app = make_wsgi_app(self.registry)
 
         def app(environ, start_response):
             probe = self._probe(environ.get("PATH_INFO"))
             if probe is None:
-                return metrics_app(environ, start_response)
+                try:
+                    page = self.render()
+                except Exception as e:  # one journal line and a 500, never a traceback (the scraper retries)
+                    log.error("metrics: cannot make the page: %s: %s", type(e).__name__, e)
+                    start_response("500 Internal Server Error", [("Content-Type", "text/plain; charset=utf-8")])
+                    return [b"cannot make the page; the journal says why\n"]
+                start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Length", str(len(page)))])
+                return [page]
             ok, text = probe
             start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain; charset=utf-8")])
             return [f"{text}\n".encode()]
@@ -416,7 +325,8 @@ class NoMetrics:
     `Metrics`, each doing nothing, so no caller asks `if metrics:` (a null object, as the
     kubelet's qosContainerManagerNoop). tests/unit/test_metrics.py keeps the two in step."""
 
-    def set_plan(self, plan: Any, cgroupfs: Any = None) -> None: pass
+    def set_plan(self, plan: Plan, cgroupfs: Cgroupfs | None = None,
+                 settings: MetricsConfig = MetricsConfig()) -> None: pass
     def round_state(self, drifted: int, holding: bool) -> None: pass
     def set_ready(self) -> None: pass
     def heartbeat(self) -> None: pass
@@ -430,8 +340,6 @@ class NoMetrics:
     def foreign_write(self, level: str, writer: str) -> None: pass
     def oom_group_restored(self, ok: bool) -> None: pass
     def besteffort_ceiling(self, planned: int | None, held: int | None) -> None: pass
-    def throttle_events(self, container_unit: str, high_count: int) -> None: pass
-    def forget_unit(self, unit: str) -> None: pass
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

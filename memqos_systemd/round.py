@@ -210,7 +210,7 @@ class Round:
         if changes and not dry_run:
             log.info("reconcile: %s", outcome.summary())
         if self._shown is not desired:
-            self.metrics.set_plan(desired, applier.cgroupfs)
+            self.metrics.set_plan(desired, applier.cgroupfs, inputs.config.metrics)
             self._shown = desired
         self.metrics.round_state(outcome.drifted, inputs.holding is not None)
         self.metrics.observe_reconcile(self._clock() - began, len(result.applied))

@@ -440,29 +440,51 @@ def test_a_reload_to_a_shorter_resync_interval_takes_effect_at_once(fake_systemd
     run(body())
 
 
-def test_throttle_events_of_containers_reach_the_metrics(fake_systemd, tmp_path):
+def test_the_plans_cgroups_are_read_at_each_scrape_as_the_config_asks(fake_systemd, tmp_path):
+    """The daemon hands each new plan and its cgroups to the metrics with the config's `metrics:`;
+    the containers' memory.events are read at a scrape (no thread reads them in between), and a
+    reload that turns perPod off leaves the node's and the classes' series only."""
+    import yaml
+    from prometheus_client.parser import text_string_to_metric_families
+
     start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", BPOD, BCTR)
     scope_dir = tmp_path / "cgroup" / "kubepods.slice" / "kubepods-burstable.slice" / BPOD / BCTR
     scope_dir.mkdir(parents=True)
     (scope_dir / "memory.events").write_text("low 0\nhigh 42\nmax 0\noom 0\noom_kill 0\n")
+    for d in (scope_dir.parent, scope_dir.parent.parent):  # its pod slice and QoS slice count it too
+        (d / "memory.events").write_text("low 0\nhigh 42\nmax 0\noom 0\noom_kill 0\n")
+
+    def scrape(h) -> dict[str, dict[tuple, float]]:
+        out: dict[str, dict[tuple, float]] = {}
+        for fam in text_string_to_metric_families(h.metrics.render().decode()):
+            for sample in fam.samples:
+                out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+        return out
 
     async def body():
-        async with Harness(fake_systemd, tmp_path, [BURSTABLE]) as h:
-            h.daemon.read_throttle_events()
-            value = h.metrics.registry.get_sample_value("memqos_container_memory_high_events_total", {"unit": BCTR})
-            assert value == 42
-            # The next sweep reads the file again; a container of a later plan is read too.
+        config = {**TIERED, "metrics": {"perUnit": True}}
+        async with Harness(fake_systemd, tmp_path, [BURSTABLE], config=config) as h:
+            b = (("container", "c"), ("namespace", "ns"), ("pod", "b"), ("qos_class", "Burstable"))
+            assert scrape(h)["memqos_container_memory_high_events_total"] == {b: 42}
             (scope_dir / "memory.events").write_text("low 0\nhigh 43\nmax 0\noom 0\noom_kill 0\n")
+            assert scrape(h)["memqos_container_memory_high_events_total"] == {b: 43}
+            # A container of a later plan is read too.
             gdir = tmp_path / "cgroup" / "kubepods.slice" / GPOD / GCTR
             gdir.mkdir(parents=True)
             (gdir / "memory.events").write_text("low 0\nhigh 7\nmax 0\noom 0\noom_kill 0\n")
             h.source.items = [BURSTABLE, GUARANTEED]
             h.fetch_now()
             await h.settle()
-            h.daemon.read_throttle_events()
-            value = h.metrics.registry.get_sample_value
-            assert value("memqos_container_memory_high_events_total", {"unit": BCTR}) == 43
-            assert value("memqos_container_memory_high_events_total", {"unit": GCTR}) == 7
+            g = (("container", "c"), ("namespace", "ns"), ("pod", "g"), ("qos_class", "Guaranteed"))
+            assert scrape(h)["memqos_container_memory_high_events_total"] == {b: 43, g: 7}
+            # perPod off: no series names a pod.
+            h.config_path.write_text(yaml.safe_dump({**TIERED, "metrics": {"perPod": False}}))
+            h.daemon.request_reload()
+            await h.settle()
+            s = scrape(h)
+            assert not [name for name, series in s.items() for labels in series if "pod" in dict(labels)]
+            assert s["memqos_qos_memory_events_total"][(("event", "high"), ("qos_class", "Burstable"))] == 42
+            assert s["memqos_pods"][(("qos_class", "Guaranteed"),)] == 1
     run(body())
 
 

@@ -10,6 +10,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from memqos_systemd.cgroupfs import Cgroupfs
 from memqos_systemd.config import Config, MetricsConfig
 from memqos_systemd.metrics import Metrics
 from memqos_systemd.plan import NodeFacts, plan
@@ -52,7 +53,7 @@ def metrics():
         s.close()
 
 
-def test_scrape_real_endpoint(metrics):
+def test_scrape_real_endpoint(metrics, tmp_path):
     pods = [
         Pod("11111111-1111-4111-8111-111111111111", "db", "pg-0", "Guaranteed",
             (Container("pg", "app", 2 * GI, 2 * GI, "containerd://" + "a" * 64),)),
@@ -60,20 +61,28 @@ def test_scrape_real_endpoint(metrics):
             (Container("api", "app", GI, 4 * GI, "containerd://" + "b" * 64),)),
     ]
     p = plan(pods, NodeFacts(16 * GI), Config(memory_reservation_policy="TieredReservation"))
-    metrics.set_plan(p)
+    fs = Cgroupfs(tmp_path)
+    scope = "cri-containerd-" + "b" * 64 + ".scope"
+    events = fs.place(p)[scope] / "memory.events"
+    events.parent.mkdir(parents=True)
+    events.write_text("low 0\nhigh 41\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n")
+    metrics.set_plan(p, fs, MetricsConfig(per_unit=True))
     metrics.observe_reconcile(0.012, 9)
     metrics.dbus_call("SetUnitProperties", "ok")
     metrics.dbus_call("SetUnitProperties", "NoSuchUnit")
     metrics.source_error("connect")
     metrics.source_success()
-    scope = "cri-containerd-" + "b" * 64 + ".scope"
-    metrics.throttle_events(scope, 41)
 
     srv = metrics.serve_for_test()
     assert srv.host == "127.0.0.1" and srv.port > 0
-    status, ctype, text = get(srv.url)
-    assert status == 200 and ctype.startswith("text/plain")
-    s = samples(text)
+    # Asked as Prometheus asks (OpenMetrics first, gzip): the text format 0.0.4, uncompressed.
+    request = urllib.request.Request(srv.url, headers={
+        "Accept": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+        "Accept-Encoding": "gzip"})
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=5) as r:
+        status, ctype, encoding, text = r.status, r.headers["Content-Type"], r.headers["Content-Encoding"], r.read()
+    assert status == 200 and ctype == "text/plain; version=0.0.4; charset=utf-8" and encoding is None
+    s = samples(text.decode())
     assert s["memqos_build_info"] == {(("version", "1.2.3"),): 1.0}
     assert s["memqos_node_memory_min_bytes"][()] == 2 * GI
     assert s["memqos_node_memory_low_bytes"][()] == GI
@@ -90,11 +99,25 @@ def test_scrape_real_endpoint(metrics):
     assert s["memqos_source_errors_total"][(("kind", "connect"),)] == 1
     assert s["memqos_source_last_success_timestamp_seconds"][()] > 1.6e9
     assert 0 <= s["memqos_source_snapshot_age_seconds"][()] < 60
-    assert s["memqos_container_memory_high_events_total"][(("unit", scope),)] == 41
+    assert s["process_cpu_seconds_total"][()] > 0 and s["process_open_fds"][()] > 0  # prometheus_client's
+    container = (("container", "api"), ("namespace", "web"), ("pod", "api-0"), ("qos_class", "Burstable"))
+    assert s["memqos_container_memory_high_events_total"] == {container: 41}
 
-    # Values follow updates between scrapes.
-    metrics.throttle_events(scope, 42)
-    assert samples(get(srv.url)[2])["memqos_container_memory_high_events_total"][(("unit", scope),)] == 42
+    # Read at each scrape: a new count shows at once.
+    events.write_text("low 0\nhigh 42\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n")
+    assert samples(get(srv.url)[2])["memqos_container_memory_high_events_total"][container] == 42
+
+
+def test_a_page_that_cannot_be_made_is_a_500_and_one_journal_line(metrics, monkeypatch, caplog):
+    def broken():
+        raise OSError("EIO")
+    monkeypatch.setattr(metrics, "render", broken)
+    srv = metrics.serve_for_test()
+    with pytest.raises(urllib.error.HTTPError) as e:
+        get(srv.url)
+    assert e.value.code == 500
+    assert [r.getMessage() for r in caplog.records] == ["metrics: cannot make the page: OSError: EIO"]
+    assert get(srv.url.replace("/metrics", "/livez"))[0] == 200  # the probes still answer
 
 
 def test_default_listen_is_loopback():

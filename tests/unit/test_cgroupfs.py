@@ -76,23 +76,72 @@ def test_cgroup_path(unit, parent, path):
     assert cgroup_path(unit, parent) == path
 
 
-def test_a_placed_plan_names_its_container_scopes_dirs(tmp_path):
-    from memqos_systemd.plan import UnitPlan
+def test_a_placed_plan_names_its_units_dirs(tmp_path):
+    from memqos_systemd.plan import Plan, UnitPlan
 
     units = (UnitPlan("kubepods.slice", "node", None), UnitPlan("kubepods-burstable.slice", "qos", "kubepods.slice"),
              UnitPlan(POD, "pod", "kubepods-burstable.slice"), UnitPlan(SCOPE, "container", POD))
-
-    class Plan:
-        pass
-    plan = Plan()
-    plan.units = units
+    plan = Plan(1 << 30, 1 << 30, units)
     assert plan_cgroup_paths(units)[SCOPE] == f"kubepods.slice/kubepods-burstable.slice/{POD}/{SCOPE}"
     fs = Cgroupfs(tmp_path)
     where = tmp_path / "kubepods.slice" / "kubepods-burstable.slice" / POD / SCOPE
     assert fs.dir_of(SCOPE) is None  # not placed, not on disk
-    fs.place(plan)
-    assert fs.dir_of(SCOPE) == where
-    assert fs.container_events() == ((SCOPE, str(where / "memory.events")),)
+    dirs = fs.place(plan)
+    assert fs.dir_of(SCOPE) == where == dirs[SCOPE]
+    assert dirs[POD] == where.parent and dirs["kubepods.slice"] == tmp_path / "kubepods.slice"
+    assert fs.place(plan) is dirs  # once per plan
+
+
+def test_flat_keyed_and_psi_totals_keep_the_kernels_digits():
+    events = b"low 3\nhigh 1207\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n"
+    assert cgroupfs.flat_keyed(events) == {b"low": b"3", b"high": b"1207", b"max": b"0", b"oom": b"0",
+                                           b"oom_kill": b"0", b"oom_group_kill": b"0"}
+    # Anything else line by line: a line that is not `key digits` is left out.
+    assert cgroupfs.flat_keyed(b"high x\nweird\nmax 2\n") == {b"max": b"2"}
+    assert cgroupfs.flat_keyed(b"a 1 2\nb 3\n") == {b"b": b"3"}
+    assert cgroupfs.flat_keyed(b"") == {}
+    psi = b"some avg10=1.50 avg60=0.20 avg300=0.00 total=2500000\nfull avg10=0.75 avg60=0.10 avg300=0.00 total=7\n"
+    assert cgroupfs.psi_totals(psi) == {b"some": b"2500000", b"full": b"7"}
+    assert cgroupfs.psi_totals(b"some avg10=x total=\nfull total=-1\n") == {}
+
+
+def test_kept_files_read_with_pread_and_close_what_is_no_longer_asked(tmp_path):
+    import os
+
+    def open_fds():
+        return len(os.listdir("/proc/self/fd"))
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_text("1\n")
+    b.write_text("2\n")
+    files = cgroupfs.KeptFiles()
+    before = open_fds()
+    assert files.read(str(a)) == b"1\n" and files.read(str(b)) == b"2\n" and files.read(str(tmp_path / "c")) is None
+    assert open_fds() == before + 2 == before + len(files)  # the absent one is not kept
+    a.write_text("10\n")  # a new value shows at the next read, as a kernel file's does
+    assert files.read(str(a)) == b"10\n" and open_fds() == before + 2
+    files.keep_only({str(b)})
+    assert open_fds() == before + 1 and files.read(str(b)) == b"2\n"
+    full = cgroupfs.KeptFiles(limit=1)
+    assert full.read(str(a)) == b"10\n" and full.read(str(b)) == b"2\n" and len(full) == 1  # over: open, read, close
+    del files, full
+    assert open_fds() == before
+
+
+def test_kept_files_open_again_a_file_that_fails():
+    """A kernfs file whose cgroup was removed fails every read (ENODEV): the descriptor is closed and
+    the path opened again, so a cgroup made again at the same place is read, and a gone one is not."""
+    import os
+
+    files = cgroupfs.KeptFiles()
+    r, w = os.pipe()  # pread on a pipe fails (ESPIPE), as a kept file of a removed cgroup does (ENODEV)
+    os.close(w)
+    files._fds["/gone/memory.events"] = r
+    assert files.read("/gone/memory.events") is None and len(files) == 0
+    try:
+        os.fstat(r)
+        raise AssertionError("the failing descriptor was not closed")
+    except OSError:
+        pass
 
 
 def test_kernel_shows_page_rounded_values():

@@ -272,6 +272,9 @@ def test_factor_message_is_exactly_the_issue_example():
     ("metrics: {listen: '1.2.3.4:99999'}", "metrics.listen", "1.2.3.4:99999"),
     ("metrics: {port: 9759}", "metrics.port", "9759"),
     ("metrics: 9759", "metrics", "9759"),
+    ("metrics: {perPod: 'no'}", "metrics.perPod", "no"),
+    ("metrics: {perUnit: 1}", "metrics.perUnit", "1"),
+    ("metrics: {perPod: false, perUnit: true}", "metrics.perUnit", "True"),
     # bestEffortCeiling
     ("bestEffortCeiling: true", "bestEffortCeiling", "True"),
     ("bestEffortCeiling: {enabled: on please}", "bestEffortCeiling.enabled", "on please"),

@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 import memqos_systemd
-from memqos_systemd.config import Config
+from memqos_systemd.config import Config, MetricsConfig
 from memqos_systemd.metrics import Metrics, parse_listen
 from memqos_systemd.plan import INFINITY, NodeFacts, plan
 from memqos_systemd.pods import Container, Pod
@@ -95,9 +95,12 @@ def test_set_plan():
     assert s["memqos_node_allocatable_bytes"][()] == p.allocatable
     assert s["memqos_pods"] == {(("qos_class", "Guaranteed"),): 1, (("qos_class", "Burstable"),): 2,
                                 (("qos_class", "BestEffort"),): 1}
+    assert s["memqos_plan_warnings"][()] == len(p.warnings)
+    # The node, QoS and reserved slices' desired values; the pods' are memqos_pod_memory_protected_bytes.
     desired = s["memqos_unit_desired_bytes"]
-    assert len(desired) == 3 * len(p.units)
-    for u in p.units:
+    upper = [u for u in p.units if u.level in ("node", "qos", "reserved")]
+    assert len(desired) == 3 * len(upper) == 9
+    for u in upper:
         for prop, value in u.properties().items():
             got = desired[(("level", u.level), ("property", prop), ("unit", u.unit))]
             assert got == (math.inf if value == INFINITY else value)
@@ -105,10 +108,24 @@ def test_set_plan():
     assert desired[burstable] == 2 * GI
 
 
+def test_per_unit_desired_values_are_opt_in():
+    p = make_plan()
+    m = Metrics()
+    m.set_plan(p, settings=MetricsConfig(per_unit=True))
+    desired = scrape(m)["memqos_unit_desired_bytes"]
+    assert len(desired) == 3 * len(p.units)
+    for u in p.units:
+        for prop, value in u.properties().items():
+            got = desired[(("level", u.level), ("property", prop), ("unit", u.unit))]
+            assert got == (math.inf if value == INFINITY else value)
+    m.set_plan(p, settings=MetricsConfig(per_pod=False))
+    assert len(scrape(m)["memqos_unit_desired_bytes"]) == 9
+
+
 def test_set_plan_replaces_units():
     m = Metrics()
-    m.set_plan(make_plan())
-    m.set_plan(plan([], NodeFacts(16 * GI), Config()))
+    m.set_plan(make_plan(), settings=MetricsConfig(per_unit=True))
+    m.set_plan(plan([], NodeFacts(16 * GI), Config()), settings=MetricsConfig(per_unit=True))
     s = scrape(m)
     units = {dict(k)["unit"] for k in s["memqos_unit_desired_bytes"]}
     assert units == {"kubepods.slice", "kubepods-burstable.slice", "kubepods-besteffort.slice"}
@@ -165,21 +182,18 @@ def test_source_success_error_and_age():
     assert scrape(m)["memqos_source_snapshot_age_seconds"][()] == 0.0
 
 
-def test_throttle_events_and_pruning():
-    p = make_plan()
-    scopes = [u.unit for u in p.units if u.level == "container"]
+def test_foreign_writes_are_counted_by_level_and_writer_only():
+    """One series per level (plan.LEVELS) and writer (kubelet_gate.WRITERS), whatever the unit: a fleet's
+    series stay bounded; the journal names the unit."""
     m = Metrics()
-    m.throttle_events(scopes[0], 12)
-    m.throttle_events(scopes[1], 0)
-    m.throttle_events("cri-containerd-" + "f" * 64 + ".scope", 7)  # gone from the next plan
-    m.throttle_events(scopes[0], 15)
-    s = scrape(m)["memqos_container_memory_high_events_total"]
-    assert s[(("unit", scopes[0]),)] == 15 and len(s) == 3
-    m.set_plan(p)
-    s = scrape(m)["memqos_container_memory_high_events_total"]
-    assert set(dict(k)["unit"] for k in s) == set(scopes[:2])
-    m.forget_unit(scopes[1])
-    assert len(scrape(m)["memqos_container_memory_high_events_total"]) == 1
+    for _ in range(3):
+        m.foreign_write("node", "systemd")
+    m.foreign_write("qos", "systemd")
+    m.foreign_write("pod", "cgroupfs")
+    m.foreign_write("kubepods-burstable-pod1.slice", "someone")  # not a level: "other", never a new label value
+    s = scrape(m)["memqos_foreign_writes_total"]
+    assert s == {(("level", "node"), ("writer", "systemd")): 3, (("level", "qos"), ("writer", "systemd")): 1,
+                 (("level", "pod"), ("writer", "cgroupfs")): 1, (("level", "other"), ("writer", "other")): 1}
 
 
 def test_config_reload():

@@ -17,7 +17,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from memqos_systemd.cgroupfs import Cgroupfs
-from memqos_systemd.config import Config
+from memqos_systemd.config import Config, MetricsConfig
 from memqos_systemd.metrics import Metrics
 from memqos_systemd.plan import NodeFacts, plan
 from memqos_systemd.pods import Container, Pod
@@ -116,9 +116,10 @@ def test_alert_has_severity_text_and_a_runbook_section(name):
 
 # ---- metric names ---------------------------------------------------------------------------------
 
-def _served_names(tmp_path: Path) -> set[str]:
+def _served_names(tmp_path: Path, settings: MetricsConfig = MetricsConfig(per_unit=True)) -> set[str]:
     """Every sample name the daemon's /metrics serves once each kind of event has happened: a real
-    Metrics with a plan, its pods' and QoS slices' cgroup files, and one call of each method."""
+    Metrics with a plan, its pods', QoS slices' and containers' cgroup files, and one call of each
+    method; by default with every series (metrics.perUnit)."""
     pods = [
         Pod("11111111-1111-4111-8111-111111111111", "db", "pg-0", "Guaranteed",
             (Container("pg", "app", GI, GI, "containerd://" + "a" * 64),)),
@@ -128,15 +129,15 @@ def _served_names(tmp_path: Path) -> set[str]:
     p = plan(pods, NodeFacts(16 * GI), Config(memory_reservation_policy="TieredReservation"))
     fs = Cgroupfs(tmp_path)
     for u in p.units:
-        if u.unit.endswith(".slice") and u.unit.startswith("kubepods"):
-            d = fs.dir_of(u.unit)
+        if u.level in ("qos", "pod", "container") or u.unit == "kubepods.slice":
+            d = fs.place(p)[u.unit]
             d.mkdir(parents=True, exist_ok=True)
             (d / "memory.events").write_text("low 1\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
             (d / "memory.current").write_text("4096\n")
             (d / "memory.pressure").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=1\n"
                                                "full avg10=0.00 avg60=0.00 avg300=0.00 total=1\n")
     m = Metrics()
-    m.set_plan(p, fs)
+    m.set_plan(p, fs, settings)
     m.round_state(1, True)
     m.observe_reconcile(0.01, 1)
     m.dbus_call("SetUnitProperties", "ok")
@@ -146,12 +147,12 @@ def _served_names(tmp_path: Path) -> set[str]:
     m.signal_overflow()
     m.foreign_write("node", "cgroupfs")
     m.oom_group_restored(True)
-    m.throttle_events(next(u.unit for u in p.units if u.level == "container"), 1)
     names = {s.name for fam in text_string_to_metric_families(m.render().decode()) for s in fam.samples}
-    for issue_name in ("memqos_pod_memory_events_total", "memqos_pod_memory_pressure_seconds_total",
-                       "memqos_qos_memory_pressure_seconds_total", "memqos_pod_memory_usage_bytes",
-                       "memqos_pod_memory_protected_bytes", "memqos_units_drifted", "memqos_holding"):
-        assert issue_name in names  # the names the issue fixes, which the rules rely on
+    node = {"memqos_qos_memory_events_total", "memqos_qos_memory_pressure_seconds_total", "memqos_units_drifted",
+            "memqos_holding", "memqos_qos_memory_usage_bytes"}
+    pods = {"memqos_pod_memory_events_total", "memqos_pod_memory_pressure_seconds_total",
+            "memqos_pod_memory_usage_bytes", "memqos_pod_memory_protected_bytes"}
+    assert node <= names and (pods <= names) == settings.per_pod  # the names the rules rely on
     return names
 
 
@@ -185,6 +186,28 @@ def test_rules_and_dashboard_use_only_series_that_exist(tmp_path):
             used.setdefault(n, []).append("dashboard.json")
     assert {n: where for n, where in used.items() if n not in known} == {}
     assert "namespace_pod:memqos_pod_memory_protected_bytes:sum" in used  # the dashboard reads the rules
+
+
+def test_without_per_pod_series_every_alert_and_node_panel_keeps_its_series(tmp_path):
+    """metrics.perPod: false serves the node's and the QoS classes' series only: each alert on the
+    kernel's signals has a branch on those (its promtool tests fire it from them alone), and every
+    recording rule and dashboard query not about single pods uses only those."""
+    known = _served_names(tmp_path, MetricsConfig(per_pod=False)) | RECORDED
+    per_pod_rules = {r["record"] for r in _rules(MON / "rules.yaml") if r["record"].startswith("namespace_pod")}
+    for name in ("MemqosProtectionBreached", "MemqosProtectedPodOOMKilled", "MemqosPodMemoryFullPressure"):
+        assert "memqos_qos_memory_" in ALERTS[name]["expr"] and "unless on (job, instance)" in ALERTS[name]["expr"]
+    d = _dashboard()
+    pods_row = next(p["gridPos"]["y"] for p in d["panels"] if p["type"] == "row" and p["title"] == "Pods")
+    daemon_row = next(p["gridPos"]["y"] for p in d["panels"] if p["type"] == "row" and p["title"] == "The daemon")
+    node_panels = [p for p in d["panels"] if not pods_row <= p["gridPos"]["y"] < daemon_row]
+    for p in node_panels:
+        for t in p.get("targets", []):
+            # A panel may try the per-pod series first ("or" the class's): the last branch must be served.
+            names = _names_in(t["expr"].rsplit(" or ", 1)[-1]) - per_pod_rules - {"memqos_pod_memory_protected_bytes"}
+            assert names <= known, (p["title"], names - known)
+    for r in _rules(MON / "rules.yaml"):
+        if r["record"] not in per_pod_rules:
+            assert _names_in(r["expr"]) <= known, r["record"]
 
 
 def test_dashboard_parses_and_its_queries_are_promql(tmp_path):

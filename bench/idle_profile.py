@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark: the daemon's CPU while idle on a node of 110 pods, natively, with a profile.
 
-    python3 bench/idle_profile.py [--idle 120] [--speed 1] [--profile-idle 60] [--scrape 15]
+    python3 bench/idle_profile.py [--idle 120] [--speed 1] [--profile-idle 60] [--scrape 30]
                                   [--no-pod-signals] [--watch-every S] [--json out.json]
     python3 bench/idle_profile.py --render out.json   # the report again, from saved results
 
@@ -19,7 +19,7 @@ No VM. Two processes, so that only the daemon's CPU is counted:
   window with nothing changing: CPU of the whole process (resource.getrusage: every thread),
   split by activity (CPU time of the thread doing it: the pod poll = fetch over HTTP and parse in
   the worker thread + the reconcile (plan, diff) on the loop; the resync = Applier.refresh_all
-  with the replies it waits for; memory.events = read_throttle_events in its worker thread;
+  with the replies it waits for; the scrapes = the request threads of the metrics endpoint;
   other = the rest: the loop, timers, watchdog, metrics server), then a second window under
   cProfile (the loop thread and the worker threads' calls) for the top functions. cProfile slows
   what it profiles, so the CPU figures come from the first window only.
@@ -29,15 +29,16 @@ idle, and whenever one of their files is written) is timed as an activity of its
 the number of times it ran; `--watch-every S` makes it read them every S seconds for good instead
 (the 1 s watch issue 29 asked to weigh), not divided by `--speed`.
 
-The intervals are the defaults (pollInterval 5 s, resyncInterval 60 s, memory.events every 15 s);
-`--speed K` divides all three by K and the window's CPU is then reported per hour at the
+The intervals are the defaults (pollInterval 5 s, resyncInterval 60 s); `--speed K` divides
+both, and the scrape interval, by K and the window's CPU is then reported per hour at the
 defaults (divided by K). Prints CPU seconds per hour idle and % of one core.
 
 A Prometheus stand-in in this process scrapes the daemon's /metrics every `--scrape` seconds
-(divided by K; 0: never), from the start. The pod and QoS slices have the files the protection
-signals are read from at each scrape (memory.events, memory.pressure, memory.current);
-`--no-pod-signals` runs the same daemon without them (its plan handed to the metrics without the
-cgroups), for the figure side by side. The scrapes' CPU in the daemon (the request threads:
+(divided by K; 0: never), from the start, asking as Prometheus does (OpenMetrics first, gzip).
+The pod and QoS slices and the containers have the files the kernel's signals are read from at
+each scrape (memory.events, memory.pressure, memory.current); `--no-pod-signals` runs the same
+daemon without them (its plan handed to the metrics without the cgroups), for the figure side by
+side. The scrapes' CPU in the daemon (the request threads:
 collect and render) is its own activity.
 """
 
@@ -65,11 +66,15 @@ import uuid
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "bench", "guest"))
+from scrape_cost import write_kernel_files  # noqa: E402
 
 PODS = 110
 QOS = ("Guaranteed", "Burstable", "Burstable", "BestEffort")  # 28 G, 55 B, 27 BE
 RESERVED = ("kube.slice", "system.slice")
-DEFAULT_POLL, DEFAULT_RESYNC, DEFAULT_THROTTLE = 5.0, 60.0, 15.0
+DEFAULT_POLL, DEFAULT_RESYNC = 5.0, 60.0
+PROMETHEUS = {"Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+                        "text/plain;version=0.0.4;q=0.5,*/*;q=0.1", "Accept-Encoding": "gzip"}
 
 
 # ------------------------------------------------------------------ the node
@@ -189,23 +194,16 @@ def kernel_files(fake, units: list[tuple[str, str]]) -> None:
     for i, (unit, _) in enumerate(units):
         if not unit.startswith("kubepods") or not unit.endswith(".slice"):
             continue
-        d = fake.cgroup_dir(unit)
-        os.makedirs(d, exist_ok=True)
-        files = {"memory.events": f"low {i * 37}\nhigh {i}\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
-                 "memory.current": f"{(100 + i) << 20}\n",
-                 "memory.pressure": f"some avg10=0.00 avg60=0.00 avg300=0.00 total={i * 1234567}\n"
-                                    f"full avg10=0.00 avg60=0.00 avg300=0.00 total={i * 234567}\n"}
-        for name, text in files.items():
-            with open(os.path.join(d, name), "w") as f:
-                f.write(text)
+        write_kernel_files(str(fake.cgroup_dir(unit)), i)
 
 
 def scraper(port: int, every: float, stop: threading.Event, seen: dict) -> None:
     """Prometheus: GET /metrics every `every` seconds, from when the endpoint answers."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers=PROMETHEUS)
     while not stop.wait(every):
         try:
-            with opener.open(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            with opener.open(request, timeout=10) as r:
                 seen["bytes"] = len(r.read())
                 seen["scrapes"] = seen.get("scrapes", 0) + 1
         except OSError:
@@ -312,7 +310,7 @@ def report(r: dict) -> None:
     if r.get("watch_every"):
         print(f"the upper slices' cgroups read every {r['watch_every']:g} s for good (--watch-every)")
     print(f"idle window: {w['seconds']:.0f} s at intervals / {r['speed']:g} (poll {DEFAULT_POLL / r['speed']:g} s,"
-          f" resync {DEFAULT_RESYNC / r['speed']:g} s, memory.events {DEFAULT_THROTTLE / r['speed']:g} s);"
+          f" resync {DEFAULT_RESYNC / r['speed']:g} s);"
           f" D-Bus calls {w['dbus_calls']}, writes {w['writes']}")
     print(f"CPU in the window: {w['cpu_s']:.3f} s (system {w['sys_cpu_s']:.3f} s) = {total:.2f} CPU s per hour"
           f" = {total / 36:.3f} % of a core")
@@ -379,22 +377,20 @@ def child(args) -> int:
     from memqos_systemd.systemd import Systemd
 
     speed = args.speed
-    agenda_mod.THROTTLE_READ_INTERVAL = DEFAULT_THROTTLE / speed
     if args.watch_every:
         agenda_mod.KERNEL_WATCH_IDLE = agenda_mod.KERNEL_WATCH_INTERVAL = args.watch_every
     cfg = parse_config(config_dict(args.url, speed))
     if args.no_pod_signals:
         set_plan = Metrics.set_plan
-        Metrics.set_plan = lambda self, plan, cgroupfs=None: set_plan(self, plan)
+        Metrics.set_plan = lambda self, plan, cgroupfs=None, settings=None: set_plan(self, plan)
     metrics = Metrics()
     acts = {"pod poll: fetch /pods + parse (worker thread)": Activity(),
             "reconcile: plan + diff (every poll and resync)": Activity(),
             "resync, timer: upper slices (refresh_all)": Activity(),
             "resync, full: every unit (refresh_all)": Activity(),
-            "memory.events (worker thread)": Activity(),
             "metrics scrape: collect + render (request thread)": Activity(),
             "kernel watch: upper slices' cgroups": Activity()}
-    fetch_a, plan_a, light_a, full_a, events_a, scrape_a, watch_a = acts.values()
+    fetch_a, plan_a, light_a, full_a, scrape_a, watch_a = acts.values()
     profiles: list[cProfile.Profile] = []
     state = {"profiling": False}
 
@@ -436,7 +432,6 @@ def child(args) -> int:
                       make_source=make_src, read_capacity=lambda: 64 << 30, page_size=4096,
                       metrics=metrics, notifier=Notifier(os.environ.get("NOTIFY_SOCKET", "")),
                       cgroupfs=Cgroupfs(args.cgroup))
-    Daemon.read_throttle_events = timed_thread(Daemon.read_throttle_events, events_a)  # a tick's work
     watch = Daemon.watch_upper_slices
 
     def timed_watch(self):  # on the loop's thread, which the profiled window profiles already
@@ -527,12 +522,14 @@ def child(args) -> int:
         for _ in range(3):
             await d.applier.refresh_all(d.reserved.retired)
         event_each = full_a.cpu / full_a.count
-        # Reading the protection signals alone (the _Cgroups collector: 110 pod slices' three files,
-        # three QoS slices' memory.pressure), as a scrape does, 20 times.
+        # The kernel's signals alone (signals.py: 110 pod slices' three files, the QoS slices' and
+        # kubepods.slice's three), read and written as a scrape does, 20 times.
         t = time.thread_time()
         for _ in range(20):
-            for _family in metrics_mod._Cgroups(metrics).collect() if hasattr(metrics_mod, "_Cgroups") else ():
-                pass
+            with metrics._files.lock:
+                view = metrics._made_of(metrics._shown)[1]
+                if view is not None:
+                    view.text(metrics._files)
         signals_read = (time.thread_time() - t) / 20
         d.stop()
         await task
@@ -575,7 +572,7 @@ def main() -> int:
     ap.add_argument("--profile-idle", type=float, default=60.0, help="seconds of the profiled idle window")
     ap.add_argument("--speed", type=float, default=1.0, help="divide the daemon's intervals by this")
     ap.add_argument("--top", type=int, default=25, help="functions to print from the profile")
-    ap.add_argument("--scrape", type=float, default=15.0, help="scrape /metrics every this many seconds (0: never)")
+    ap.add_argument("--scrape", type=float, default=30.0, help="scrape /metrics every this many seconds (0: never)")
     ap.add_argument("--no-pod-signals", action="store_true",
                     help="run without the protection signals (the pod and QoS slices' files), for comparison")
     ap.add_argument("--watch-every", type=float, default=0.0,

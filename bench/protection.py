@@ -431,7 +431,7 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None, earlier: dict
             f"| longest step | {max(steps) * 1e3 if steps else float('nan'):.0f} ms |",
             f"| memory.events `high` during the test (kernel) / `max` / `oom_kill` | {h['events']['high']} / "
             f"{h['events']['max']} / {h['events']['oom_kill']} |",
-            f"| `memqos_container_memory_high_events_total` for the scope (daemon, read every 15 s) | "
+            f"| `memqos_container_memory_high_events_total` for the scope (daemon, read at the scrape; metrics.perUnit) | "
             f"{h['metric_high_events']:.0f} (kernel total {h['kernel_high_events_total']}) |",
             f"| load (host / guest) | {L(h.get('stamp'))} |",
             "",

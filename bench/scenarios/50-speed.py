@@ -391,7 +391,9 @@ async def steady(bus, pods, created):
     # resyncs back to back: resyncInterval 1s (a resync of every unit takes longer than that under
     # TCG), then count what they sent over a fixed window
     say("steady: resyncs")
-    await daemon_start({"memoryReservationPolicy": "TieredReservation", "resyncInterval": "1s"})
+    # (metrics.perUnit: every unit's desired values, which count the units below)
+    await daemon_start({"memoryReservationPolicy": "TieredReservation", "resyncInterval": "1s",
+                        "metrics": {"perUnit": "true"}})
     await asyncio.sleep(P["settle_s"])
     pid = daemon_pid()
     m2 = metrics()

@@ -239,7 +239,9 @@ async def configure(bus, cfg):
         extra = {}
         if "ceiling" in cfg:
             extra["bestEffortCeiling"] = {"enabled": "true", **cfg["ceiling"]}
-        write_config(memoryReservationPolicy=cfg["policy"], hierarchy=cfg["hierarchy"], **extra)
+        # perUnit: the desired values of the pod slices and scopes, which converge() waits for.
+        write_config(memoryReservationPolicy=cfg["policy"], hierarchy=cfg["hierarchy"], metrics={"perUnit": "true"},
+                     **extra)
         systemctl("restart", DAEMON)
     else:
         systemctl("stop", DAEMON)
@@ -681,7 +683,7 @@ async def lowering(bus):
 async def high_test(bus):
     """A Burstable container with request 64Mi and limit 256Mi allocates past its MemoryHigh."""
     say("=== memory.high throttling")
-    write_config(memoryReservationPolicy="TieredReservation")
+    write_config(memoryReservationPolicy="TieredReservation", metrics={"perUnit": "true"})
     systemctl("restart", DAEMON)
     shutil.rmtree(CTL, ignore_errors=True)
     os.makedirs(CTL)
@@ -727,18 +729,22 @@ async def high_test(bus):
         res["pressure"] = open(os.path.join(d, "memory.pressure")).read()
     except OSError:
         pass
-    # the daemon reads memory.events every 15 s for memqos_container_memory_high_events_total
-    metric, kernel_high = None, ev1.get("high", 0)
+    # memqos_container_memory_high_events_total (metrics.perUnit) is read at the scrape; the pod's
+    # own count (every config) counts its container's too.
+    metric, pod_metric, kernel_high = None, None, ev1.get("high", 0)
     deadline = now() + 45
     while now() < deadline:
         try:
-            metric = metric_sum(metrics(), "memqos_container_memory_high_events_total", unit=scope)
+            m = metrics()
+            metric = metric_sum(m, "memqos_container_memory_high_events_total", pod="throttled", container="app")
+            pod_metric = metric_sum(m, "memqos_pod_memory_events_total", pod="throttled", event="high")
         except OSError:
             metric = None
         if metric and metric >= kernel_high:
             break
         await asyncio.sleep(2)
     res["metric_high_events"] = metric
+    res["metric_pod_high_events"] = pod_metric
     res["kernel_high_events_total"] = kernel_high
     res["stamp"] = stamp("memory.high test")
     proc.kill()

@@ -87,3 +87,20 @@ def test_make_clean_says_how_to_drop_the_e2e_cache():
                        timeout=30)
     assert p.returncode == 0, p.stderr
     assert "rm -rf /var/cache/memqos-e2e" in p.stdout
+
+
+@pytest.mark.parametrize("where, pattern", [
+    ("README.md", r"How many series: (\d+) a pod"),
+    ("monitoring/README.md", r"A pod's (\d+):"),
+    ("monitoring/README.md", r"\| default \(`metrics.perPod: true`\) \| (\d+) \|"),
+    ("man/memqos-systemd.8", r"A pod costs (\d+) series"),
+    ("etc/config.yaml", r"the per-pod series \((\d+) a pod"),
+])
+def test_series_a_pod_as_quoted(where, pattern):
+    """The series a pod costs: one per key of each pod-level signal (signals.SIGNALS), and its
+    protection's min and low."""
+    from memqos_systemd.signals import SIGNALS
+
+    per_pod = sum(len(s.keys) for s in SIGNALS if s.level == "pod") + 2
+    for number in _all(pattern, _text(where), where):
+        assert int(number) == per_pod, (where, pattern)

@@ -172,13 +172,17 @@ def test_file_change_detection(tmp_path):
     assert [p.name for p in src.fetch().pods] == ["b", "d"]
 
 
-def test_file_unchanged_is_not_reread(tmp_path, monkeypatch):
+def test_file_unchanged_is_not_reread(tmp_path):
+    """An unchanged file (by its stat) hands back the pods of the last fetch, the same objects:
+    nothing read or parsed again (the daemon's settled round then compares them at once)."""
     f = tmp_path / "pods.json"
     write(f, json.dumps(pod_list(pod("a", UID1))))
     src = FileSource(f)
-    src.fetch()
-    monkeypatch.setattr(src, "_read", lambda: pytest.fail("re-read an unchanged file"))
-    src.fetch()
+    first = src.fetch()
+    again = src.fetch()
+    assert again.pods is first.pods
+    write(f, json.dumps(pod_list(pod("a", UID1), pod("b", UID2))))
+    assert src.fetch().pods is not first.pods
 
 
 @pytest.mark.parametrize("content", [

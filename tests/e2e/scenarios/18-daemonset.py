@@ -171,11 +171,17 @@ tokens[new] = dict(tokens[old])
 with open(TOKENS_FILE, "w") as f:
     json.dump(tokens, f)
 put_token(new)
+# As the kubelet rotates a projected token: the old one stays valid until it expires, so a fetch
+# already under way with it still succeeds. Revoked once a fetch has ended after the swap (fetches
+# run one at a time: every later one reads the new file). Revoking it at the swap failed a fetch
+# in flight now and then (CI of 2026-11-26: one 401), which a real rotation never does.
+t0 = time.time()
+wait_for(lambda: (metric("memqos_source_last_success_timestamp_seconds") or 0) > t0, 30)
 tokens.pop(old)
 with open(TOKENS_FILE, "w") as f:
     json.dump(tokens, f)
-t0 = time.time()
-check(wait_for(lambda: (metric("memqos_source_last_success_timestamp_seconds") or 0) > t0 + 0.5, 30),
+t1 = time.time()
+check(wait_for(lambda: (metric("memqos_source_last_success_timestamp_seconds") or 0) > t1 + 0.5, 30),
       "after the rotation (old token revoked) /pods is read with the new token")
 check(metric("memqos_source_errors_total") in (None, 0.0), "no source error across the rotation")
 tokens[old] = tokens[new]  # the next scenarios' token again

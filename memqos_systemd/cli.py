@@ -17,7 +17,7 @@ from .documents import DocumentError, decode
 from .config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
 from .plan import INFINITY, MAX_PAGE_SIZE, NodeFacts, Plan, PlanError, UnitPlan, plan
 from .pods import PodsError, count_finished, one_line, parse_pods
-from .quantity import NOT_A_QUANTITY, QuantityError, format_bytes, parse_bytes
+from .quantity import NOT_A_QUANTITY, QuantityError, format_bytes, parse_bytes, shown
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 MAX_PODS_INPUT = 64 << 20
@@ -137,14 +137,14 @@ def _node_memory(arg: str | None) -> int:
         except (OSError, ValueError) as e:
             raise UsageError(f"cannot read node memory from /proc/meminfo ({e}); pass --node-memory") from None
     if arg.startswith("-"):
-        raise UsageError(f"--node-memory: {arg!r} must be a positive memory quantity (e.g. 16Gi)")
+        raise UsageError(f"--node-memory: {shown(arg)} must be a positive memory quantity (e.g. 16Gi)")
     try:
         value = parse_bytes(arg)
     except QuantityError as e:
         problem = "is not a memory quantity" if e.problem == NOT_A_QUANTITY else e.problem
-        raise UsageError(f"--node-memory: {arg!r} {problem}: give the node's memory (e.g. 16Gi)") from None
+        raise UsageError(f"--node-memory: {shown(arg)} {problem}: give the node's memory (e.g. 16Gi)") from None
     if value <= 0:
-        raise UsageError(f"--node-memory: {arg!r} must be positive")
+        raise UsageError(f"--node-memory: {shown(arg)} must be positive")
     return value
 
 
@@ -154,7 +154,7 @@ def _page_size(arg: str | None) -> int:
     try:
         value = int(arg)
     except ValueError:
-        raise UsageError(f"--page-size: {arg!r} is not a whole number of bytes") from None
+        raise UsageError(f"--page-size: {shown(arg)} is not a whole number of bytes") from None
     if value <= 0 or value & (value - 1) or value > MAX_PAGE_SIZE:
         raise UsageError(f"--page-size: {arg} must be a power of two up to {MAX_PAGE_SIZE} (e.g. 4096)")
     return value

@@ -54,15 +54,22 @@ NEGATIVE = "is negative"
 TOO_LARGE = "is larger than 8Ei (9223372036854775807 bytes)"
 
 
+def shown(value: object, limit: int = 60) -> str:
+    """`value` as a message names it: its repr, cut to `limit` characters (a hostile one can be
+    100,000 digits long; the message stays one readable line)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def parse_quantity(value: object) -> Fraction:
     """Parse a quantity given as a string, or as an int/float read from YAML/JSON."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise QuantityError(f"{value!r} is not a quantity")
+        raise QuantityError(f"{shown(value)} is not a quantity")
     if isinstance(value, int):
         return Fraction(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise QuantityError(f"{value!r} is not a quantity")
+            raise QuantityError(f"{shown(value)} is not a quantity")
         return Fraction(repr(value))  # the decimal the YAML/JSON said, not the binary float
     return _parse_text(value)
 
@@ -73,16 +80,18 @@ def _parse_text(value: str) -> Fraction:
     text = value.strip()
     m = _RE.fullmatch(text)
     if not m:
-        raise QuantityError(f"{value!r} is not a quantity (examples: 128974848, 129e6, 129M, 123Mi, 1.5Gi)")
+        raise QuantityError(f"{shown(value)} is not a quantity (examples: 128974848, 129e6, 129M, 123Mi, 1.5Gi)")
     num = m.group("num")
     if len(num.replace(".", "")) > _MAX_DIGITS:
-        raise QuantityError(f"{value!r} has too many digits")
+        # Refused before any arithmetic. A whole part that long is more than any node has.
+        raise QuantityError(f"{shown(value)} has too many digits",
+                            TOO_LARGE if len(num.split(".")[0].lstrip("0")) > 19 else "has too many digits")
     result = Fraction(num if not num.endswith(".") else num[:-1])
     if m.group("exp"):
         exp = int(m.group("exp")[1:])
         if abs(exp) > _MAX_EXPONENT:
             nonzero = bool(num.strip("0."))
-            raise QuantityError(f"{value!r} has an exponent out of range",
+            raise QuantityError(f"{shown(value)} has an exponent out of range",
                                 NEGATIVE if nonzero and m.group("sign") == "-" else
                                 TOO_LARGE if nonzero and exp > 0 else "has an exponent out of range (at most 30)")
         result *= Fraction(10) ** exp
@@ -105,11 +114,11 @@ def to_bytes(q: Fraction, what: str = "quantity") -> int:
 def parse_bytes(value: object) -> int:
     """A memory quantity as whole bytes (e.g. '1.5Gi' -> 1610612736)."""
     try:
-        return to_bytes(parse_quantity(value), repr(value))
+        return to_bytes(parse_quantity(value), shown(value))
     except QuantityError as e:
-        if str(e).startswith(repr(value)):
+        if str(e).startswith(shown(value)):
             raise
-        raise QuantityError(f"{value!r}: {e}", e.problem) from None
+        raise QuantityError(f"{shown(value)}: {e}", e.problem) from None
 
 
 def format_bytes(n: int) -> str:

@@ -11,7 +11,6 @@ Written from the spec and the API machinery's grammar:
 
 from __future__ import annotations
 
-import time
 from fractions import Fraction
 
 import pytest
@@ -113,13 +112,17 @@ def test_values_too_large_for_a_node_are_refused(text):
         parse_bytes(text)
 
 
-@pytest.mark.parametrize("text", ["1e1000000000", "1e-1000000000", "1" * 100_000, "0." + "0" * 100_000 + "1",
-                                  "9" * 5000 + "Ei"])
-def test_hostile_quantities_fail_fast(text):
-    start = time.process_time()
-    with pytest.raises(QuantityError):
+@pytest.mark.parametrize("text, why", [
+    ("1e1000000000", "exponent out of range"), ("1e-1000000000", "exponent out of range"),
+    ("1" * 100_000, "too many digits"), ("0." + "0" * 100_000 + "1", "too many digits"),
+    ("9" * 5000 + "Ei", "too many digits"),
+])
+def test_hostile_quantities_are_refused_before_any_arithmetic_in_one_short_line(text, why):
+    """The digit and exponent bounds are checked on the text, before a Fraction is made of it (a
+    1e1000000000 would be a number of a billion digits); the message names the value cut short."""
+    with pytest.raises(QuantityError) as e:
         parse_bytes(text)
-    assert time.process_time() - start < 0.5
+    assert why in str(e.value) and "\n" not in str(e.value) and len(str(e.value)) < 200, str(e.value)[:300]
 
 
 @pytest.mark.parametrize("value", [True, False, None, [], {}, b"1Mi", object(), float("nan"), float("inf"),

@@ -253,3 +253,31 @@ def test_what_the_kernel_lost_while_the_daemon_was_stopped_is_put_back_as_it_sta
             assert [u for u, _ in h.sets()] == [BPOD]
             assert foreign(h, "pod", "cgroupfs") == 1
     run(body())
+
+
+def test_a_cgroup_showing_more_protection_than_systemd_holds_is_read_once_not_at_every_look(fake_systemd, tmp_path):
+    """A MemoryLow raised in the file alone is left alone (reconcile.kernel_lost: more protection,
+    as a parent's DefaultMemoryLow= shows too): systemd is asked once, not at each look of the
+    watch (every KERNEL_WATCH_INTERVAL after a drift), which cost PID 1 a GetAll a second and the
+    daemon a round for as long as the value stayed. A second write is looked at again."""
+    from fakesystemd import unit_path
+    start_pods(fake_systemd, *NODE_UNITS)
+    qos = "kubepods-burstable.slice"
+
+    def reads() -> int:
+        return sum(c.path == unit_path(qos) for c in fake_systemd.calls_to("GetAll"))
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
+            await h.settle()
+            held = h.memory(qos)
+            fake_systemd.clear_calls()
+            fake_systemd.write_cgroup_file(qos, MemoryLow=held["MemoryLow"] + (64 << 20))
+            await until(lambda: reads() == 1, timeout=2)
+            rounds = h.reconciles()
+            await asyncio.sleep(4 * agenda_mod.KERNEL_WATCH_INTERVAL)  # four looks of the close watch
+            assert reads() == 1 and h.sets() == [] and h.reconciles() <= rounds + 1
+            fake_systemd.write_cgroup_file(qos, MemoryLow=held["MemoryLow"] + (128 << 20))
+            await until(lambda: reads() == 2, timeout=2)
+            assert h.memory(qos) == held and h.sets() == []
+    run(body())

@@ -215,12 +215,45 @@ def test_the_watch_notifier_is_readable_once_a_watched_file_is_written(tmp_path)
     (tmp_path / "system.slice/memory.high").write_text("max\n")
     assert readable(n)
     fs.drain_notifier()
-    assert fs.watch({"kubepods.slice": held}, 4096) == ["kubepods.slice"]  # system.slice closed, unwatched
+    # system.slice closed, unwatched; kubepods.slice shows the difference reported above, and none
+    # of its files was written since: not reported again (see the next test)
+    assert fs.watch({"kubepods.slice": held}, 4096) == []
     fs.drain_notifier()  # (the kernel says IN_IGNORED of each watch removed)
     (tmp_path / "system.slice/memory.low").write_text("0\n")
     assert not readable(n)
     fs.close_notifier()
     assert fs.watch({"kubepods.slice": held}, 4096) == ["kubepods.slice"]  # reading goes on without it
+
+
+def test_with_the_notifier_a_difference_is_reported_once_until_a_file_of_the_unit_is_written(tmp_path):
+    """A cgroup that keeps showing more MemoryLow than systemd holds (left alone: kernel_lost) is
+    not reported at every look (each report costs PID 1 a GetAll); a write to one of its files,
+    even of the same value (a writer's file write landing after our put-back), makes it new."""
+    fs = Cgroupfs(tmp_path)
+    held = {"MemoryMin": 1 << 30, "MemoryLow": 0, "MemoryHigh": UINT64_MAX}
+    where = tmp_path / "kubepods.slice"
+    where.mkdir()
+    for file, text in (("memory.min", str(1 << 30)), ("memory.low", "0"), ("memory.high", "max")):
+        (where / file).write_text(text + "\n")
+    n = fs.watch_notifier()
+    assert n is not None and fs.watch({"kubepods.slice": held}, 4096) == []
+    (where / "memory.low").write_text(f"{64 << 20}\n")  # raised in the file alone
+    fs.drain_notifier()
+    assert fs.watch({"kubepods.slice": held}, 4096) == ["kubepods.slice"]
+    assert fs.watch({"kubepods.slice": held}, 4096) == []  # the same difference: once
+    assert fs.watch({"kubepods.slice": {**held, "MemoryLow": 1 << 20}}, 4096) == ["kubepods.slice"]  # held moved
+    assert fs.watch({"kubepods.slice": {**held, "MemoryLow": 1 << 20}}, 4096) == []
+    (where / "memory.low").write_text(f"{64 << 20}\n")  # the same value, written again
+    fs.watch({"kubepods.slice": held}, 4096)  # a look before the event is taken: not yet new
+    fs.drain_notifier()
+    assert fs.watch({"kubepods.slice": held}, 4096) == ["kubepods.slice"]
+    (where / "memory.low").write_text("0\n")  # put back: the cgroup shows what is held
+    assert fs.watch({"kubepods.slice": held}, 4096) == []
+    (where / "memory.low").write_text(f"{64 << 20}\n")
+    assert fs.watch({"kubepods.slice": held}, 4096) == ["kubepods.slice"]  # new again, event taken or not
+    fs.close_notifier()
+    assert fs.watch({"kubepods.slice": held}, 4096) == ["kubepods.slice"]  # without it: at every look
+    assert fs.watch({"kubepods.slice": held}, 4096) == ["kubepods.slice"]
 
 
 def test_memory_max_is_compared_where_it_is_ours(tmp_path):

@@ -421,7 +421,10 @@ class Cgroupfs:
                 self._reported.pop(unit, None)
                 continue
             seen = (tuple(sorted(kernel.items())), tuple(sorted(values.items())))
-            if self._written is None or self._reported.get(unit) != seen:
+            # Only where inotify tells of every write to the unit's files (a watch that could not
+            # be added, ENOSPC past max_user_watches: every look reports, as without the notifier).
+            told = self._written is not None and len(self._watch_ids.get(unit, ())) == len(kernel)
+            if not told or self._reported.get(unit) != seen:
                 self._reported[unit] = seen
                 differ.append(unit)
         return differ

@@ -328,7 +328,9 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None, earlier: dict
         f"{host['load_before'][0]} / {host['load_after'][0]}." + (f" Note: {host['note']}." if host.get("note") else ""),
         f"Guest: kernel {g['kernel']}, {g['systemd']}, cgroup v2 with `memory_recursiveprot`, "
         f"{g['capacity'] / 2**20:.0f} MiB, swap {g['swap']} kB, TCG. Allocatable {g['allocatable'] / 2**20:.0f} MiB "
-        f"(capacity − the default evictionHard 100Mi).",
+        f"(capacity − the default evictionHard 100Mi"
+        + (f" − systemReserved {g['system_reserved_mib']}Mi, the daemon's own MemoryMin counted there as"
+           f" docs/DESIGN.md asks" if g.get("system_reserved_mib") else "") + ").",
         "",
         "### At a glance",
         "",

@@ -163,17 +163,27 @@ def test_the_only_write_is_memory_oom_group_back_to_1():
     assert not re.search(r"write_text|write_bytes|open\([^)]*['\"][wa]", src)
 
 
+# What the watch tests' slices hold, as systemd holds it and as their cgroup files show it.
+HELD = {"MemoryMin": 1 << 30, "MemoryLow": 0, "MemoryHigh": UINT64_MAX}
+
+
+def held_slice(root, unit: str):
+    """`unit`'s cgroup under `root`, its memory.min/low/high showing HELD; its directory."""
+    where = root / cgroup_path(unit)
+    where.mkdir(parents=True)
+    for file, text in (("memory.min", str(1 << 30)), ("memory.low", "0"), ("memory.high", "max")):
+        (where / file).write_text(text + "\n")
+    return where
+
+
 def test_watch_reports_the_slices_whose_cgroup_differs_and_keeps_its_descriptors(tmp_path):
     import os
 
     def open_fds():
         return len(os.listdir("/proc/self/fd"))
     fs = Cgroupfs(tmp_path)
-    held = {"MemoryMin": 1 << 30, "MemoryLow": 0, "MemoryHigh": UINT64_MAX}
-    node = tmp_path / "kubepods.slice"
-    node.mkdir()
-    for file, text in (("memory.min", str(1 << 30)), ("memory.low", "0"), ("memory.high", "max")):
-        (node / file).write_text(text + "\n")
+    held = HELD
+    node = held_slice(tmp_path, "kubepods.slice")
     before = open_fds()
     assert fs.watch({"kubepods.slice": held, "system.slice": held}, 4096) == []  # system.slice: no cgroup yet
     assert open_fds() == before + 3  # kept open for the next call
@@ -193,12 +203,9 @@ def test_the_watch_notifier_is_readable_once_a_watched_file_is_written(tmp_path)
         return bool(select.select([n.fileno()], [], [], 0.2)[0])
 
     fs = Cgroupfs(tmp_path)
-    held = {"MemoryMin": 1 << 30, "MemoryLow": 0, "MemoryHigh": UINT64_MAX}
+    held = HELD
     for unit in ("kubepods.slice", "system.slice"):
-        where = tmp_path / cgroup_path(unit)
-        where.mkdir(parents=True)
-        for file, text in (("memory.min", str(1 << 30)), ("memory.low", "0"), ("memory.high", "max")):
-            (where / file).write_text(text + "\n")
+        held_slice(tmp_path, unit)
     assert fs.watch({"kubepods.slice": held}, 4096) == []  # opened before the notifier
     n = fs.watch_notifier()
     assert n is not None and fs.watch_notifier() is n
@@ -230,11 +237,8 @@ def test_with_the_notifier_a_difference_is_reported_once_until_a_file_of_the_uni
     not reported at every look (each report costs PID 1 a GetAll); a write to one of its files,
     even of the same value (a writer's file write landing after our put-back), makes it new."""
     fs = Cgroupfs(tmp_path)
-    held = {"MemoryMin": 1 << 30, "MemoryLow": 0, "MemoryHigh": UINT64_MAX}
-    where = tmp_path / "kubepods.slice"
-    where.mkdir()
-    for file, text in (("memory.min", str(1 << 30)), ("memory.low", "0"), ("memory.high", "max")):
-        (where / file).write_text(text + "\n")
+    held = HELD
+    where = held_slice(tmp_path, "kubepods.slice")
     n = fs.watch_notifier()
     assert n is not None and fs.watch({"kubepods.slice": held}, 4096) == []
     (where / "memory.low").write_text(f"{64 << 20}\n")  # raised in the file alone

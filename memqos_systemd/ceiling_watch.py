@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Mapping
+from typing import Collection, Mapping
 
 from .ceiling import step
 from .cgroupfs import Cgroupfs
@@ -41,10 +41,20 @@ __all__ = ["CeilingWatch"]
 log = logging.getLogger("memqos_systemd")
 
 
+def ceiling_units(ledger: Collection[str], naming: Naming, config: Config) -> frozenset[str]:
+    """The units whose MemoryMax is ours: the slices of the ceiling's ledger (`ledger`), and the
+    BestEffort QoS slice while the ceiling is on and not left to the kubelet's QOSReserved by its
+    config (in case the ledger could not be written). For the daemon, `apply`, `reset` and `status`
+    alike: a MemoryMax that is not ours is never read as ours nor taken back."""
+    on = config.best_effort_ceiling.enabled and qos_reserved_writer(config) is None
+    return frozenset(set(ledger) | ({naming.qos_slice("BestEffort")} if on else set()))
+
+
 class CeilingWatch:
-    def __init__(self, cgroupfs: Cgroupfs, ledger_path: Path | None, page_size: int, metrics=None):
+    def __init__(self, cgroupfs: Cgroupfs, ledger_path: Path | None, page_size: int, metrics=None, *,
+                 write_ledger: bool = True):
         self.cgroupfs = cgroupfs
-        self.ledger = CeilingSlices(ledger_path)
+        self.ledger = CeilingSlices(ledger_path, write=write_ledger)  # read-only: a dry run
         self.page_size = page_size
         self.metrics = metrics or NoMetrics()
         self.following = False  # the last overlay stopped above the plan for the slice's usage
@@ -55,10 +65,8 @@ class CeilingWatch:
         self._overlaid: tuple[Plan, int | None, Plan] | None = None  # (plan, value, overlaid plan)
 
     def units(self, naming: Naming, config: Config) -> frozenset[str]:
-        """The units whose MemoryMax is ours to read: the BestEffort QoS slice while the ceiling is
-        on (and not left to the kubelet's QOSReserved by its config), and the ledger's."""
-        on = config.best_effort_ceiling.enabled and qos_reserved_writer(config) is None
-        return frozenset(self.ledger.names | ({naming.qos_slice("BestEffort")} if on else set()))
+        """The units whose MemoryMax is ours to read (`ceiling_units`)."""
+        return ceiling_units(self.ledger.names, naming, config)
 
     def overlay(self, desired: Plan, observed: Mapping[str, Mapping[str, int] | None], config: Config,
                 naming: Naming) -> Plan:

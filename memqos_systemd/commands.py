@@ -33,7 +33,7 @@ from .plan import INFINITY, NodeFacts, Plan, plan
 from .quantity import format_bytes
 from .reconcile import DEFAULTS, MAY_CREATE, reset_plan
 from .round import Inputs, Round
-from .ceiling_watch import CeilingWatch
+from .ceiling_watch import CeilingWatch, ceiling_units
 from .runfile import RunLockHeld, hold_run_lock
 from .sources import SourceError, make_source
 from .sources.file import hidden_from_service
@@ -139,7 +139,8 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
         return outcome.changes, outcome.result
 
     # The BestEffort ceiling as the service steps it, its ledger written before a MemoryMax goes out.
-    ceiling = CeilingWatch(Cgroupfs(CGROUP_ROOT), None if dry_run else CEILING_LEDGER_PATH, _page_size())
+    # A dry run reads the ledger (a ceiling turned off is taken back: shown) and writes nothing.
+    ceiling = CeilingWatch(Cgroupfs(CGROUP_ROOT), CEILING_LEDGER_PATH, _page_size(), write_ledger=not dry_run)
     return await _send(cfg, one_round, dry_run=dry_run, label="", max_units=lambda naming: ceiling.units(naming, cfg))
 
 
@@ -151,11 +152,8 @@ def reset(args, cfg: Config) -> int:
 async def _reset(cfg: Config, *, dry_run: bool) -> int:
     ceilings = ledger.CeilingSlices(CEILING_LEDGER_PATH)
 
-    def ceiling_units(naming: Naming) -> frozenset[str]:
-        """Whose MemoryMax is ours to take back: the ceiling ledger's slices, and the BestEffort
-        slice when the config turns the ceiling on (in case the ledger could not be written)."""
-        on = cfg.best_effort_ceiling.enabled
-        return frozenset(ceilings.names | ({naming.qos_slice("BestEffort")} if on else set()))
+    def ours(naming: Naming) -> frozenset[str]:
+        return ceiling_units(ceilings.names, naming, cfg)  # whose MemoryMax is ours to take back
 
     async def changes(systemd, applier: Applier) -> tuple[list, ApplyResult]:
         if await systemd.unit_state(SERVICE) in ("active", "activating", "reloading"):
@@ -163,10 +161,10 @@ async def _reset(cfg: Config, *, dry_run: bool) -> int:
         # Also the reserved slices the service wrote that the config no longer names (ledger.py).
         former = ledger.read(LEDGER_PATH) - set(applier.naming.reserved_slices())
         await applier.refresh_all(former)
-        found = reset_plan(applier.observed, applier.naming, also=former, ceilings=ceiling_units(applier.naming))
+        found = reset_plan(applier.observed, applier.naming, also=former, ceilings=ours(applier.naming))
         return found, await applier.apply(found, dry_run=dry_run, echo=print)
 
-    status = await _send(cfg, changes, dry_run=dry_run, label="reset: ", max_units=ceiling_units)
+    status = await _send(cfg, changes, dry_run=dry_run, label="reset: ", max_units=ours)
     if status == EXIT_OK and not dry_run:
         for name in sorted(ceilings.names):
             ceilings.discard(name)  # MemoryMax back to infinity: nothing of ours is left there
@@ -227,9 +225,9 @@ async def _status(cfg: Config, output: str) -> int:
         _err(f"cannot reach systemd: {e}")
         return EXIT_FAILURE
     naming = Naming.for_config(cfg)
-    ceiling_units = CeilingWatch(Cgroupfs(CGROUP_ROOT), CEILING_LEDGER_PATH, _page_size()).units(naming, cfg)
+    ours = ceiling_units(ledger.CeilingSlices(CEILING_LEDGER_PATH).names, naming, cfg)
     try:
-        applier = Applier(systemd, naming, max_units=lambda: ceiling_units)
+        applier = Applier(systemd, naming, max_units=lambda: ours)
         await applier.refresh_all(u.unit for u in desired.units) if desired else await applier.refresh_all()
     except SystemdError as e:
         _err(f"systemd: {e}")

@@ -125,8 +125,9 @@ class CeilingSlices:
     `discard` once systemd holds infinity there again. A write of the file that failed is tried
     again at the next call."""
 
-    def __init__(self, path: Path | None):
+    def __init__(self, path: Path | None, *, write: bool = True):
         self.path = path
+        self._write = write  # False: read, never written (a dry run)
         self.names: set[str] = read(path, _CEILINGS) if path is not None else set()
         self._written: frozenset[str] | None = frozenset(self.names)
 
@@ -140,5 +141,5 @@ class CeilingSlices:
 
     def _keep(self) -> None:
         names = frozenset(self.names)
-        if self.path is not None and names != self._written and write(self.path, names, _CEILINGS):
+        if self.path is not None and self._write and names != self._written and write(self.path, names, _CEILINGS):
             self._written = names

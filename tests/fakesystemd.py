@@ -632,6 +632,14 @@ class FakeSystemd:
             self._sync_cgroup(name)
         self._run(set_)
 
+    def set_memory_max(self, name: str, value: int) -> None:
+        """Someone else sets a unit's MemoryMax through systemd (the kubelet's QOSReserved on the
+        BestEffort slice, a `systemctl set-property`): held, and applied to its cgroup."""
+        def set_() -> None:
+            self._units[name].memory_max = value
+            self._sync_cgroup(name)
+        self._run(set_)
+
     def unit(self, name: str) -> Optional[FakeUnit]:
         """A copy of the unit as the fake holds it, or None when it is not loaded."""
         return self._run(lambda: copy.deepcopy(self._units.get(name)))

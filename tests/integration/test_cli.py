@@ -616,6 +616,35 @@ def test_the_ceiling_through_apply_status_and_a_reset_with_a_broken_config(node)
     assert (node.tmp / "ceiling-slices").read_text() == ""
 
 
+def test_reset_and_a_dry_run_take_back_only_a_memorymax_that_is_ours(node):
+    """One rule says whose MemoryMax is ours (ceiling_watch.ceiling_units) for the service, apply,
+    reset and status: a kubelet whose config caps BestEffort itself (QOSReserved) keeps its value
+    through a reset with bestEffortCeiling on; and a dry run reads the ledger as apply does (a
+    ceiling turned off is shown taken back), writing neither systemd nor the ledger."""
+    node.start_applied(node.plan())
+    kubelet_config = node.tmp / "kubelet.yaml"
+    kubelet_config.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+                              "cgroupDriver: systemd\nfeatureGates: {QOSReserved: true}\nqosReserved: {memory: 100%}\n")
+    config = node.write_config("qos.yaml", podsFile=str(node.pods_path), bestEffortCeiling={"enabled": True},
+                               kubeletConfigFile=str(kubelet_config))
+    node.fake.set_memory_max(BE_SLICE, 5 << 30)  # the kubelet's QOSReserved limit
+    r = node.cli("reset", config=config)
+    no_traceback(r)
+    assert r.returncode == 0, r.stderr
+    assert node.fake.unit(BE_SLICE).memory_max == 5 << 30, r.stderr
+
+    ours = node.tmp / "ceiling-slices"
+    ours.write_text(f"{BE_SLICE}\n")  # a ceiling the service set, since turned off
+    node.fake.set_memory_max(BE_SLICE, 500 << 20)
+    node.fake.clear_calls()
+    d = node.cli("apply", "--once", "--dry-run", config=node.write_config("off.yaml", podsFile=str(node.pods_path)))
+    no_traceback(d)
+    assert d.returncode == 0, d.stderr
+    assert any(BE_SLICE in line and "MemoryMax" in line for line in d.stdout.splitlines()), d.stdout
+    assert node.sets() == [] and node.fake.unit(BE_SLICE).memory_max == 500 << 20
+    assert ours.read_text() == f"{BE_SLICE}\n"
+
+
 def test_reset_refused_by_systemd_exits_1_with_one_line(node):
     plan = node.plan()
     node.start_applied(plan)

@@ -403,6 +403,7 @@ class Daemon:
                                            put_back=self.agenda.put_back_units)
         except PlanError as e:
             log.error("cannot plan, nothing changed: %s", e)
+            self.agenda.ceiling_following(self.out.clock(), False, False)  # else a past look: a spin
             return
         self.agenda.planned(self.round.planned_units, self.out.clock())
         self.agenda.ceiling_following(self.out.clock(), self.ceiling.following, self.ceiling.moved)

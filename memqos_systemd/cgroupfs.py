@@ -192,8 +192,11 @@ def _descriptors_to_keep() -> int:
 def read_value(path: str | os.PathLike) -> int | None:
     """A one-number cgroup file ("max" is UINT64_MAX); None when absent or not a number."""
     raw = read_file(path, _MAX_FILE_BYTES)
-    if raw is None:
-        return None
+    return None if raw is None else parse_value(raw)
+
+
+def parse_value(raw: bytes) -> int | None:
+    """A one-number cgroup file's content ("max" is UINT64_MAX); None when not a number."""
     text = raw.strip()
     if text == b"max":
         return UINT64_MAX
@@ -449,6 +452,8 @@ class Cgroupfs:
         written is reported by the next `watch` if it differs, even as it differed before."""
         if self._written is not None:
             written = self._written.drain()
+            if _IN_Q_OVERFLOW_WD in written:  # events were lost: any unit may have been written
+                self._reported.clear()
             for unit in [u for u, wds in self._watch_ids.items() if written.intersection(wds)]:
                 self._reported.pop(unit, None)
 
@@ -487,7 +492,7 @@ class Cgroupfs:
             except OSError:
                 self._close_watch(unit)  # the cgroup went (ENODEV): open it again next time
                 return None
-            value = UINT64_MAX if text == b"max" else int(text) if text.isdigit() else None
+            value = parse_value(text)
             if value is None:
                 return None
             values[prop] = value
@@ -537,6 +542,7 @@ class Cgroupfs:
 # ---- inotify (Cgroupfs.watch_notifier), through libc: no module of the standard library has it -----
 _IN_NONBLOCK, _IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
 _IN_MODIFY = 0x2
+_IN_Q_OVERFLOW_WD = -1  # the watch descriptor of IN_Q_OVERFLOW: the queue overflowed, events were lost
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (a read returns whole events)
 
 

@@ -162,14 +162,16 @@ class Round:
             return Outcome(self.plan(inputs), [], frozenset(), ApplyResult(), settled=True)
         self._settled = None
         try:
-            desired = self.plan(inputs)
+            planned = desired = self.plan(inputs)
         except PlanError:
             put_back(new, started)
             raise
         if self.ceiling is not None:
-            desired = self.ceiling.overlay(desired, applier.observed, inputs.config, inputs.naming)
+            # A new Plan at each step of the ceiling; where the cgroups are and what the metrics
+            # show do not depend on its MemoryMax, so they follow `planned` (made once per inputs).
+            desired = self.ceiling.overlay(planned, applier.observed, inputs.config, inputs.naming)
         if applier.cgroupfs is not None:
-            applier.cgroupfs.place(desired)  # where its container scopes are
+            applier.cgroupfs.place(planned)  # where its container scopes are
         if inputs.holding is None:
             taken = applier.adopt_new_pod_slices(new, started)
             new, started = new - taken, started - taken
@@ -209,9 +211,9 @@ class Round:
         outcome = Outcome(desired, changes, held, result, was)
         if changes and not dry_run:
             log.info("reconcile: %s", outcome.summary())
-        if self._shown is not desired:
-            self.metrics.set_plan(desired, applier.cgroupfs, inputs.config.metrics)
-            self._shown = desired
+        if self._shown is not planned:
+            self.metrics.set_plan(planned, applier.cgroupfs, inputs.config.metrics)
+            self._shown = planned
         self.metrics.round_state(outcome.drifted, inputs.holding is not None)
         self.metrics.observe_reconcile(self._clock() - began, len(result.applied))
         return outcome

@@ -40,11 +40,6 @@ __all__ = ["Signal", "SIGNALS", "LABELS", "PROTECTED", "SignalView", "header", "
 Parser = Callable[[bytes], Mapping[bytes, bytes]]
 
 
-def counts(raw: bytes) -> Mapping[bytes, bytes]:
-    """A flat-keyed file (memory.events): each key's count, as the kernel writes it."""
-    return flat_keyed(raw)
-
-
 def seconds(raw: bytes) -> Mapping[bytes, bytes]:
     """A PSI file (memory.pressure): each line's `total=` in seconds, exactly (the kernel counts µs)."""
     out = {}
@@ -81,19 +76,19 @@ _PSI_HELP = "(PSI): time some or all of its tasks stalled on memory"
 
 SIGNALS: tuple[Signal, ...] = (
     Signal("memqos_pod_memory_events_total", "counter", "memory.events of a pod slice: " + _EVENTS_HELP,
-           "pod", "memory.events", counts, "event", _EVENTS),
+           "pod", "memory.events", flat_keyed, "event", _EVENTS),
     Signal("memqos_pod_memory_pressure_seconds_total", "counter", "memory.pressure total of a pod slice " + _PSI_HELP,
            "pod", "memory.pressure", seconds, "kind", ("some", "full")),
     Signal("memqos_pod_memory_usage_bytes", "gauge", "memory.current of a pod slice", "pod", "memory.current", number),
     Signal("memqos_qos_memory_events_total", "counter", "memory.events of a QoS slice, and of kubepods.slice as"
-           ' qos_class="all": ' + _EVENTS_HELP, "qos", "memory.events", counts, "event", _EVENTS),
+           ' qos_class="all": ' + _EVENTS_HELP, "qos", "memory.events", flat_keyed, "event", _EVENTS),
     Signal("memqos_qos_memory_pressure_seconds_total", "counter", "memory.pressure total of a QoS slice, and of"
            ' kubepods.slice as qos_class="all" ' + _PSI_HELP, "qos", "memory.pressure", seconds, "kind",
            ("some", "full")),
     Signal("memqos_qos_memory_usage_bytes", "gauge", 'memory.current of a QoS slice, and of kubepods.slice as'
            ' qos_class="all"', "qos", "memory.current", number),
     Signal("memqos_container_memory_high_events_total", "counter", "memory.events 'high' of a container scope:"
-           " times its memory.high throttled it (metrics.perUnit)", "container", "memory.events", counts,
+           " times its memory.high throttled it (metrics.perUnit)", "container", "memory.events", flat_keyed,
            None, ("high",)),
 )
 
@@ -208,13 +203,13 @@ def _cgroups(plan: Plan, dirs: Mapping[str, Path], levels: set[str]):
     for u in plan.units:
         if u.level == "pod":
             namespace, _, name = (u.pod or "/").partition("/")
-            labels = (("namespace", namespace), ("pod", name), ("qos_class", qos_class_of(u)))
+            labels = tuple(zip(LABELS["pod"], (namespace, name, qos_class_of(u)), strict=True))
             pods[u.unit] = labels
             if "pod" in levels:
                 yield "pod", labels, dirs[u.unit], (("min", u.memory_min), ("low", u.memory_low))
         elif u.level == "container":
             if "container" in levels and u.parent in pods:
-                yield "container", pods[u.parent] + (("container", u.container or ""),), dirs[u.unit], ()
+                yield "container", pods[u.parent] + ((LABELS["container"][-1], u.container or ""),), dirs[u.unit], ()
         elif u.level == "qos" or u.unit == node:
             qos = "all" if u.unit == node else "BestEffort" if u.unit.endswith("-besteffort.slice") else "Burstable"
-            yield "qos", (("qos_class", qos),), dirs[u.unit], ()
+            yield "qos", tuple(zip(LABELS["qos"], (qos,), strict=True)), dirs[u.unit], ()

@@ -22,6 +22,7 @@ import logging
 
 import pytest
 from harness import Harness, run, until
+from prereq import require
 from test_daemon import BCTR, BPOD, BURSTABLE, GUARANTEED, NODE_UNITS, RESERVED, behind_our_back, start_pods
 
 import memqos_systemd.agenda as agenda_mod
@@ -29,6 +30,16 @@ from memqos_systemd.cgroupfs import Cgroupfs, read_cgroup_memory
 from memqos_systemd.kubelet_gate import FIGHT_WRITES
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def inotify(tmp_path):
+    """The daemon finds a write to the upper slices' files through inotify (Cgroupfs.watch_notifier)
+    within the 2 s these tests allow, where its idle timer alone takes 5 s: a machine that cannot
+    give an inotify instance on tmp_path (max_user_instances used up) skips them, CI fails."""
+    fs = Cgroupfs(tmp_path)
+    require(fs.watch_notifier() is not None, "no inotify instance on the test's directory")
+    fs.close_notifier()
 
 
 def foreign(h: Harness, level: str, writer: str = "systemd") -> float:

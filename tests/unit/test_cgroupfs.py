@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from prereq import require
 
 from memqos_systemd import cgroupfs
 from memqos_systemd.cgroupfs import (
@@ -113,7 +114,7 @@ def test_kept_files_read_with_pread_and_close_what_is_no_longer_asked(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.write_text("1\n")
     b.write_text("2\n")
-    files = cgroupfs.KeptFiles()
+    files = cgroupfs.KeptFiles(limit=8)  # not from this shell's ulimit -n
     before = open_fds()
     assert files.read(str(a)) == b"1\n" and files.read(str(b)) == b"2\n" and files.read(str(tmp_path / "c")) is None
     assert open_fds() == before + 2 == before + len(files)  # the absent one is not kept
@@ -132,7 +133,7 @@ def test_kept_files_open_again_a_file_that_fails():
     the path opened again, so a cgroup made again at the same place is read, and a gone one is not."""
     import os
 
-    files = cgroupfs.KeptFiles()
+    files = cgroupfs.KeptFiles(limit=8)  # not from this shell's ulimit -n
     r, w = os.pipe()  # pread on a pipe fails (ESPIPE), as a kept file of a removed cgroup does (ENODEV)
     os.close(w)
     files._fds["/gone/memory.events"] = r
@@ -208,7 +209,8 @@ def test_the_watch_notifier_is_readable_once_a_watched_file_is_written(tmp_path)
         held_slice(tmp_path, unit)
     assert fs.watch({"kubepods.slice": held}, 4096) == []  # opened before the notifier
     n = fs.watch_notifier()
-    assert n is not None and fs.watch_notifier() is n
+    require(n is not None, "no inotify instance (max_user_instances used up?)")
+    assert fs.watch_notifier() is n
     assert fs.watch({"kubepods.slice": held}, 4096) == [] and not readable(n)
     with open(tmp_path / "kubepods.slice/memory.min", "w") as f:  # a cgroupfs writer's zero
         f.write("0\n")
@@ -240,7 +242,8 @@ def test_with_the_notifier_a_difference_is_reported_once_until_a_file_of_the_uni
     held = HELD
     where = held_slice(tmp_path, "kubepods.slice")
     n = fs.watch_notifier()
-    assert n is not None and fs.watch({"kubepods.slice": held}, 4096) == []
+    require(n is not None, "no inotify instance (max_user_instances used up?)")
+    assert fs.watch({"kubepods.slice": held}, 4096) == []
     (where / "memory.low").write_text(f"{64 << 20}\n")  # raised in the file alone
     fs.drain_notifier()
     assert fs.watch({"kubepods.slice": held}, 4096) == ["kubepods.slice"]
@@ -263,6 +266,7 @@ def test_with_the_notifier_a_difference_is_reported_once_until_a_file_of_the_uni
     n.add = lambda path: None if str(path).endswith("memory.high") else add(path)
     assert fs.watch({"kubepods.slice": held}, 4096) == ["kubepods.slice"]
     assert fs.watch({"kubepods.slice": held}, 4096) == ["kubepods.slice"]  # not told of every write: every look
+    fs.close_notifier()
 
 
 def test_memory_max_is_compared_where_it_is_ours(tmp_path):

@@ -118,6 +118,14 @@ class Applier:
         # (reconcile.kernel_lost: written behind systemd's back) -> what it showed of those
         # properties. The diff sets them again through systemd; our next write drops the unit.
         self.lost: dict[str, dict[str, int]] = {}
+        # Units whose cgroup showed other values than systemd holds at our last read of both, none
+        # of them lost (more MemoryMin or MemoryLow: a file write that raised it, a parent's
+        # DefaultMemoryLow=; a MemoryMax written to the file) -> what the cgroup is expected to
+        # show now: systemd's values with the kernel's in their place. Left alone, so the kernel
+        # watch and a timer resync compare the cgroup with this (`expected`), not with the cache:
+        # reporting it at every look cost PID 1 two GetAll a second for as long as it stayed. Our
+        # next write drops the unit, like `lost`.
+        self.left: dict[str, dict[str, int]] = {}
         # Units a write of ours is out for: their cgroup shows the new values before the cache
         # does, so the kernel watch leaves them out until the write is answered (upper_values).
         self.writing: set[str] = set()
@@ -218,11 +226,13 @@ class Applier:
                  if s.running} if self.cgroupfs is not None else {}
         read = [n for n in states if not (trust_kernel and self._kernel_agrees(n, shown.get(n)))]
         values = await self._read(states, read)
-        lost = {}
+        lost, left = {}, {}
         for name, value in values.items():
             found = self._compare(name, value, shown.get(name))
             if found:
                 lost[name] = found
+            elif value is not None and shown.get(name) is not None and not kernel_shows(shown[name], value, self.page_size):
+                left[name] = {**value, **{p: v for p, v in shown[name].items() if p in value}}
         fresh.update(values)
         # Kept as cached, taken after the reads: a UnitRemoved handled meanwhile has already taken
         # the unit out of the cache (forget), and must not be undone here. Kept: a listed unit
@@ -246,6 +256,9 @@ class Applier:
         # for the units of other levels.
         self.lost = {n: v for n, v in self.lost.items() if n in fresh and n not in states}
         self.lost.update((n, v) for n, v in lost.items() if n in fresh)
+        # Left: as just compared for a unit read; kept for one whose cgroup showed what was expected.
+        self.left = {n: v for n, v in self.left.items() if n in fresh and n not in read_set and n not in left}
+        self.left.update((n, v) for n, v in left.items() if n in fresh)
         self.runs = {n: r for n, r in self.runs.items() if n in fresh and n not in read_set}  # not re-read
         self.unconfirmed &= fresh.keys() - read_set
         self.generation += 1
@@ -286,7 +299,7 @@ class Applier:
         it, values of systemd's own (see refresh_all)."""
         held = self.observed.get(name)
         return (kernel is not None and held is not None and held is not UNREAD and name not in self.unconfirmed
-                and kernel_shows(kernel, held, self.page_size))
+                and kernel_shows(kernel, self.left.get(name, held), self.page_size))
 
     def _named_units(self, levels: Collection[str]) -> set[str]:
         """Our units of `levels` by name: only FIXED_LEVELS have names known without a listing."""
@@ -298,8 +311,9 @@ class Applier:
         return {u for u in names if n.parse_unit(u).level in levels}
 
     def upper_values(self) -> dict[str, Mapping[str, int]]:
-        """What the cache holds, as read from or written to systemd, for the node, QoS and
-        reserved slices: the units whose cgroups the daemon watches (Cgroupfs.watch)."""
+        """What the node, QoS and reserved slices' cgroups are expected to show (the units whose
+        cgroups the daemon watches, Cgroupfs.watch): what the cache holds, as read from or written
+        to systemd, or what was left alone there (`left`)."""
         if self._upper is None or self._upper[0] is not self.naming:
             self._upper = (self.naming, tuple(sorted(self._named_units(FIXED_LEVELS))))
         held = {}
@@ -307,7 +321,7 @@ class Applier:
             values = self.observed.get(unit)
             if (values is not None and values is not UNREAD and unit not in self.unconfirmed
                     and unit not in self.writing):
-                held[unit] = values
+                held[unit] = self.left.get(unit, values)
         return held
 
     async def refresh_units(self, new: Iterable[str], recheck: Iterable[str] = ()) -> None:
@@ -336,6 +350,7 @@ class Applier:
                 self._compare(name, value)
                 self.observed[name] = value
                 self.lost.pop(name, None)  # not compared with its cgroup here: the next watch or resync does
+                self.left.pop(name, None)
                 self.runs.pop(name, None)
                 self.unconfirmed.discard(name)
         self.generation += 1
@@ -400,6 +415,7 @@ class Applier:
     def forget(self, unit: str) -> None:
         self.runs.pop(unit, None)
         self.lost.pop(unit, None)
+        self.left.pop(unit, None)
         self.awaiting_start.discard(unit)
         self.unconfirmed.discard(unit)
         if self.cgroupfs is not None:
@@ -523,6 +539,7 @@ class Applier:
                 continue
             self.observed[change.unit] = dict(held)
             self.lost.pop(change.unit, None)  # systemd has written every memory file of the unit
+            self.left.pop(change.unit, None)
             self.runs.pop(change.unit, None)
             self.generation += 1
 

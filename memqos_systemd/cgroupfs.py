@@ -51,7 +51,6 @@ import ctypes
 import errno
 import os
 import resource
-import struct
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -340,7 +339,6 @@ class Cgroupfs:
         self._placed: _Placed | None = None
         self._found: dict[str, Path] = {}  # scopes found by searching
         self._watched: dict[str, dict[str, int]] = {}  # unit -> {property: open descriptor} (watch)
-        self._reported: dict[str, tuple] = {}  # unit -> (what its cgroup showed, what was held) last reported
         self._written: _Inotify | None = None  # says when a watched file is written (watch_notifier)
         self._watch_ids: dict[str, list[int]] = {}  # unit -> its files' inotify watch descriptors
 
@@ -397,38 +395,22 @@ class Cgroupfs:
         cannot be read. Opened each time: read only while the ceiling is above or going down."""
         return read_value(self.root / cgroup_path(unit) / "memory.current") if unit.endswith(".slice") else None
 
-    def watch(self, held: Mapping[str, Mapping[str, int]], page_size: int) -> list[str]:
+    def watch(self, held: Mapping[str, Mapping[str, int]], page_size: int, skip: Container[str] = ()) -> list[str]:
         """The units of `held` (a few slices: the node, QoS and reserved ones) whose cgroup does
         not show the values held for them (kernel_shows), read through descriptors kept open
         between calls: pread on an open kernfs file is several times cheaper than open and read
         (tests/e2e/README.md), and this runs every second. A unit whose cgroup cannot be read
         (not made yet, gone) is not reported; descriptors of units no longer asked about close.
-
-        With the notifier, a unit is reported once for one difference: until one of its files is
-        written again (drain_notifier), a cgroup that shows the same values against the same held
-        ones is not reported again. The re-read a report asks for has then done what it can: a
-        MemoryMin or MemoryLow above systemd's (a file write that raised it, a parent's
-        DefaultMemoryLow=) is left alone (reconcile.kernel_lost), and reporting it at every look
-        kept PID 1 answering a GetAll a second, and the daemon planning a round, for as long as it
-        stayed (the timer resync still reads such a unit each resyncInterval). Any write, ours
-        through systemd or another's, makes the next difference new: a writer's file write that
-        lands right after our put-back is reported although it shows what it showed before."""
-        for unit in [u for u in self._watched if u not in held]:
+        `held` is what each cgroup is expected to show (Applier.upper_values: systemd's values, or
+        what a read left alone there), so a difference the last read accepted is not reported again.
+        `skip`: units left out this time whose descriptors stay open (a write of ours is out for
+        them: Applier.writing), so our own write does not close and reopen their watch."""
+        for unit in [u for u in self._watched if u not in held and u not in skip]:
             self._close_watch(unit)
         differ = []
         for unit, values in held.items():
             kernel = self._watched_values(unit, _files(values))
-            if kernel is None:
-                continue
-            if kernel_shows(kernel, values, page_size):
-                self._reported.pop(unit, None)
-                continue
-            seen = (tuple(sorted(kernel.items())), tuple(sorted(values.items())))
-            # Only where inotify tells of every write to the unit's files (a watch that could not
-            # be added, ENOSPC past max_user_watches: every look reports, as without the notifier).
-            told = self._written is not None and len(self._watch_ids.get(unit, ())) == len(kernel)
-            if not told or self._reported.get(unit) != seen:
-                self._reported[unit] = seen
+            if kernel is not None and not kernel_shows(kernel, values, page_size):
                 differ.append(unit)
         return differ
 
@@ -448,14 +430,9 @@ class Cgroupfs:
         return self._written
 
     def drain_notifier(self) -> None:
-        """Take the notifier's events (it is readable until then): a unit one of whose files was
-        written is reported by the next `watch` if it differs, even as it differed before."""
+        """Take the notifier's events (it is readable until then)."""
         if self._written is not None:
-            written = self._written.drain()
-            if _IN_Q_OVERFLOW_WD in written:  # events were lost: any unit may have been written
-                self._reported.clear()
-            for unit in [u for u, wds in self._watch_ids.items() if written.intersection(wds)]:
-                self._reported.pop(unit, None)
+            self._written.drain()
 
     def close_notifier(self) -> None:
         """Close the notifier (the daemon stops): the descriptors `watch` keeps stay until it is
@@ -499,7 +476,6 @@ class Cgroupfs:
         return values
 
     def _close_watch(self, unit: str) -> None:
-        self._reported.pop(unit, None)
         for fd in self._watched.pop(unit, {}).values():
             try:
                 os.close(fd)
@@ -542,8 +518,6 @@ class Cgroupfs:
 # ---- inotify (Cgroupfs.watch_notifier), through libc: no module of the standard library has it -----
 _IN_NONBLOCK, _IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
 _IN_MODIFY = 0x2
-_IN_Q_OVERFLOW_WD = -1  # the watch descriptor of IN_Q_OVERFLOW: the queue overflowed, events were lost
-_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (a read returns whole events)
 
 
 class _Inotify:
@@ -571,19 +545,12 @@ class _Inotify:
         """Stop watching; a file that has gone took its watch with it (EINVAL then: nothing to do)."""
         self._libc.inotify_rm_watch(self._fd, wd)
 
-    def drain(self) -> set[int]:
-        """Take the waiting events: the watch descriptors they name."""
-        wds: set[int] = set()
+    def drain(self) -> None:
         try:
-            while chunk := os.read(self._fd, 4096):
-                at = 0
-                while at + _EVENT.size <= len(chunk):  # struct inotify_event, then its name's bytes
-                    wd, _mask, _cookie, length = _EVENT.unpack_from(chunk, at)
-                    wds.add(wd)
-                    at += _EVENT.size + length
+            while os.read(self._fd, 4096):
+                pass
         except BlockingIOError:
             pass
-        return wds
 
     def close(self) -> None:
         os.close(self._fd)

@@ -441,7 +441,7 @@ class Daemon:
         ours back, and the read names the writer)."""
         if self.applier is None or self.agenda.due(self.out.clock()).quiet:
             return
-        if self.out.cgroupfs.watch(self.applier.upper_values(), self.out.page_size):
+        if self.out.cgroupfs.watch(self.applier.upper_values(), self.out.page_size, skip=self.applier.writing):
             self.agenda.kernel_drift(self.out.clock())
             self.wake()
 

@@ -266,29 +266,42 @@ def test_what_the_kernel_lost_while_the_daemon_was_stopped_is_put_back_as_it_sta
     run(body())
 
 
-def test_a_cgroup_showing_more_protection_than_systemd_holds_is_read_once_not_at_every_look(fake_systemd, tmp_path):
+class NoInotify(Cgroupfs):
+    """A node where inotify cannot be had (no instance left): the watch's timer alone."""
+
+    def watch_notifier(self):
+        return None
+
+
+@pytest.mark.parametrize("inotify", [True, False], ids=["inotify", "timer alone"])
+def test_a_cgroup_showing_more_protection_than_systemd_holds_is_read_once_not_at_every_look(
+        fake_systemd, tmp_path, inotify):
     """A MemoryLow raised in the file alone is left alone (reconcile.kernel_lost: more protection,
-    as a parent's DefaultMemoryLow= shows too): systemd is asked once, not at each look of the
-    watch (every KERNEL_WATCH_INTERVAL after a drift), which cost PID 1 a GetAll a second and the
-    daemon a round for as long as the value stayed. A second write is looked at again."""
+    as a parent's DefaultMemoryLow= shows too): systemd is asked once, and what the cgroup showed
+    is what the watch expects from then on (Applier.left), not at each look of the watch (every
+    KERNEL_WATCH_INTERVAL after a drift), which cost PID 1 two GetAll a second and the daemon a
+    round for as long as the value stayed. A second write is looked at again."""
     from fakesystemd import unit_path
     start_pods(fake_systemd, *NODE_UNITS)
+    cgroupfs = (Cgroupfs if inotify else NoInotify)(tmp_path / "cgroup")
+    found = 2 if inotify else 2 + agenda_mod.KERNEL_WATCH_IDLE  # the idle watch's timer
     qos = "kubepods-burstable.slice"
 
     def reads() -> int:
         return sum(c.path == unit_path(qos) for c in fake_systemd.calls_to("GetAll"))
 
     async def body():
-        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED,
+                           cgroupfs=cgroupfs) as h:
             await h.settle()
             held = h.memory(qos)
             fake_systemd.clear_calls()
             fake_systemd.write_cgroup_file(qos, MemoryLow=held["MemoryLow"] + (64 << 20))
-            await until(lambda: reads() == 1, timeout=2)
+            await until(lambda: reads() == 1, timeout=found)
             rounds = h.reconciles()
             await asyncio.sleep(4 * agenda_mod.KERNEL_WATCH_INTERVAL)  # four looks of the close watch
             assert reads() == 1 and h.sets() == [] and h.reconciles() <= rounds + 1
             fake_systemd.write_cgroup_file(qos, MemoryLow=held["MemoryLow"] + (128 << 20))
-            await until(lambda: reads() == 2, timeout=2)
+            await until(lambda: reads() == 2, timeout=found)
             assert h.memory(qos) == held and h.sets() == []
     run(body())

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .quantity import UINT64_MAX as INFINITY
+from .quantity import UINT64_MAX as INFINITY, page_up
 
 __all__ = ["Step", "step"]
 
@@ -46,7 +46,7 @@ def step(target: int, held: int | None, usage: int | None, page_size: int) -> St
         return Step(target, False)  # a raise (or nothing): the kernel reclaims nothing
     if usage is None:
         return Step(held, True)
-    floor = -(-usage // page_size) * page_size  # the usage, up to a page
+    floor = page_up(usage, page_size)  # the usage, up to a page
     if floor <= target:
         return Step(target, False)
     return Step(min(floor, held), True)

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Container, Iterable, Mapping
 
 from .plan import Plan, UnitPlan
-from .quantity import UINT64_MAX
+from .quantity import UINT64_MAX, as_stored
 
 __all__ = [
     "Cgroupfs", "KeptFiles", "RuntimeSettings", "INVOCATION_XATTRS", "ROOT", "cgroup_path", "plan_cgroup_paths",
@@ -306,9 +306,7 @@ def kernel_shows(kernel: Mapping[str, int], held: Mapping[str, int], page_size: 
     """Whether memory.min/low/high (and memory.max, where `held` has MemoryMax) as the kernel shows
     them are `held` (as systemd holds them): the kernel stores each rounded down to a page,
     infinity as is."""
-    return all(prop in held and kernel.get(prop) == (held[prop] if held[prop] == UINT64_MAX
-                                                     else held[prop] // page_size * page_size)
-               for prop in _files(held))
+    return all(prop in held and kernel.get(prop) == as_stored(held[prop], page_size) for prop in _files(held))
 
 
 def _files(held: Mapping[str, int]) -> Mapping[str, str]:

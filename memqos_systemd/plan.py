@@ -25,7 +25,7 @@ from fractions import Fraction
 from .config import Config
 from .naming import Naming, NamingError, container_scope, reserved_slice
 from .pods import Pod, one_line
-from .quantity import MAX_BYTES, UINT64_MAX, format_bytes
+from .quantity import MAX_BYTES, UINT64_MAX, format_bytes, page_up
 
 __all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "Ceiling", "allocatable", "memory_high",
            "besteffort_ceiling", "qos_reserved_writer", "plan"]
@@ -140,7 +140,7 @@ def besteffort_ceiling(alloc: int, requests: int, headroom: int, minimum: int, p
     """MemoryMax of the BestEffort QoS slice: what allocatable leaves after the Guaranteed and
     Burstable pods' `requests` and the `headroom`, down to a page; never below `minimum` (up to a
     page: the kernel keeps memory.max in whole pages, rounded down)."""
-    floor = -(-minimum // page_size) * page_size
+    floor = page_up(minimum, page_size)
     return max(floor, (alloc - requests - headroom) // page_size * page_size)
 
 

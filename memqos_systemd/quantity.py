@@ -84,8 +84,12 @@ def _parse_text(value: str) -> Fraction:
     num = m.group("num")
     if len(num.replace(".", "")) > _MAX_DIGITS:
         # Refused before any arithmetic. A whole part that long is more than any node has.
+        nonzero = bool(num.strip("0."))
+        shrinks = (m.group("exp") or "e")[1:].startswith("-")  # a negative exponent: not known to be large
         raise QuantityError(f"{shown(value)} has too many digits",
-                            TOO_LARGE if len(num.split(".")[0].lstrip("0")) > 19 else "has too many digits")
+                            NEGATIVE if nonzero and m.group("sign") == "-" else
+                            TOO_LARGE if len(num.split(".")[0].lstrip("0")) > 19 and not shrinks else
+                            "has too many digits")
     result = Fraction(num if not num.endswith(".") else num[:-1])
     if m.group("exp"):
         exp = int(m.group("exp")[1:])
@@ -99,6 +103,16 @@ def _parse_text(value: str) -> Fraction:
         suffix = m.group("suffix") or ""
         result *= _BINARY.get(suffix) or _DECIMAL[suffix]
     return -result if m.group("sign") == "-" else result
+
+
+def page_up(n: int, page_size: int) -> int:
+    """`n` rounded up to a whole page."""
+    return -(-n // page_size) * page_size
+
+
+def as_stored(value: int, page_size: int) -> int:
+    """A memory.min/low/high/max as the kernel stores it: down to a page, infinity as is."""
+    return value if value == UINT64_MAX else value // page_size * page_size
 
 
 def to_bytes(q: Fraction, what: str = "quantity") -> int:

@@ -51,6 +51,7 @@ from typing import Iterable, Mapping
 
 from .naming import Naming
 from .plan import INFINITY, Plan, UnitPlan
+from .quantity import as_stored
 
 __all__ = ["Change", "DEFAULTS", "UNREAD", "diff", "grow_only", "kernel_lost", "one_write_per_container", "reset_plan",
            "MAY_CREATE"]
@@ -93,7 +94,7 @@ def kernel_lost(held: Mapping[str, int], kernel: Mapping[str, int], page_size: i
         value = held.get(prop)
         if value is None or prop not in DEFAULTS:
             continue
-        applied = value if value == INFINITY else value // page_size * page_size
+        applied = as_stored(value, page_size)
         if shown < applied or (prop == "MemoryHigh" and shown != applied):
             lost[prop] = shown
     return lost

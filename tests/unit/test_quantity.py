@@ -125,6 +125,18 @@ def test_hostile_quantities_are_refused_before_any_arithmetic_in_one_short_line(
     assert why in str(e.value) and "\n" not in str(e.value) and len(str(e.value)) < 200, str(e.value)[:300]
 
 
+@pytest.mark.parametrize("text, problem", [
+    ("1" * 41, "is larger than"), ("-" + "1" * 41, "is negative"), ("1" * 41 + "e-30", "has too many digits"),
+    ("0." + "1" * 41, "has too many digits"),
+])
+def test_a_value_with_too_many_digits_is_called_what_it_is(text, problem):
+    """What `problem` says (config and --node-memory show it): negative, larger than a node can
+    have, or only too long to read, judged on the text as the exponent's bound is."""
+    with pytest.raises(QuantityError) as e:
+        parse_bytes(text)
+    assert e.value.problem.startswith(problem) and "too many digits" in str(e.value), (e.value.problem, str(e.value))
+
+
 @pytest.mark.parametrize("value", [True, False, None, [], {}, b"1Mi", object(), float("nan"), float("inf"),
                                    float("-inf")])
 def test_non_quantities_are_refused(value):

@@ -33,6 +33,7 @@ from .plan import INFINITY, NodeFacts, Plan, plan
 from .quantity import format_bytes
 from .reconcile import DEFAULTS, MAY_CREATE, reset_plan
 from .round import Inputs, Round
+from .ceiling import step
 from .ceiling_watch import CeilingWatch, ceiling_units
 from .runfile import RunLockHeld, hold_run_lock
 from .sources import SourceError, make_source
@@ -278,8 +279,8 @@ def _unit_rows(desired: Plan | None, observed: dict) -> list[dict]:
         differ = [k for k, v in (want or {}).items() if held is not None and held.get(k) != v]
         if held is None and u is not None and u.level in MAY_CREATE and want != DEFAULTS:
             why = "not created"  # a reserved slice the service makes; not yet
-        elif differ == ["MemoryMax"] and held["MemoryMax"] > want["MemoryMax"]:
-            # The BestEffort ceiling on its way down: never below the slice's usage (ceiling.py).
+        elif differ == ["MemoryMax"] and _stepping(want["MemoryMax"], held["MemoryMax"],
+                                                   read_value(CGROUP_ROOT / d / "memory.current"), page):
             why, drift = "MemoryMax above the plan: it steps down with the slice's usage", False
         elif differ:
             why = "systemd differs from the plan"
@@ -288,6 +289,14 @@ def _unit_rows(desired: Plan | None, observed: dict) -> list[dict]:
         rows.append({"unit": name, "level": u.level if u else "unplanned", "cgroup": d, "desired": want,
                      "systemd": held, "kernel": kernel, "drift": drift and bool(why), "why": why})
     return rows
+
+
+def _stepping(planned: int, held: int, usage: int | None, page: int) -> bool:
+    """Whether a MemoryMax above the plan is the BestEffort ceiling on its way down, held where
+    the service's step puts it (ceiling.step: never below the slice's usage), and not a value
+    someone else set (infinity by set-property, the kubelet's QOSReserved)."""
+    s = step(planned, held, usage, page)
+    return s.following and s.value == held
 
 
 def _ceiling_row(desired: Plan | None, observed: dict, naming: Naming, cfg: Config) -> dict | None:
@@ -428,7 +437,8 @@ def _ceiling_lines(c: dict) -> list[str]:
     """The BestEffort ceiling for people, in two lines of at most WIDTH columns: planned, held, the
     usage; how it was planned, and the slice's max and oom_kill counts."""
     held, planned = c["systemd"], c["MemoryMax"]
-    state = " (steps down with the usage)" if held is not None and planned is not None and held > planned else ""
+    stepping = None not in (held, planned) and _stepping(planned, held, c["usageBytes"], _page_size())
+    state = " (steps down with the usage)" if stepping else ""
     first = (f"BestEffort ceiling ({c['unit']}): plan {_human(planned) if planned is not None else 'none'},"
              f" systemd holds {_human(held)}{state}, usage {_human(c['usageBytes'])}")
     how = (f"allocatable - requests {_human(c['requestsBytes'])} - headroom {_human(c['headroomBytes'])}"

@@ -616,6 +616,28 @@ def test_the_ceiling_through_apply_status_and_a_reset_with_a_broken_config(node)
     assert (node.tmp / "ceiling-slices").read_text() == ""
 
 
+def test_status_calls_a_memorymax_above_the_plan_a_step_only_where_the_usage_holds_it(node):
+    """The BestEffort ceiling steps down no lower than the slice's usage: status shows that as no
+    drift. A MemoryMax above the plan that is not at the usage (infinity by set-property, the
+    kubelet's QOSReserved) is drift."""
+    node.start_applied(node.plan())
+    config = node.write_config("ceiling.yaml", podsFile=str(node.pods_path), bestEffortCeiling={"enabled": True})
+    doc = json.loads(node.cli("plan", "--pods", node.pods_path, "--output", "json", config=config).stdout)
+    planned = next(u["MemoryMax"] for u in doc["units"] if u["unit"] == BE_SLICE)
+    usage = node.cgroup / "kubepods.slice" / BE_SLICE / "memory.current"
+    usage.parent.mkdir(parents=True, exist_ok=True)
+    usage.write_text(f"{planned + (10 << 20) + 1}\n")
+    for held, drift in ((planned + (10 << 20) + 4096, False), (INF, True)):
+        node.fake.set_memory_max(BE_SLICE, held)
+        s = node.cli("status", "--output", "json", config=config)
+        no_traceback(s)
+        row = next(r for r in json.loads(s.stdout)["units"] if r["unit"] == BE_SLICE)
+        assert row["drift"] is drift, row
+        assert ("steps down with the slice's usage" in row["why"]) is not drift, row
+        table = node.cli("status", "--output", "table", config=config).stdout  # its line is cut at 100 columns
+        assert ("(steps down" in table) is not drift, table
+
+
 def test_reset_and_a_dry_run_take_back_only_a_memorymax_that_is_ours(node):
     """One rule says whose MemoryMax is ours (ceiling_watch.ceiling_units) for the service, apply,
     reset and status: a kubelet whose config caps BestEffort itself (QOSReserved) keeps its value

@@ -12,6 +12,7 @@ Every error is a `ConfigError` whose message names the key and the value, e.g.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import math
 import os
@@ -346,21 +347,18 @@ def _listen(src, key, value) -> str | None:
 
 
 def _kubelet_source(src, key, value) -> KubeletSettings:
-    if not isinstance(value, dict):
-        raise _fail(src, key, value, "must be a map (url, tokenFile, caFile, ...)")
     fields = {
-        "url": ("url", lambda k, v: _url(src, k, v)),
-        "tokenFile": ("token_file", lambda k, v: _optional_path(src, k, v)),
-        "caFile": ("ca_file", lambda k, v: _optional_path(src, k, v)),
-        "clientCertFile": ("client_cert_file", lambda k, v: _optional_path(src, k, v)),
-        "clientKeyFile": ("client_key_file", lambda k, v: _optional_path(src, k, v)),
-        "insecureSkipTLSVerify": ("insecure_skip_tls_verify", lambda k, v: _bool(src, k, v)),
-        "serverName": ("server_name", lambda k, v: _server_name(src, k, v)),
-        "pollInterval": ("poll_interval", lambda k, v: _duration(src, k, v, minimum=0.1)),
-        "timeout": ("timeout", lambda k, v: _duration(src, k, v, minimum=0.1, maximum=300)),
+        "url": ("url", _url),
+        "tokenFile": ("token_file", _optional_path),
+        "caFile": ("ca_file", _optional_path),
+        "clientCertFile": ("client_cert_file", _optional_path),
+        "clientKeyFile": ("client_key_file", _optional_path),
+        "insecureSkipTLSVerify": ("insecure_skip_tls_verify", _bool),
+        "serverName": ("server_name", _server_name),
+        "pollInterval": ("poll_interval", functools.partial(_duration, minimum=0.1)),
+        "timeout": ("timeout", functools.partial(_duration, minimum=0.1, maximum=300)),
     }
-    out = _map_fields(src, key, value, fields)
-    result = KubeletSettings(**out)
+    result = KubeletSettings(**_map_fields(src, key, value, fields, "must be a map (url, tokenFile, caFile, ...)"))
     if (result.client_cert_file is None) != (result.client_key_file is None):
         raise _fail(src, f"{key}.clientCertFile", result.client_cert_file,
                     "and kubelet.clientKeyFile must be set together")
@@ -439,38 +437,34 @@ def url_problem(url: str) -> str | None:
 def _metrics(src, key, value) -> MetricsConfig:
     if value is None:
         return MetricsConfig(listen=None)
-    if not isinstance(value, dict):
-        raise _fail(src, key, value, "must be a map with 'listen', 'perPod' and 'perUnit', or null to disable")
-    metrics = MetricsConfig(**_map_fields(src, key, value, {"listen": ("listen", lambda k, v: _listen(src, k, v)),
-                                                            "perPod": ("per_pod", lambda k, v: _bool(src, k, v)),
-                                                            "perUnit": ("per_unit", lambda k, v: _bool(src, k, v))}))
+    fields = {"listen": ("listen", _listen), "perPod": ("per_pod", _bool), "perUnit": ("per_unit", _bool)}
+    metrics = MetricsConfig(**_map_fields(src, key, value, fields,
+                                          "must be a map with 'listen', 'perPod' and 'perUnit', or null to disable"))
     if metrics.per_unit and not metrics.per_pod:
         raise _fail(src, f"{key}.perUnit", True, "adds series to the per-pod ones, which perPod: false turns off;"
                                                  " set one of them, not both")
     return metrics
 
 
-def _map_fields(src, prefix, value: dict, fields: dict) -> dict:
+def _map_fields(src, prefix, value, fields: dict, not_a_map: str) -> dict:
+    """A map of the config (`prefix`) as {attribute: checked value}: `fields` is key ->
+    (attribute, checker(src, key, value)); `not_a_map` says what it must be when it is no map."""
+    if not isinstance(value, dict):
+        raise _fail(src, prefix, value, not_a_map)
     out = {}
     for k, v in value.items():
         if k not in fields:
             raise _fail(src, f"{prefix}.{k}", v, f"is not a known key (known: {', '.join(fields)})")
         attr, check = fields[k]
-        out[attr] = check(f"{prefix}.{k}", v)
+        out[attr] = check(src, f"{prefix}.{k}", v)
     return out
 
 
 def _best_effort_ceiling(src, key, value) -> CeilingSettings:
     if value is None:
         return CeilingSettings()
-    if not isinstance(value, dict):
-        raise _fail(src, key, value, "must be a map (enabled, headroom, minimum), or null")
-    fields = {
-        "enabled": ("enabled", lambda k, v: _bool(src, k, v)),
-        "headroom": ("headroom", lambda k, v: _bytes(src, k, v)),
-        "minimum": ("minimum", lambda k, v: _bytes(src, k, v)),
-    }
-    out = _map_fields(src, key, value, fields)
+    fields = {"enabled": ("enabled", _bool), "headroom": ("headroom", _bytes), "minimum": ("minimum", _bytes)}
+    out = _map_fields(src, key, value, fields, "must be a map (enabled, headroom, minimum), or null")
     if out.get("minimum", 1 << 20) < 1 << 20:
         raise _fail(src, f"{key}.minimum", value.get("minimum"),
                     "must be at least 1Mi (BestEffort pods need room to start: runc's init runs in their cgroup)")

@@ -573,10 +573,9 @@ def test_reset_with_a_broken_config_resets_by_the_unit_names_and_the_ledger(node
 BE_SLICE = "kubepods-besteffort.slice"
 
 
-def test_the_ceiling_through_apply_status_and_a_reset_with_a_broken_config(node):
-    """bestEffortCeiling (issue 25): apply --once steps MemoryMax no lower than the slice's usage
-    (memory.current) and remembers the slice in the ledger before it writes; status shows the
-    ceiling beside the usage; reset takes it back by the ledger, with a config it cannot use."""
+def ceiling_above_its_plan(node):
+    """An applied node with bestEffortCeiling on whose BestEffort slice uses 10 MiB and a byte more
+    than the planned MemoryMax: (the config, the planned MemoryMax, the slice's memory.current)."""
     node.start_applied(node.plan())
     config = node.write_config("ceiling.yaml", podsFile=str(node.pods_path), bestEffortCeiling={"enabled": True})
     doc = json.loads(node.cli("plan", "--pods", node.pods_path, "--output", "json", config=config).stdout)
@@ -584,6 +583,14 @@ def test_the_ceiling_through_apply_status_and_a_reset_with_a_broken_config(node)
     usage = node.cgroup / "kubepods.slice" / BE_SLICE / "memory.current"
     usage.parent.mkdir(parents=True, exist_ok=True)
     usage.write_text(f"{planned + (10 << 20) + 1}\n")
+    return config, planned, usage
+
+
+def test_the_ceiling_through_apply_status_and_a_reset_with_a_broken_config(node):
+    """bestEffortCeiling (issue 25): apply --once steps MemoryMax no lower than the slice's usage
+    (memory.current) and remembers the slice in the ledger before it writes; status shows the
+    ceiling beside the usage; reset takes it back by the ledger, with a config it cannot use."""
+    config, planned, usage = ceiling_above_its_plan(node)
     p = node.cli("apply", "--once", config=config)
     no_traceback(p)
     assert p.returncode == 0, p.stderr
@@ -620,13 +627,7 @@ def test_status_calls_a_memorymax_above_the_plan_a_step_only_where_the_usage_hol
     """The BestEffort ceiling steps down no lower than the slice's usage: status shows that as no
     drift. A MemoryMax above the plan that is not at the usage (infinity by set-property, the
     kubelet's QOSReserved) is drift."""
-    node.start_applied(node.plan())
-    config = node.write_config("ceiling.yaml", podsFile=str(node.pods_path), bestEffortCeiling={"enabled": True})
-    doc = json.loads(node.cli("plan", "--pods", node.pods_path, "--output", "json", config=config).stdout)
-    planned = next(u["MemoryMax"] for u in doc["units"] if u["unit"] == BE_SLICE)
-    usage = node.cgroup / "kubepods.slice" / BE_SLICE / "memory.current"
-    usage.parent.mkdir(parents=True, exist_ok=True)
-    usage.write_text(f"{planned + (10 << 20) + 1}\n")
+    config, planned, usage = ceiling_above_its_plan(node)
     for held, drift in ((planned + (10 << 20) + 4096, False), (INF, True)):
         node.fake.set_memory_max(BE_SLICE, held)
         s = node.cli("status", "--output", "json", config=config)

@@ -23,7 +23,8 @@ from .cgroupfs import (
 from .config import DEFAULT_CONFIG_PATH, Config
 from .daemon import Daemon, Outside
 from .intake import PodIntake
-from .kubelet_gate import GATE_FIX, memory_qos_gate, parse_kubelet_metrics, parse_labels, qos_reserved, who_writes
+from .kubelet_gate import (GATE_FIX, memory_qos_gate, parse_kubelet_metrics, parse_labels, qos_reserved, who_writes,
+                           written_how)
 from .metrics import Metrics, parse_listen
 from .naming import Naming, container_scope
 from .node import MemoryWatcher, check_node, kubelet_config_findings, page_size, read_meminfo, systemd_findings
@@ -425,7 +426,7 @@ def status_lines(doc: dict, *, wide: bool = False) -> list[str]:
         lines.append("fought over (written behind our back again and again, put back each time; who: check):")
         for f in doc["foughtOver"]:
             clock = time.strftime("%H:%M:%S", time.localtime(f["since"]))
-            line = f"  {f['unit']}: {f['writes']} writes since {clock}, {_where(f['writers'])}"
+            line = f"  {f['unit']}: {f['writes']} writes since {clock}, {written_how(f['writers'])}"
             cut = cut or (not wide and columns.width(line) > WIDTH)
             lines.append(line if wide else columns.fit(line, WIDTH))
     if cut:
@@ -447,12 +448,6 @@ def _ceiling_lines(c: dict) -> list[str]:
     ev = c["events"]
     return [columns.fit(first, WIDTH),
             columns.fit(f"  {how}; memory.events max {_count(ev['max'])}, oom_kill {_count(ev['oom_kill'])}", WIDTH)]
-
-
-def _where(writers: list[str]) -> str:
-    """How someone wrote behind our back: "through systemd", "in its cgroup file", or both."""
-    return " and ".join("through systemd" if w == "systemd" else "in its cgroup file"
-                        for w in sorted(writers, reverse=True))
 
 
 def _count(n: int | None) -> str:
@@ -617,14 +612,14 @@ def _check_kubelet_gate(cfg: Config) -> list[tuple[str, str]]:
     # and the units fought over now (fights.py).
     seen = _service_foreign_writes(cfg)
     if seen:
-        each = [f"{level} level {n:g} time(s) {_where([writer])}: {who_writes(level, writer, gate.on, reserved.on)}"
+        each = [f"{level} level {n:g} time(s) {written_how([writer])}: {who_writes(level, writer, gate.on, reserved.on)}"
                 for (level, writer), n in sorted(seen.items())]
         out.append(("warn", "writers: the service has put back values someone else wrote: " + "; ".join(each)
                             + " (memqos_foreign_writes_total; the units: journalctl -u memqos-systemd)"))
     for f in fights.current(FIGHTS_PATH, time.time()):
         who = " or ".join(who_writes(f["level"], w, gate.on, reserved.on) for w in sorted(f["writers"], reverse=True))
         out.append(("warn", f"writers: {f['unit']} is fought over: written behind the service's back {f['writes']}"
-                            f" times ({_where(f['writers'])}) by {who}; the service puts its values back each time"))
+                            f" times ({written_how(f['writers'])}) by {who}; the service puts its values back each time"))
     return out
 
 

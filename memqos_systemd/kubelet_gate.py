@@ -45,7 +45,7 @@ from .quantity import show_value
 
 __all__ = ["Gate", "DEFAULT_ON_FROM", "memory_qos_gate", "qos_reserved", "parse_kubelet_metrics", "parse_version",
            "WRITERS", "FOREIGN_LOG_EVERY", "FIGHT_WRITES", "FIGHT_WINDOW", "Fight", "ForeignWrites", "likely_writer",
-           "foreign_write_line", "fight_line", "GATE_FIX", "parse_labels", "who_writes"]
+           "foreign_write_line", "fight_line", "GATE_FIX", "parse_labels", "who_writes", "written_how"]
 
 DEFAULT_ON_FROM = (1, 37)
 _FEATURE = re.compile(r'^kubernetes_feature_enabled\{([^}]*)\}\s+([0-9.eE+-]+)\s*$')
@@ -207,10 +207,15 @@ def qos_reserved(*, reported: bool | None = None, configured: bool | None = None
                       f" (set kubeletConfigFile)")
 
 
+def written_how(writers) -> str:
+    """How someone wrote behind our back: "through systemd", "in its cgroup file", or both."""
+    return " and ".join("through systemd" if w == "systemd" else "in its cgroup file"
+                        for w in sorted(writers, reverse=True))
+
+
 def fight_line(fight: Fight, naming: Naming) -> str:
     """The journal's line when a unit becomes fought over."""
-    kinds = " and ".join("through systemd" if w == "systemd" else "in its cgroup file" for w in sorted(fight.writers,
-                                                                                                      reverse=True))
+    kinds = written_how(fight.writers)
     writer = likely_writer(fight.unit, fight.changed, "cgroupfs" if "cgroupfs" in fight.writers else "systemd",
                            naming)
     return (f"{fight.unit}: written behind our back {fight.writes} times in {fight.last - fight.since:.0f} s"

@@ -98,7 +98,7 @@ from .bus import AccessDenied, Bus, BusClosed, CallTimeout, NoSuchUnit, SystemdE
 from .quantity import UINT64_MAX, show_value
 
 __all__ = [
-    "MEMORY_PROPERTIES", "CEILING_PROPERTY", "CARRIED_PROPERTIES", "UINT64_MAX", "ACTIVE_STATES",
+    "MEMORY_PROPERTIES", "CARRIED_PROPERTIES", "UINT64_MAX", "ACTIVE_STATES",
     "SystemdError", "NoSuchUnit", "AccessDenied", "CallTimeout", "BusClosed",
     "Systemd", "UnitStatus", "describe_call",
 ]

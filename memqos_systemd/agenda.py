@@ -208,7 +208,7 @@ class Agenda:
         self._kubelet_started = now
         self._pending = max(self._pending, Refresh.LIGHT)
         self._want_fetch = True
-        self._watch_closely(now + KERNEL_WATCH_AFTER_KUBELET_START)
+        self._watch_closely(now, KERNEL_WATCH_AFTER_KUBELET_START)
 
     def systemd_changing(self, active: bool, now: float) -> None:
         """systemd's Reloading(active). While it reloads, units read back half-loaded (defaults, or
@@ -241,7 +241,7 @@ class Agenda:
 
     def foreign_write(self, now: float) -> None:
         """A read found a unit holding what someone else wrote: watch closely for a while."""
-        self._watch_closely(now + KERNEL_WATCH_ALERT)
+        self._watch_closely(now, KERNEL_WATCH_ALERT)
 
     def kernel_drift(self, now: float) -> None:
         """A node, QoS or reserved slice's cgroup no longer shows what the cache holds for it:
@@ -256,10 +256,13 @@ class Agenda:
             self.reread(Refresh.TIMER_LIGHT)
         else:
             self._drift_at = min(self._drift_at, self._drift_asked + KERNEL_DRIFT_GAP)
-        self._watch_closely(now + KERNEL_WATCH_AFTER_DRIFT)
+        self._watch_closely(now, KERNEL_WATCH_AFTER_DRIFT)
 
-    def _watch_closely(self, until: float) -> None:
-        self._close_until = max(self._close_until, until)
+    def _watch_closely(self, now: float, how_long: float) -> None:
+        """Look every KERNEL_WATCH_INTERVAL for `how_long` from `now`, starting within one interval
+        (not at the idle look already due, up to KERNEL_WATCH_IDLE away)."""
+        self._close_until = max(self._close_until, now + how_long)
+        self._ticks[Tick.WATCH] = min(self._ticks[Tick.WATCH], now + KERNEL_WATCH_INTERVAL)
 
     def ceiling_following(self, now: float, following: bool, moved: bool) -> None:
         """A round put the BestEffort ceiling where the slice's usage lets it (ceiling.step):

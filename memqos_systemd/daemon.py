@@ -140,6 +140,7 @@ class Daemon:
         self.foreign = ForeignWrites()  # writes behind our back: when to log them, which units are fought over
         self._oom_group = OomGroupJournal(outside.metrics.oom_group_restored)  # memory.oom.group put back
         self._wake = asyncio.Event()
+        self._ticks_moved = asyncio.Event()  # an event may have brought a tick forward (Agenda._watch_closely)
         self._stop_event = asyncio.Event()
         # Every periodic task beside the rounds, on the agenda's schedule (Tick).
         self._ticks: dict[Tick, Callable[[], None]] = {
@@ -158,6 +159,7 @@ class Daemon:
     # ------------------------------------------------------------ events: one transition each
     def wake(self) -> None:
         self._wake.set()
+        self._ticks_moved.set()
 
     def on_unit_new(self, name: str) -> None:
         ref = self.naming.parse_unit(name)
@@ -287,7 +289,8 @@ class Daemon:
             for tick in self.agenda.ticks_due(self.out.clock()):
                 self._ticks[tick]()
                 self.agenda.tick_done(tick, self.out.clock())
-            await asyncio.sleep(self.agenda.tick_timeout(self.out.clock()))  # (a stop cancels it)
+            await until_set(self._ticks_moved, self.agenda.tick_timeout(self.out.clock()))  # (a stop cancels it)
+            self._ticks_moved.clear()
 
     async def _refresh(self, now: float) -> None:
         """Re-read what systemd holds, as much as the agenda asks for."""
@@ -455,6 +458,7 @@ class Daemon:
         self.out.metrics.foreign_write(level, writer)
         clock = self.out.clock()
         self.agenda.foreign_write(clock)
+        self._ticks_moved.set()  # the close watch begins within a second
         if self.ceiling.stand_down(unit, before, now, self.config):  # the ceiling's: said there, once
             before, now = ({p: v for p, v in d.items() if p != "MemoryMax"} for d in (before, now))
             if before == now:

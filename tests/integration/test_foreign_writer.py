@@ -266,11 +266,24 @@ def test_what_the_kernel_lost_while_the_daemon_was_stopped_is_put_back_as_it_sta
     run(body())
 
 
-class NoInotify(Cgroupfs):
-    """A node where inotify cannot be had (no instance left): the watch's timer alone."""
+class Looked(Cgroupfs):
+    """The watch's looks, each with what it reported (Cgroupfs.watch: the units whose cgroup
+    differs from what the daemon expects), for a test to wait on the looks themselves rather than
+    on a count of the timer's ticks. Without `inotify`: a node where inotify cannot be had (no
+    instance left), the watch's timer alone."""
+
+    def __init__(self, root, inotify: bool):
+        super().__init__(root)
+        self.inotify = inotify
+        self.looks: list[list[str]] = []
 
     def watch_notifier(self):
-        return None
+        return super().watch_notifier() if self.inotify else None
+
+    def watch(self, held, page_size, skip=()):
+        found = super().watch(held, page_size, skip)
+        self.looks.append(list(found))
+        return found
 
 
 @pytest.mark.parametrize("inotify", [True, False], ids=["inotify", "timer alone"])
@@ -280,10 +293,15 @@ def test_a_cgroup_showing_more_protection_than_systemd_holds_is_read_once_not_at
     as a parent's DefaultMemoryLow= shows too): systemd is asked once, and what the cgroup showed
     is what the watch expects from then on (Applier.left), not at each look of the watch (every
     KERNEL_WATCH_INTERVAL after a drift), which cost PID 1 two GetAll a second and the daemon a
-    round for as long as the value stayed. A second write is looked at again."""
+    round for as long as the value stayed. A second write is looked at again.
+
+    Waited on as events: the read that records what was left, then four looks of the watch
+    (counted as they happen, whatever paces them). A round for another reason (the pod source's
+    poll, every pollInterval) is not the watch's doing, so rounds are not counted: a report of the
+    watch is what asks for a round, and there is none after the first."""
     from fakesystemd import unit_path
     start_pods(fake_systemd, *NODE_UNITS)
-    cgroupfs = (Cgroupfs if inotify else NoInotify)(tmp_path / "cgroup")
+    cgroupfs = Looked(tmp_path / "cgroup", inotify)
     found = 2 if inotify else 2 + agenda_mod.KERNEL_WATCH_IDLE  # the idle watch's timer
     qos = "kubepods-burstable.slice"
 
@@ -297,10 +315,12 @@ def test_a_cgroup_showing_more_protection_than_systemd_holds_is_read_once_not_at
             held = h.memory(qos)
             fake_systemd.clear_calls()
             fake_systemd.write_cgroup_file(qos, MemoryLow=held["MemoryLow"] + (64 << 20))
-            await until(lambda: reads() == 1, timeout=found)
-            rounds = h.reconciles()
-            await asyncio.sleep(4 * agenda_mod.KERNEL_WATCH_INTERVAL)  # four looks of the close watch
-            assert reads() == 1 and h.sets() == [] and h.reconciles() <= rounds + 1
+            await until(lambda: reads() == 1 and qos in h.daemon.applier.left, timeout=found)
+            after_read = len(cgroupfs.looks)
+            await until(lambda: len(cgroupfs.looks) >= after_read + 4,  # four looks of the close watch
+                        timeout=4 * agenda_mod.KERNEL_WATCH_INTERVAL + 2)
+            assert [look for look in cgroupfs.looks[after_read:] if look] == []
+            assert reads() == 1 and h.sets() == []
             fake_systemd.write_cgroup_file(qos, MemoryLow=held["MemoryLow"] + (128 << 20))
             await until(lambda: reads() == 2, timeout=found)
             assert h.memory(qos) == held and h.sets() == []

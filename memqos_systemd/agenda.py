@@ -177,6 +177,9 @@ class Agenda:
         # When each tick is due next: the heartbeat at once, the others after their interval.
         self._ticks = {Tick.HEARTBEAT: now, Tick.WATCH: now + self.watch_interval(now)}
         self._ceiling_at = float("inf")  # when to look at the BestEffort slice's usage again
+        # Ask the kubelet whether its own Memory QoS is on (companion mode) at the next fetch that
+        # succeeds: at start, after a config reload, after the kubelet (re)started.
+        self._ask_kubelet = True
         self._ceiling_wait = CEILING_FOLLOW_FIRST
 
     # ---- events ---------------------------------------------------------------------------
@@ -206,6 +209,7 @@ class Agenda:
         UnitNew/UnitRemoved: re-reading them all cost a GetAll per unit in PID 1's queue at the
         moment a node's pods start (issue 6), and drift on them is found by the full resync."""
         self._kubelet_started = now
+        self._ask_kubelet = True  # it may have come back with its Memory QoS gate flipped
         self._pending = max(self._pending, Refresh.LIGHT)
         self._want_fetch = True
         self._watch_closely(now, KERNEL_WATCH_AFTER_KUBELET_START)
@@ -297,8 +301,15 @@ class Agenda:
         self.resync_interval, self.poll_interval, self.watch_source = resync_interval, poll_interval, watch_source
         self._next_resync = min(self._next_resync, now + resync_interval)
         self.reread()
+        self._ask_kubelet = True
         if source_changed:
             self._want_fetch = True
+
+    def ask_kubelet(self) -> bool:
+        """Whether to ask the kubelet what it writes itself now (after a fetch that succeeded: it
+        answers): once after start, each config reload and each kubelet start. Taken when asked."""
+        asked, self._ask_kubelet = self._ask_kubelet, False
+        return asked
 
     def source_changed(self) -> None:
         """The pod source says its document changed (a pods file edited)."""

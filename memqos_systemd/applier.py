@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Collection, Iterable, Mapping
 
 from .cgroupfs import Cgroupfs, kernel_shows
+from .kubelet_gate import kubelet_owns
 from .naming import Naming
 from .notify import WarnOnce
 from .reconcile import DEFAULTS, UNREAD, Change, kernel_lost
@@ -85,9 +86,13 @@ class Applier:
                  on_call: Callable[[str, str], None] | None = None,
                  on_restore: Callable[[str, str | None], None] | None = None,
                  on_foreign: Callable[[str, dict[str, int], dict[str, int], str], None] | None = None,
-                 max_units: Callable[[], Collection[str]] = frozenset):
+                 max_units: Callable[[], Collection[str]] = frozenset,
+                 companion: Callable[[], bool] = lambda: False):
         self.systemd = systemd
         self.naming = naming
+        # Whether we stand beside the kubelet's own Memory QoS (kubelet_gate.companion_mode): then
+        # what it writes (kubelet_gate.KUBELET_OWNS) is neither compared, nor watched, nor ours.
+        self.companion = companion
         # The units whose MemoryMax is ours, read with the other three (the BestEffort ceiling while
         # it is on, or a MemoryMax of ours is still to be taken back: ceiling_watch.py); asked at
         # each read. Nowhere else is MemoryMax read: a runtime's or the kubelet's is not ours.
@@ -231,7 +236,8 @@ class Applier:
             found = self._compare(name, value, shown.get(name))
             if found:
                 lost[name] = found
-            elif value is not None and shown.get(name) is not None and not kernel_shows(shown[name], value, self.page_size):
+            elif (value is not None and shown.get(name) is not None
+                  and not kernel_shows(shown[name], self.ours(name, value), self.page_size)):
                 left[name] = {**value, **{p: v for p, v in shown[name].items() if p in value}}
         fresh.update(values)
         # Kept as cached, taken after the reads: a UnitRemoved handled meanwhile has already taken
@@ -284,12 +290,13 @@ class Applier:
         if value is None:
             return None
         held = self.observed.get(name)
+        mine = self.ours(name, value)
         if (held is not None and held is not UNREAD and name not in self.unconfirmed
-                and any(value[k] != held[k] for k in value.keys() & held.keys())):
+                and any(mine[k] != held[k] for k in mine.keys() & held.keys())):
             # (Only what both hold: MemoryMax is read only while it is ours, Applier.max_units.)
             self._on_foreign(name, dict(held), dict(value), "systemd")
             return None
-        lost = kernel_lost(value, kernel, self.page_size) if kernel is not None else {}
+        lost = kernel_lost(mine, kernel, self.page_size) if kernel is not None else {}
         if lost:
             self._on_foreign(name, dict(value), {**value, **lost}, "cgroupfs")
         return lost or None
@@ -299,7 +306,15 @@ class Applier:
         it, values of systemd's own (see refresh_all)."""
         held = self.observed.get(name)
         return (kernel is not None and held is not None and held is not UNREAD and name not in self.unconfirmed
-                and kernel_shows(kernel, self.left.get(name, held), self.page_size))
+                and kernel_shows(kernel, self.ours(name, self.left.get(name, held)), self.page_size))
+
+    def ours(self, name: str, values: Mapping[str, int]) -> Mapping[str, int]:
+        """`values` without the properties the kubelet writes on `name` in companion mode."""
+        if not self.companion():
+            return values
+        ref = self.naming.parse_unit(name)
+        theirs = kubelet_owns(ref.level) if ref is not None else frozenset()
+        return {k: v for k, v in values.items() if k not in theirs} if theirs else values
 
     def _named_units(self, levels: Collection[str]) -> set[str]:
         """Our units of `levels` by name: only FIXED_LEVELS have names known without a listing."""
@@ -321,7 +336,9 @@ class Applier:
             values = self.observed.get(unit)
             if (values is not None and values is not UNREAD and unit not in self.unconfirmed
                     and unit not in self.writing):
-                held[unit] = self.left.get(unit, values)
+                expected = self.ours(unit, self.left.get(unit, values))
+                if expected:
+                    held[unit] = expected
         return held
 
     async def refresh_units(self, new: Iterable[str], recheck: Iterable[str] = ()) -> None:

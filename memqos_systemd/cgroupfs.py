@@ -303,15 +303,17 @@ def psi_totals(raw: bytes) -> dict[bytes, bytes]:
 
 
 def kernel_shows(kernel: Mapping[str, int], held: Mapping[str, int], page_size: int) -> bool:
-    """Whether memory.min/low/high (and memory.max, where `held` has MemoryMax) as the kernel shows
-    them are `held` (as systemd holds them): the kernel stores each rounded down to a page,
-    infinity as is."""
-    return all(prop in held and kernel.get(prop) == as_stored(held[prop], page_size) for prop in _files(held))
+    """Whether the memory files of the properties `held` has (memory.min/low/high, memory.max) as
+    the kernel shows them are `held` (as systemd holds them): the kernel stores each rounded down
+    to a page, infinity as is. (In companion mode `held` has only the properties that are ours.)"""
+    return all(kernel.get(prop) == as_stored(held[prop], page_size) for prop in _files(held))
 
 
 def _files(held: Mapping[str, int]) -> Mapping[str, str]:
-    """The property -> file pairs to compare with `held`."""
-    return _WITH_MAX if "MemoryMax" in held else _MEMORY_FILES
+    """The property -> file pairs to compare with `held`: those of the properties it has."""
+    if held.keys() == _MEMORY_FILES.keys():
+        return _MEMORY_FILES  # the common case, one object (the watch compares its keys)
+    return {p: f for p, f in _WITH_MAX.items() if p in held}
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,7 @@ from .cgroupfs import (
 from .config import DEFAULT_CONFIG_PATH, Config
 from .daemon import Daemon, Outside
 from .intake import PodIntake
-from .kubelet_gate import (GATE_FIX, memory_qos_gate, parse_kubelet_metrics, parse_labels, qos_reserved, who_writes,
-                           written_how)
+from .kubelet_gate import GATE_FIX, Mode, companion_mode, kubelet_owns, parse_labels, who_writes, written_how
 from .metrics import Metrics, parse_listen
 from .naming import Naming, container_scope
 from .node import MemoryWatcher, check_node, kubelet_config_findings, page_size, read_meminfo, systemd_findings
@@ -37,9 +36,9 @@ from .round import Inputs, Round
 from .ceiling import step
 from .ceiling_watch import CeilingWatch, ceiling_units
 from .runfile import RunLockHeld, hold_run_lock
-from .sources import SourceError, make_source
+from .sources import SourceError, kubelet_gates, make_source
 from .sources.file import hidden_from_service
-from .sources.kubelet import KubeletSource, unreachable_in_service
+from .sources.kubelet import unreachable_in_service
 from .systemd import Systemd, SystemdError
 
 EXIT_OK, EXIT_FAILURE = 0, 1
@@ -83,8 +82,14 @@ def _fetch(cfg: Config):
     return make_source(cfg).fetch()
 
 
-def _desired(cfg: Config, snapshot) -> Plan:
-    return plan(list(snapshot.pods), NodeFacts(read_meminfo(), _page_size()), cfg)
+def _desired(cfg: Config, snapshot, mode: Mode) -> Plan:
+    return plan(list(snapshot.pods), NodeFacts(read_meminfo(), _page_size(), mode.companion), cfg)
+
+
+async def _mode(cfg: Config) -> Mode:
+    """Beside the kubelet's own Memory QoS or not, as the service decides it (its /metrics asked once)."""
+    gate, _, _ = await asyncio.to_thread(kubelet_gates, cfg)
+    return companion_mode(cfg.companion, gate)
 
 
 # ------------------------------------------------------------------ apply
@@ -108,6 +113,9 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
         return EXIT_FAILURE
     for w in snapshot.warnings:
         _warn(w)
+    mode = await _mode(cfg)
+    if mode.companion:
+        _warn(f"companion mode ({mode.why}): the kubelet's own values are left to it")
     # The service's own intake: the pods of its last snapshot stand in for the previous one, so a
     # pod the source leaves out keeps its protection while its slice runs, as it does in `run`.
     intake = PodIntake(LAST_PODS_PATH, write=False)
@@ -123,7 +131,8 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
             _warn(f"pod {p.display} is not listed by the pod source but its slice still exists; keeping its protection")
         if intake.holding is not None:
             _warn("the pod source lists no pods but pod slices exist; not lowering anything")
-        inputs = Inputs(intake.pods, NodeFacts(read_meminfo(), _page_size()), cfg, applier.naming, intake.holding, retired)
+        inputs = Inputs(intake.pods, NodeFacts(read_meminfo(), _page_size(), mode.companion), cfg, applier.naming,
+                        intake.holding, retired)
         rnd = Round(ceiling=ceiling)
         desired = rnd.plan(inputs)
         for w in desired.warnings:
@@ -143,7 +152,8 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
     # The BestEffort ceiling as the service steps it, its ledger written before a MemoryMax goes out.
     # A dry run reads the ledger (a ceiling turned off is taken back: shown) and writes nothing.
     ceiling = CeilingWatch(Cgroupfs(CGROUP_ROOT), CEILING_LEDGER_PATH, _page_size(), write_ledger=not dry_run)
-    return await _send(cfg, one_round, dry_run=dry_run, label="", max_units=lambda naming: ceiling.units(naming, cfg))
+    return await _send(cfg, one_round, dry_run=dry_run, label="", max_units=lambda naming: ceiling.units(naming, cfg),
+                       companion=mode.companion)
 
 
 # ------------------------------------------------------------------ reset
@@ -153,6 +163,9 @@ def reset(args, cfg: Config) -> int:
 
 async def _reset(cfg: Config, *, dry_run: bool) -> int:
     ceilings = ledger.CeilingSlices(CEILING_LEDGER_PATH)
+    # Beside the kubelet's own Memory QoS, what it wrote is its own: a pod's it writes only once,
+    # at the pod's creation, so taking it back would leave the pod unprotected for good.
+    mode = await _mode(cfg)
 
     def ours(naming: Naming) -> frozenset[str]:
         return ceiling_units(ceilings.names, naming, cfg)  # whose MemoryMax is ours to take back
@@ -163,10 +176,13 @@ async def _reset(cfg: Config, *, dry_run: bool) -> int:
         # Also the reserved slices the service wrote that the config no longer names (ledger.py).
         former = ledger.read(LEDGER_PATH) - set(applier.naming.reserved_slices())
         await applier.refresh_all(former)
-        found = reset_plan(applier.observed, applier.naming, also=former, ceilings=ours(applier.naming))
+        found = reset_plan(applier.observed, applier.naming, also=former, ceilings=ours(applier.naming),
+                           keep=kubelet_owns if mode.companion else lambda level: frozenset())
         return found, await applier.apply(found, dry_run=dry_run, echo=print)
 
-    status = await _send(cfg, changes, dry_run=dry_run, label="reset: ", max_units=ours)
+    if mode.companion:
+        _warn(f"companion mode ({mode.why}): the values the kubelet writes are left to it")
+    status = await _send(cfg, changes, dry_run=dry_run, label="reset: ", max_units=ours, companion=mode.companion)
     if status == EXIT_OK and not dry_run:
         for name in sorted(ceilings.names):
             ceilings.discard(name)  # MemoryMax back to infinity: nothing of ours is left there
@@ -179,10 +195,10 @@ def _restored(unit: str, error: str | None) -> None:
 
 
 async def _send(cfg: Config, act, *, dry_run: bool, label: str,
-                max_units: Callable[[Naming], Collection[str]] = lambda naming: ()) -> int:
+                max_units: Callable[[Naming], Collection[str]] = lambda naming: (), companion: bool = False) -> int:
     """Connect, and let `act` compute the changes against what systemd holds and send them (or
     print them): (changes, result). `max_units`: the units whose MemoryMax is ours to read
-    (Applier.max_units)."""
+    (Applier.max_units); `companion`: beside the kubelet's own Memory QoS (Applier.companion)."""
     try:
         systemd = await _connect()
     except SystemdError as e:
@@ -191,7 +207,7 @@ async def _send(cfg: Config, act, *, dry_run: bool, label: str,
     try:
         naming = Naming.for_config(cfg)
         applier = Applier(systemd, naming, cgroupfs=Cgroupfs(CGROUP_ROOT), on_restore=_restored,
-                          max_units=lambda: max_units(naming))
+                          max_units=lambda: max_units(naming), companion=lambda: companion)
         changes, result = await act(systemd, applier)
     except SystemdError as e:
         _err(f"systemd: {e}")
@@ -215,9 +231,10 @@ def status(args, cfg: Config) -> int:
 
 async def _status(cfg: Config, output: str) -> int:
     snapshot, source_error, desired = None, None, None
+    mode = await _mode(cfg)
     try:
         snapshot = await asyncio.to_thread(_fetch, cfg)
-        desired = _desired(cfg, snapshot)
+        desired = _desired(cfg, snapshot, mode)
     except SourceError as e:
         source_error = str(e)
         _warn(f"{e}; showing what systemd and the kernel hold only")
@@ -243,12 +260,13 @@ async def _status(cfg: Config, output: str) -> int:
     if snapshot is not None:
         intake.accept(snapshot, applier.live_pod_uids())
         if intake.snapshot is not None and intake.snapshot.pods != snapshot.pods:
-            desired = _desired(cfg, intake.snapshot)  # with the pods carried over
+            desired = _desired(cfg, intake.snapshot, mode)  # with the pods carried over
     rows = _unit_rows(desired, applier.observed)
     doc = {"node": None, "holding": None if snapshot is None or intake.holding is None else str(intake.holding),
            "podSource": source_error, "pods": [], "units": rows, "drift": sum(r["drift"] for r in rows),
            "bestEffortCeiling": _ceiling_row(desired, applier.observed, naming, cfg),
-           "foughtOver": fights.current(FIGHTS_PATH, time.time())}
+           "foughtOver": fights.current(FIGHTS_PATH, time.time()),
+           "companion": {"on": mode.companion, "why": mode.why}}
     if desired is not None:
         node = desired.node_unit()
         doc["node"] = {"capacityBytes": desired.capacity, "allocatableBytes": desired.allocatable,
@@ -288,7 +306,8 @@ def _unit_rows(desired: Plan | None, observed: dict) -> list[dict]:
         elif held is not None and kernel is not None and not kernel_shows(kernel, held, page):
             why = "the kernel differs from systemd"
         rows.append({"unit": name, "level": u.level if u else "unplanned", "cgroup": d, "desired": want,
-                     "systemd": held, "kernel": kernel, "drift": drift and bool(why), "why": why})
+                     "systemd": held, "kernel": kernel, "drift": drift and bool(why), "why": why,
+                     "kubelet": sorted(u.kubelet) if u else []})  # what the kubelet writes there (companion)
     return rows
 
 
@@ -420,6 +439,12 @@ def status_lines(doc: dict, *, wide: bool = False) -> list[str]:
     if doc.get("bestEffortCeiling"):
         lines += _ceiling_lines(doc["bestEffortCeiling"])
     lines.append(_summary(doc))
+    companion = doc.get("companion")
+    if companion and companion["on"]:
+        said = [f"companion mode: {companion['why']}",
+                "  the kubelet writes MIN/LOW and HIGH of the node, QoS, pod and container units;",
+                "  the service writes the reserved slices and the BestEffort ceiling"]
+        lines += said if wide else [columns.fit(line, WIDTH) for line in said]
     if doc["drift"]:
         lines.append("drift (!): the plan, systemd and the kernel disagree (why, and the values: --output json)")
     if doc.get("foughtOver"):
@@ -541,35 +566,13 @@ async def _check_pods(cfg: Config, access) -> list[tuple[str, str]]:
             ("error", "pods: no pod source answers: the service protects no pod until one does")]
 
 
-# What keeping the kubelet's own Memory QoS means (e2e 55-foreign-writer measures it).
-GATE_KEPT = ("kept on, the kubelet writes kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow every"
-             " minute (zeros under its default policy) and memqos-systemd puts its own back within about a second,"
-             " each time counted in memqos_foreign_writes_total: protection dips every minute")
-
-
-def kubelet_gates(cfg: Config):
-    """The kubelet's own Memory QoS gate and its QOSReserved, and how we know (kubelet_gate.py),
-    asking its /metrics once when the pod source is the kubelet; (Memory QoS gate, QOSReserved,
-    why the kubelet's /metrics did not say)."""
-
-    gates, version = {}, None
-    unasked = "the pod source is a file" if cfg.pods_file else None
-    if not cfg.pods_file:
-        source = KubeletSource(cfg.kubelet)
-        try:
-            gates, version = parse_kubelet_metrics(source.metrics_text())
-        except SourceError as e:  # it names the /metrics URL, and for a 403 the RBAC rule
-            unasked = str(e)
-        else:
-            if gates.get("MemoryQoS") is None:
-                unasked = (f"{source.metrics_name} lists no MemoryQoS gate" if gates else
-                           f"{source.metrics_name} answered, but not with the kubelet's metrics (no"
-                           f" kubernetes_feature_enabled line): is kubelet.url the kubelet's?")
-    gate = memory_qos_gate(reported=gates.get("MemoryQoS"), version=version, configured=cfg.kubelet_memory_qos_gate,
-                           config_file=cfg.kubelet_config_file)
-    reserved = qos_reserved(reported=gates.get("QOSReserved"), configured=cfg.kubelet_qos_reserved_gate,
-                            memory=cfg.kubelet_qos_reserved_memory, config_file=cfg.kubelet_config_file)
-    return gate, reserved, unasked
+# What owning every value beside the kubelet's own Memory QoS means (e2e 55-foreign-writer measures it).
+FIGHT_KEPT = ("with companion: off, the kubelet writes kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow"
+              " every minute (zeros under its default policy) and memqos-systemd puts its own back within about a"
+              " second, each time counted in memqos_foreign_writes_total: protection dips every minute")
+# What the service adds beside the kubelet's own Memory QoS (docs/DESIGN.md, "Companion mode").
+COMPANION_ADDS = ("the reserved slices' MemoryMin, the BestEffort ceiling (bestEffortCeiling), the kernel held to its"
+                  " values whoever writes, breach and pressure signals, status and check")
 
 
 QOS_RESERVED_FIX = ("turn one of the two off: bestEffortCeiling: {enabled: false} here, or the kubelet's QOSReserved"
@@ -581,17 +584,27 @@ def _check_kubelet_gate(cfg: Config) -> list[tuple[str, str]]:
     or not known (warn: how to find out); its QOSReserved beside the BestEffort ceiling; and the
     fight as the service has seen it."""
     gate, reserved, unasked = kubelet_gates(cfg)
+    mode = companion_mode(cfg.companion, gate)
     out = []
-    if gate.on is False:
-        out.append(("ok", f"kubelet: its own Memory QoS is off ({gate.how})"))
+    if mode.companion:
+        # The informed choice: the kubelet's values are its own, ours are what it lacks.
+        out.append(("ok", f"kubelet: companion mode ({mode.why}): the kubelet writes MemoryMin, MemoryLow and"
+                          f" MemoryHigh of kubepods.slice, the QoS slices, pod slices and container scopes, and the"
+                          f" service writes none of them; it adds {COMPANION_ADDS}"))
+        if gate.on is False:
+            out.append(("warn", f"kubelet: its own Memory QoS is off ({gate.how}), yet companion: on leaves it every"
+                                f" value: nobody protects the pods; set companion: auto"))
     elif gate.on:
-        # An error, as README's node requirements have it: the service puts its values back, but
-        # the protection dips every minute, and an operator who reads only warnings moves on.
-        out.append(("error", f"kubelet: its own Memory QoS is on ({gate.how}): two writers fight over kubepods.slice"
-                             f" and kubepods-burstable.slice; fix: {GATE_FIX}; {GATE_KEPT}"))
+        # An error: the service puts its values back, but the protection dips every minute, and an
+        # operator who reads only warnings moves on.
+        out.append(("error", f"kubelet: its own Memory QoS is on ({gate.how}) and {mode.why}: two writers fight over"
+                             f" kubepods.slice and kubepods-burstable.slice; fix: {GATE_FIX}; {FIGHT_KEPT}"))
+    elif gate.on is False:
+        out.append(("ok", f"kubelet: its own Memory QoS is off ({gate.how}): every value is the service's"))
     else:
-        out.append(("warn", f"kubelet: cannot tell whether its own Memory QoS is on ({gate.how}; {unasked});"
-                            f" it is on by default from v1.37: {GATE_FIX}"))
+        out.append(("warn", f"kubelet: cannot tell whether its own Memory QoS is on ({gate.how}; {unasked}); it is on by"
+                            f" default from v1.37, and the service then leaves its values to it if it can tell; set"
+                            f" companion: on (or give it the kubelet's /metrics: RBAC nodes/metrics get)"))
     besteffort = Naming.for_config(cfg).qos_slice("BestEffort")
     if cfg.best_effort_ceiling.enabled:
         if reserved.on:
@@ -675,9 +688,9 @@ def run(args, cfg: Config) -> int:
                       ceiling_ledger_path=CEILING_LEDGER_PATH, last_pods_path=LAST_PODS_PATH, fights_path=FIGHTS_PATH)
     for note in cfg.notes:
         log.warning("config: %s", note)
-    if cfg.kubelet_memory_qos_gate:
-        log.warning("the kubelet's own Memory QoS is on (featureGates in %s): two writers will fight over"
-                    " kubepods.slice and kubepods-burstable.slice; %s", cfg.kubelet_config_file, GATE_FIX)
+    if cfg.kubelet_memory_qos_gate and cfg.companion == "off":
+        log.warning("the kubelet's own Memory QoS is on (featureGates in %s) and companion: off: two writers will"
+                    " fight over kubepods.slice and kubepods-burstable.slice; %s", cfg.kubelet_config_file, GATE_FIX)
     config_path = getattr(args, "config", None) or _default_config_path()
     try:
         return asyncio.run(Daemon(config_path, cfg, outside).run())

@@ -31,12 +31,13 @@ from .quantity import NEGATIVE, NOT_A_QUANTITY, QuantityError, parse_bytes, pars
 
 __all__ = [
     "ConfigError", "Config", "CeilingSettings", "KubeletSettings", "MetricsConfig", "Reserve", "load_config",
-    "parse_config", "kubelet_config_subset", "POLICIES", "HIERARCHIES", "DEFAULT_CONFIG_PATH",
+    "parse_config", "kubelet_config_subset", "POLICIES", "HIERARCHIES", "COMPANION_SETTINGS", "DEFAULT_CONFIG_PATH",
 ]
 
 DEFAULT_CONFIG_PATH = "/etc/memqos-systemd/config.yaml"
 POLICIES = ("None", "TieredReservation", "HardReservation")
 HIERARCHIES = ("effective", "kubelet")
+COMPANION_SETTINGS = ("auto", "on", "off")
 ENFORCE = ("pods", "kube-reserved", "system-reserved")
 # Config files are small; a bigger one is a mistake (or an attack on the parser).
 MAX_CONFIG_BYTES = 1 << 20
@@ -118,6 +119,10 @@ class Config:
     kubelet_config_file: str | None = None
     metrics: MetricsConfig = MetricsConfig()
     resync_interval: float = 60.0
+    # Beside the kubelet's own Memory QoS (kubelet_gate.companion_mode): "auto" follows what the
+    # running kubelet does (its /metrics, else its config file, else its version); "on" leaves every
+    # value the kubelet writes to it; "off" owns them all, as before the kubelet had the feature.
+    companion: str = "auto"
     # From the kubelet's config: its own MemoryQoS gate as featureGates sets it, None when it does
     # not (the kubelet's default applies: kubelet_gate.py). Two writers would fight.
     kubelet_memory_qos_gate: bool | None = None
@@ -171,6 +176,12 @@ def _enum(src, key, value, choices):
     if value not in choices:
         raise _fail(src, key, value, f"is not one of {', '.join(choices)}")
     return value
+
+
+def _companion(src, key, value):
+    # YAML 1.1 reads a bare on/off as true/false: take them as the words the operator wrote.
+    value = {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+    return _enum(src, key, value, COMPANION_SETTINGS)
 
 
 def _policy(src, key, value):
@@ -492,6 +503,7 @@ _DAEMON = {
     "kubeletConfigFile": ("kubelet_config_file", _optional_path),
     "metrics": ("metrics", _metrics),
     "resyncInterval": ("resync_interval", lambda s, k, v: _duration(s, k, v, minimum=1)),
+    "companion": ("companion", lambda s, k, v: _companion(s, k, v)),
     "bestEffortCeiling": ("best_effort_ceiling", _best_effort_ceiling),
 }
 # Keys that are gone, and what took their place: a clear error rather than "not a known key".

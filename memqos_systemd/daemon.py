@@ -47,7 +47,7 @@ from .ceiling_watch import CeilingWatch
 from .cgroupfs import Cgroupfs
 from .config import Config, ConfigError, load_config
 from .intake import PodIntake
-from .kubelet_gate import FIGHT_WINDOW, ForeignWrites, fight_line, foreign_write_line
+from .kubelet_gate import FIGHT_WINDOW, ForeignWrites, Gate, Mode, companion_mode, fight_line, foreign_write_line
 from .ledger import ReservedSlices
 from .metrics import NoMetrics
 from .naming import Naming, NamingError
@@ -56,6 +56,7 @@ from .plan import NodeFacts, PlanError
 from .pods import one_line
 from .reconcile import DEFAULTS
 from .round import Inputs, Round
+from .sources import kubelet_gates
 from .systemd import SystemdError
 
 log = logging.getLogger("memqos_systemd")
@@ -134,6 +135,10 @@ class Daemon:
         self.round = Round(outside.metrics, outside.clock, self.ceiling)
         self.systemd = None
         self.applier: Applier | None = None
+        # Whether the kubelet's own Memory QoS is on: a node fact, as the capacity is, asked of the
+        # kubelet at start, reload and its restarts (_ask_kubelet); with `companion:` it makes the mode.
+        self.kubelet_gate = Gate(None, "not asked yet")
+        self._mode_shown: Mode | None = None
         self.capacity = outside.read_capacity()
         self.stopping = False
         self._warn_once = WarnOnce(log)
@@ -334,7 +339,8 @@ class Daemon:
         self.applier = Applier(systemd, self.naming, cgroupfs=self.out.cgroupfs, page_size=self.out.page_size,
                                on_call=self.out.metrics.dbus_call, on_restore=self._oom_group,
                                on_foreign=self._on_foreign_write,
-                               max_units=lambda: self.ceiling.units(self.naming, self.config))
+                               max_units=lambda: self.ceiling.units(self.naming, self.config),
+                               companion=lambda: self.mode.companion)
         self.agenda.connected()
         log.info("connected to systemd %s", await systemd.version())
 
@@ -362,6 +368,7 @@ class Daemon:
                                    watch_source=hasattr(self.source, "changed"), source_changed=source_changed)
         log.info("config reloaded from %s: policy %s, hierarchy %s", self.config_path,
                  config.memory_reservation_policy, config.hierarchy)
+        self._mode_said()  # a mode `companion:` forces takes effect at once; "auto" asks at the next fetch
         for note in config.notes:  # e.g. an empty file: policy None (config.load_config)
             log.warning("config: %s", note)
         self.out.metrics.config_reload(True)
@@ -378,9 +385,34 @@ class Daemon:
             # (carry_over asks the cache which slices run). Ask again after the re-read.
             self.agenda.fetch_now()
             return
+        if self.agenda.ask_kubelet():
+            await self._ask_kubelet()
         carried = self.intake.accept(snap, self.applier.live_pod_uids())
         self.intake.say("carried", [f"pod {p.display} is no longer listed by the pod source but its slice still"
                                     f" exists; keeping its protection until the slice is gone" for p in carried])
+
+    async def _ask_kubelet(self) -> None:
+        """Whether the kubelet writes its own Memory QoS values: companion mode, or not. A change
+        hands the values over at the next round: to the kubelet, ours stay until it writes its
+        own (it does within a minute); from it, ours are written over what it left."""
+        gate, _, unasked = await asyncio.to_thread(kubelet_gates, self.config, self.source)
+        self.kubelet_gate = gate if gate.on is not None or not unasked else Gate(None, f"{gate.how}; {unasked}")
+        self._mode_said()
+
+    @property
+    def mode(self) -> Mode:
+        return companion_mode(self.config.companion, self.kubelet_gate)
+
+    def _mode_said(self) -> None:
+        """The journal says the mode when it changes (kubelet_gate.companion_mode), and the metric shows it."""
+        mode = self.mode
+        if mode != self._mode_shown:
+            log.info("%s: %s", "companion mode, beside the kubelet's own Memory QoS" if mode.companion
+                     else "every value ours", mode.why)
+            if self._mode_shown is not None:
+                self.agenda.reread()  # what the cache holds is compared as the new mode has it
+            self._mode_shown = mode
+        self.out.metrics.companion(mode.companion)
 
     def _read_capacity(self) -> None:
         try:
@@ -394,8 +426,8 @@ class Daemon:
 
     # ------------------------------------------------------------ one round (round.py)
     def _inputs(self) -> Inputs:
-        return Inputs(self.intake.pods, NodeFacts(self.capacity, self.out.page_size), self.config, self.naming,
-                      self.intake.holding, frozenset(self.reserved.retired))
+        return Inputs(self.intake.pods, NodeFacts(self.capacity, self.out.page_size, self.mode.companion), self.config,
+                      self.naming, self.intake.holding, frozenset(self.reserved.retired))
 
     async def _round(self) -> None:
         new, started = self.agenda.take_units()  # one announced while the round awaits stays queued

@@ -5,8 +5,10 @@ The kubelet writes kubepods.slice MemoryMin and kubepods-burstable.slice MemoryL
 `MemoryQoS` feature gate is on: every minute (its QoS manager's UpdateCgroups), explicit zeros
 under its default policy. That gate is Beta and **on by default from v1.37**
 (../shared/notes/kubelet-2026.md), so a kubelet config that says nothing means "on" there. Two
-writers then fight; memqos-systemd puts its values back within about a second (daemon.py's watch,
-e2e 55-foreign-writer), but the fix is to turn the kubelet's off.
+writers would fight; so with the gate on the service stands beside the kubelet (companion mode,
+`companion_mode`): it writes none of what the kubelet writes (`KUBELET_OWNS`) and keeps the rest.
+Forced to own every value (`companion: off`) it puts its own back within about a second
+(daemon.py's watch, e2e 55-foreign-writer), and the two fight every minute.
 
 How we learn it, most reliable first, without spawning anything:
 1. **The kubelet says so.** Its `/metrics` (the same port and credentials as `/pods`, RBAC
@@ -45,7 +47,8 @@ from .quantity import show_value
 
 __all__ = ["Gate", "DEFAULT_ON_FROM", "memory_qos_gate", "qos_reserved", "parse_kubelet_metrics", "parse_version",
            "WRITERS", "FOREIGN_LOG_EVERY", "FIGHT_WRITES", "FIGHT_WINDOW", "Fight", "ForeignWrites", "likely_writer",
-           "foreign_write_line", "fight_line", "GATE_FIX", "parse_labels", "who_writes", "written_how"]
+           "foreign_write_line", "fight_line", "GATE_FIX", "parse_labels", "who_writes", "written_how", "Mode",
+           "companion_mode", "KUBELET_OWNS", "kubelet_owns"]
 
 DEFAULT_ON_FROM = (1, 37)
 _FEATURE = re.compile(r'^kubernetes_feature_enabled\{([^}]*)\}\s+([0-9.eE+-]+)\s*$')
@@ -106,6 +109,44 @@ def memory_qos_gate(*, reported: bool | None = None, version: str | None = None,
     return Gate(None, "not known: the kubelet's /metrics did not say, and its config file sets no MemoryQoS gate")
 
 
+# ---- companion mode: beside the kubelet's own Memory QoS -------------------------------------------
+# What the kubelet writes itself when its MemoryQoS gate is on (the kubelet of v1.37: its QoS
+# manager every minute, the pod's at creation and resize, the container's through the runtime's CRI
+# Unified map; docs/DESIGN.md "Companion mode"), by level: none of it is ours to write then. The
+# reserved slices, and a MemoryMax we plan (the BestEffort ceiling), stay ours.
+KUBELET_OWNS: Mapping[str, frozenset[str]] = {
+    level: frozenset({"MemoryMin", "MemoryLow", "MemoryHigh"}) for level in ("node", "qos", "pod", "container")}
+
+
+def kubelet_owns(level: str) -> frozenset[str]:
+    """The properties of a unit of `level` the kubelet writes in companion mode."""
+    return KUBELET_OWNS.get(level, frozenset())
+
+
+@dataclass(frozen=True)
+class Mode:
+    """Whether we stand beside the kubelet's own Memory QoS (`companion`), and why, for people."""
+
+    companion: bool
+    why: str
+
+
+def companion_mode(setting: str, gate: Gate) -> Mode:
+    """The mode from the `companion:` setting ("auto", "on", "off") and the kubelet's gate. "auto"
+    follows the gate; a gate not known owns every value (as a node whose kubelet has no Memory QoS:
+    a protection nobody writes is worse than a fight, which is counted and shown)."""
+    if setting == "on":
+        return Mode(True, "companion: on in the config")
+    if setting == "off":
+        return Mode(False, "companion: off in the config")
+    if gate.on:
+        return Mode(True, f"the kubelet's own Memory QoS is on ({gate.how})")
+    if gate.on is False:
+        return Mode(False, f"the kubelet's own Memory QoS is off ({gate.how})")
+    return Mode(False, f"whether the kubelet's own Memory QoS is on is not known ({gate.how}); set companion: on"
+                       f" or off to say")
+
+
 # ---- writes behind our back -------------------------------------------------------------------------
 WRITERS = ("systemd", "cgroupfs")  # the kinds of writer (memqos_foreign_writes_total's `writer`)
 # A unit someone else keeps writing is logged at most this often; the metric counts every time.
@@ -119,8 +160,8 @@ FOREIGN_LOG_EVERY = 3600.0
 # passes without a write.
 FIGHT_WRITES = 3
 FIGHT_WINDOW = 600.0
-GATE_FIX = ("set featureGates: {MemoryQoS: false} in the kubelet's config (kubeadm: /var/lib/kubelet/config.yaml)"
-            " and restart the kubelet")
+GATE_FIX = ("leave its values to it: companion: auto (the default) or on in /etc/memqos-systemd/config.yaml, then"
+            " systemctl reload memqos-systemd (the service then writes none of them, and keeps its own)")
 _CGROUPFS_WRITER = ("a cgroupfs writer (systemd still holds ours; something wrote the cgroup file around it: an"
                     " agent that writes cgroupfs for its own Memory QoS such as koordlet, a runtime's file write"
                     " after its D-Bus call, a person)")

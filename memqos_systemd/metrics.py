@@ -171,6 +171,9 @@ class Metrics:
                               "The BestEffort ceiling: MemoryMax of the BestEffort QoS slice as planned (kind=planned)"
                               " and as systemd holds it (kind=held; above the plan while it steps down with the"
                               " slice's usage); +Inf: none", ["kind"], registry=r)
+        self._companion = Gauge("memqos_companion_mode", "1 while the service stands beside the kubelet's own Memory"
+                                " QoS (its MemoryQoS gate on, or companion: on) and writes none of what the kubelet"
+                                " writes; 0 while every value is ours", registry=r)
         ProcessCollector(registry=r)
 
     # ---------------------------------------------------------------- plan
@@ -236,6 +239,10 @@ class Metrics:
     def oom_group_restored(self, ok: bool) -> None:
         """memory.oom.group of a container scope put back to 1 (ok), or the write failed."""
         self._oom_group_restores.labels(result="ok" if ok else "error").inc()
+
+    def companion(self, on: bool) -> None:
+        """Whether the service is in companion mode (kubelet_gate.companion_mode)."""
+        self._companion.set(1 if on else 0)
 
     def besteffort_ceiling(self, planned: int | None, held: int | None) -> None:
         """The BestEffort ceiling after a round: planned and held MemoryMax (None: none)."""
@@ -340,6 +347,7 @@ class NoMetrics:
     def foreign_write(self, level: str, writer: str) -> None: pass
     def oom_group_restored(self, ok: bool) -> None: pass
     def besteffort_ceiling(self, planned: int | None, held: int | None) -> None: pass
+    def companion(self, on: bool) -> None: pass
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

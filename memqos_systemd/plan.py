@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from .config import Config
+from .kubelet_gate import kubelet_owns
 from .naming import Naming, NamingError, container_scope, reserved_slice
 from .pods import Pod, one_line
 from .quantity import MAX_BYTES, UINT64_MAX, format_bytes, page_up
@@ -44,6 +45,9 @@ class PlanError(ValueError):
 class NodeFacts:
     capacity: int  # bytes of memory the node has (MemTotal)
     page_size: int = 4096
+    # The running kubelet writes its own Memory QoS values and we stand beside it (companion mode,
+    # kubelet_gate.companion_mode): the plan is the kubelet's layout, and what it writes is not ours.
+    kubelet_writes: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,12 +63,16 @@ class UnitPlan:
     # The BestEffort QoS slice's ceiling (besteffort_ceiling); None on every other unit, and there
     # when it is off: MemoryMax is then not ours and never sent.
     memory_max: int | None = None
+    # In companion mode, the properties the kubelet writes on this unit (kubelet_gate.KUBELET_OWNS):
+    # their values are what it writes, shown, never sent.
+    kubelet: frozenset[str] = frozenset()
 
     def properties(self) -> dict[str, int]:
+        """What we hold this unit to: every planned property but those the kubelet writes."""
         props = {"MemoryMin": self.memory_min, "MemoryLow": self.memory_low, "MemoryHigh": self.memory_high}
         if self.memory_max is not None:
             props["MemoryMax"] = self.memory_max
-        return props
+        return {k: v for k, v in props.items() if k not in self.kubelet} if self.kubelet else props
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,7 @@ class Plan:
     units: tuple[UnitPlan, ...]  # parents always before their children
     warnings: tuple[str, ...] = ()
     ceiling: Ceiling | None = None  # bestEffortCeiling, when planned
+    companion: bool = False  # beside the kubelet's own Memory QoS (NodeFacts.kubelet_writes)
 
     def by_unit(self) -> dict[str, UnitPlan]:
         return {u.unit: u for u in self.units}
@@ -170,7 +179,8 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
     alloc = allocatable(config, node.capacity)
     policy = config.memory_reservation_policy
     factor = config.memory_throttling_factor
-    effective = config.hierarchy == "effective"
+    # Beside the kubelet's own Memory QoS, the plan is its layout: the values it writes, shown.
+    effective = config.hierarchy == "effective" and not node.kubelet_writes
     warnings: list[str] = []
 
     try:
@@ -282,7 +292,9 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
             parent = name
     node_unit = UnitPlan(node_slice, "node", parent, node_min, node_low, INFINITY)
     units = _fit((*root_units, node_unit, *reserved_units, *qos_units, *pod_units, *container_units))
-    return Plan(node.capacity, alloc, units, tuple(warnings), ceiling)
+    if node.kubelet_writes:
+        units = tuple(dataclasses.replace(u, kubelet=kubelet_owns(u.level)) for u in units)
+    return Plan(node.capacity, alloc, units, tuple(warnings), ceiling, node.kubelet_writes)
 
 
 def qos_reserved_writer(config: Config) -> str | None:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Iterable, Mapping
+from typing import Callable, Collection, Iterable, Mapping
 
 from .naming import Naming
 from .plan import INFINITY, Plan, UnitPlan
@@ -119,10 +119,14 @@ def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[st
     if isinstance(desired, Plan):
         targets: list[tuple[str, str, Mapping[str, int]]] = list(desired.targets)
         planned = desired.unit_names
+        companion = desired.companion
     else:
         targets = [(u.unit, u.level, u.properties()) for u in desired]
         planned = frozenset(u.unit for u in desired)
-    if naming is not None:
+        companion = any(u.kubelet for u in desired)
+    if naming is not None and not companion:
+        # (Beside the kubelet's own Memory QoS, a pod slice or scope the plan does not name holds
+        # what the kubelet wrote: not ours to take back.)
         orphans = []
         for name in observed:
             if name in planned or observed[name] is None or observed[name] is UNREAD:
@@ -140,8 +144,8 @@ def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[st
     shrink: list[Change] = []
     for name, level, want in targets:
         have = observed.get(name)
-        if have == want and name not in lost:
-            continue  # the steady case, most units of most rounds
+        if (have == want and name not in lost) or not want:
+            continue  # the steady case, most units of most rounds; or nothing of it is ours (companion)
         if have is UNREAD:
             # Unknown values: send all three, in the grow pass (parents first) unless all are the
             # defaults, which can only be a lowering (the shrink pass, children first).
@@ -204,10 +208,13 @@ def one_write_per_container(changes: list[Change]) -> list[Change]:
 
 
 def reset_plan(observed: Mapping[str, Mapping[str, int] | None], naming: Naming,
-               also: Iterable[str] = (), ceilings: Iterable[str] = ()) -> list[Change]:
+               also: Iterable[str] = (), ceilings: Iterable[str] = (),
+               keep: Callable[[str], Collection[str]] = lambda level: ()) -> list[Change]:
     """Changes that bring every unit of ours back to the defaults, children first. `also`: more
     reserved slices (ones the config no longer names but the service wrote; ledger.py).
-    `ceilings`: the units whose MemoryMax the service set (ledger.py): back to infinity too."""
+    `ceilings`: the units whose MemoryMax the service set (ledger.py): back to infinity too.
+    `keep`: the properties left as they are at a level (companion mode: the kubelet's,
+    kubelet_gate.kubelet_owns)."""
     order = {"node": 0, "reserved": 0, "qos": 1, "pod": 2, "container": 3}
     also = set(also)
     ours = []
@@ -223,7 +230,8 @@ def reset_plan(observed: Mapping[str, Mapping[str, int] | None], naming: Naming,
     changes = []
     for _, name, level in sorted(ours, reverse=True):
         defaults = _UNSET if name in ceilings else DEFAULTS
-        down = {k: v for k, v in defaults.items() if observed[name].get(k, v) != v}
+        kept = keep(level)
+        down = {k: v for k, v in defaults.items() if observed[name].get(k, v) != v and k not in kept}
         if down:
             changes.append(Change(name, level, down, "shrink"))
     return changes

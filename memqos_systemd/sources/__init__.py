@@ -21,13 +21,14 @@ from __future__ import annotations
 from typing import Callable
 
 from ..config import Config
+from ..kubelet_gate import Gate, memory_qos_gate, parse_kubelet_metrics, qos_reserved
 from .file import FileSource
 from .kubelet import KubeletSource
 from .snapshot import ERROR_KINDS, MAX_RESPONSE_BYTES, Snapshot, SourceError, snapshot_from_doc
 
 __all__ = [
     "Snapshot", "SourceError", "MAX_RESPONSE_BYTES", "ERROR_KINDS", "snapshot_from_doc", "make_source",
-    "KubeletSource", "FileSource",
+    "KubeletSource", "FileSource", "kubelet_gates",
 ]
 
 
@@ -37,3 +38,33 @@ def make_source(config: Config, *, clock: Callable[[], float] | None = None):
     if config.pods_file:
         return FileSource(config.pods_file, **kwargs)
     return KubeletSource(config.kubelet, **kwargs)
+
+
+def kubelet_gates(cfg: Config, source=None) -> tuple[Gate, Gate, str | None]:
+    """The kubelet's own Memory QoS gate and its QOSReserved, and how we know (kubelet_gate.py),
+    asking its /metrics once (through `source`, the daemon's, or one made from `cfg`) when the pod
+    source is the kubelet; (Memory QoS gate, QOSReserved, why the kubelet's /metrics did not say).
+    Blocking: the daemon runs it in a thread."""
+    gates, version = {}, None
+    unasked = "the pod source is a file" if cfg.pods_file else None
+    if not cfg.pods_file:
+        source = source if source is not None else KubeletSource(cfg.kubelet)
+        ask = getattr(source, "metrics_text", None)
+        name = getattr(source, "metrics_name", "the kubelet's /metrics")
+        if ask is None:
+            unasked = "the pod source does not serve the kubelet's /metrics"
+        else:
+            try:
+                gates, version = parse_kubelet_metrics(ask())
+            except SourceError as e:  # it names the /metrics URL, and for a 403 the RBAC rule
+                unasked = str(e)
+            else:
+                if gates.get("MemoryQoS") is None:
+                    unasked = (f"{name} lists no MemoryQoS gate" if gates else
+                               f"{name} answered, but not with the kubelet's metrics (no"
+                               f" kubernetes_feature_enabled line): is kubelet.url the kubelet's?")
+    gate = memory_qos_gate(reported=gates.get("MemoryQoS"), version=version, configured=cfg.kubelet_memory_qos_gate,
+                           config_file=cfg.kubelet_config_file)
+    reserved = qos_reserved(reported=gates.get("QOSReserved"), configured=cfg.kubelet_qos_reserved_gate,
+                            memory=cfg.kubelet_qos_reserved_memory, config_file=cfg.kubelet_config_file)
+    return gate, reserved, unasked

@@ -921,17 +921,28 @@ def test_check_with_systemd_unreachable_names_the_missing_socket_and_exits_1(tmp
     assert second.startswith("D-Bus: cannot reach systemd: ")
 
 
-def test_check_fails_on_the_kubelets_memoryqos_gate(node):
-    """An error, as README's node requirements say (issue 26: it was a warning there)."""
+@pytest.mark.parametrize("companion", ["auto", "off"])
+def test_check_calls_companion_mode_an_informed_choice_and_owning_every_value_a_fight(node, companion):
+    """With the kubelet's own Memory QoS on, companion mode (the default, `auto`) is an ok that says
+    who writes what and what the service adds; `companion: off` is an error: the two fight, and the
+    fix is to leave the kubelet its values (issue 36: no longer to turn its feature off)."""
     kubelet_config = node.tmp / "kubelet.yaml"
     kubelet_config.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
                               "cgroupDriver: systemd\nfeatureGates: {MemoryQoS: true}\n")
-    config = node.write_config("gate.yaml", podsFile=str(node.pods_path), kubeletConfigFile=str(kubelet_config))
+    config = node.write_config("gate.yaml", podsFile=str(node.pods_path), kubeletConfigFile=str(kubelet_config),
+                               companion=companion)
     p = node.cli("check", config=config)
-    gate = [e for e in errors(p) if e.startswith("kubelet: ")]
-    assert len(gate) == 1 and f"its own Memory QoS is on (featureGates in {kubelet_config})" in gate[0], errors(p)
-    assert "fight" in gate[0] and "featureGates: {MemoryQoS: false}" in gate[0] and "kept on" in gate[0]
-    assert p.returncode == 1
+    said = [(level, text) for level, text in findings(p) if text.startswith("kubelet: ")]
+    (level, text), = said
+    if companion == "auto":
+        assert level == "ok" and text.startswith(f"kubelet: companion mode (the kubelet's own Memory QoS is on"
+                                                 f" (featureGates in {kubelet_config}))"), text
+        assert "the service writes none of them" in text and "the BestEffort ceiling" in text
+        assert "featureGates: {MemoryQoS: false}" not in p.stdout
+    else:
+        assert level == "error" and f"its own Memory QoS is on (featureGates in {kubelet_config})" in text, text
+        assert "fight" in text and "companion: auto" in text and "featureGates: {MemoryQoS: false}" not in text
+        assert p.returncode == 1
 
 
 # ---------------------------------------------------------------------- check: the pod source
@@ -1055,14 +1066,14 @@ def test_check_asks_the_kubelet_whether_its_own_memory_qos_is_on(node, kubelet, 
         kubelet.respond.tokens = {GOOD_TOKEN: (READER, {"pods", "metrics"})}
     p = node.cli("check", config=kubeadm_config(node, kubelet, kubelet_pki))
     lines = [(level, text) for level, text in findings(p) if text.startswith("kubelet: ")]
-    # On: an error (README's node requirement); not known: a warning that says how to find out.
-    assert p.returncode == (1 if case.startswith("on") else 0), p.stdout
+    # On: companion mode, an informed choice; not known: a warning that says how to find out.
+    assert p.returncode == 0, p.stdout
     if case == "off":
-        assert lines == [("ok", "kubelet: its own Memory QoS is off (the kubelet's /metrics (kubernetes_feature_enabled))")]
+        assert lines == [("ok", "kubelet: its own Memory QoS is off (the kubelet's /metrics (kubernetes_feature_enabled)):"
+                                " every value is the service's")]
     elif case.startswith("on"):
         (level, text), = lines
-        assert level == "error" and "its own Memory QoS is on (the kubelet's /metrics" in text
-        assert "featureGates: {MemoryQoS: false}" in text and "kept on, the kubelet writes" in text
+        assert level == "ok" and "companion mode (the kubelet's own Memory QoS is on (the kubelet's /metrics" in text
     else:
         (level, text), = lines
         assert level == "warn" and "cannot tell whether its own Memory QoS is on" in text
@@ -1148,7 +1159,7 @@ def test_check_names_the_writers_the_service_has_seen(node, kubelet, kubelet_pki
     assert len(said) == 2, said
     assert said[0].startswith("writers: the service has put back values someone else wrote: node level 3 time(s)"
                               " through systemd: the kubelet's MemoryQoS gate (it rewrites kubepods.slice")
-    assert "featureGates: {MemoryQoS: false}" in said[0]
+    assert "companion: auto" in said[0]
     assert "; qos level 1 time(s) in its cgroup file: a cgroupfs writer (systemd still holds ours" in said[0]
     assert said[1].startswith("writers: kubepods-burstable.slice is fought over: written behind the service's back"
                               " 12 times (in its cgroup file) by a cgroupfs writer")

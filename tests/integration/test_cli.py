@@ -723,12 +723,14 @@ def test_status_json_shows_desired_systemd_kernel_and_flags_drift(node):
     no_traceback(p)
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert set(doc) == {"node", "holding", "podSource", "pods", "units", "drift", "bestEffortCeiling", "foughtOver"}
+    assert set(doc) == {"node", "holding", "podSource", "pods", "units", "drift", "bestEffortCeiling", "foughtOver", "companion"}
     assert doc["bestEffortCeiling"] is None  # off, and nothing of ours held
     assert doc["foughtOver"] == []  # no fight kept in /run (fights.py)
+    assert doc["companion"]["on"] is False
     rows = {r["unit"]: r for r in doc["units"]}
     for r in doc["units"]:
-        assert set(r) == {"unit", "level", "cgroup", "desired", "systemd", "kernel", "drift", "why"}
+        assert set(r) == {"unit", "level", "cgroup", "desired", "systemd", "kernel", "drift", "why", "kubelet"}
+        assert r["kubelet"] == []  # every value ours: the kubelet writes none of them (companion mode: off)
     assert set(plan) <= set(rows)
 
     top = rows["kubepods.slice"]

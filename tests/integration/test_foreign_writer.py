@@ -79,7 +79,7 @@ def test_the_kubelets_zeros_are_put_back_then_watched_closely_and_named_once(fak
     assert len(lines) == 2, lines  # once an hour per unit: the three minutes log one line each
     node = next(line for line in lines if line.startswith("kubepods.slice:"))
     assert "MemoryMin" in node and "-> 0" in node and "kubelet's own Memory QoS" in node
-    assert "featureGates: {MemoryQoS: false}" in node
+    assert "companion: auto" in node
 
 
 def test_another_writer_on_a_pod_slice_is_found_by_the_full_resync_and_named_as_such(fake_systemd, tmp_path,

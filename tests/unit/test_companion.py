@@ -1,6 +1,6 @@
 """Companion mode, the pure parts (issue 36): the mode from `companion:` and the kubelet's gate; a
 plan beside the kubelet holds none of what the kubelet writes; the diff sends none of it, and takes
-back no pod the kubelet's values are on. The daemon's side: tests/integration/test_companion.py."""
+back no pod the kubelet's values are on. The daemon's side: tests/integration/test_daemon_companion.py."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ def test_the_journals_line_names_the_values_where_and_who():
                          " counts each time)")
     line = foreign_write_line("kubepods.slice", OURS, {**OURS, "MemoryMin": 0}, "systemd", NAMING)
     assert "changed without us through systemd: likely the kubelet's own Memory QoS" in line
-    assert "featureGates: {MemoryQoS: false}" in line
+    assert "companion: auto" in line
 
 
 @pytest.mark.parametrize("level, writer, gate, reserved, says", [

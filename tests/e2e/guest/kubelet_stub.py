@@ -129,6 +129,12 @@ def main():
                 return
             if path == "/healthz":
                 return self._send(200, b"ok", "text/plain")
+            if path == "/metrics":  # what the scenario says the kubelet reports of itself (its gates)
+                try:
+                    with open(args.pods_file + ".metrics", "rb") as f:
+                        return self._send(200, f.read(), "text/plain; version=0.0.4")
+                except FileNotFoundError:
+                    return self._send(404, b"not found", "text/plain")
             if path != "/pods":
                 return self._send(404, b"not found", "text/plain")
             try:

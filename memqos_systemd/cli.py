@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from . import __version__, columns
 from .documents import DocumentError, decode
+from .kubelet_gate import companion_mode, memory_qos_gate
 from .config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
 from .plan import INFINITY, MAX_PAGE_SIZE, NodeFacts, Plan, PlanError, UnitPlan, plan
 from .pods import PodsError, count_finished, one_line, parse_pods
@@ -204,9 +205,14 @@ def plan_to_json(p: Plan, pending: Mapping[str, str] | None = None) -> dict:
         entry["MemoryHigh"] = "infinity" if u.memory_high == INFINITY else u.memory_high
         if u.memory_max is not None:  # the BestEffort ceiling (bestEffortCeiling), on that slice only
             entry["MemoryMax"] = "infinity" if u.memory_max == INFINITY else u.memory_max
+        if p.companion:  # who writes each value: the kubelet's are shown, never sent
+            entry["kubelet"] = sorted(u.kubelet)
         units.append(entry)
-    return {"node": {"capacityBytes": p.capacity, "allocatableBytes": p.allocatable},
-            "units": units, "warnings": list(p.warnings)}
+    doc = {"node": {"capacityBytes": p.capacity, "allocatableBytes": p.allocatable},
+           "units": units, "warnings": list(p.warnings)}
+    if p.companion:  # beside the kubelet's own Memory QoS (each unit's `kubelet`: what it writes there)
+        doc["companion"] = True
+    return doc
 
 
 def _show_bytes(n: int) -> str:
@@ -289,6 +295,9 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
         lines.append("  ".join(columns.ljust(c, w) if i in left else columns.rjust(c, w)
                                for i, (c, w) in enumerate(zip(r, widths))).rstrip())
     lines += ["", LEGEND] + (["        MemoryMax: above it the kernel OOM-kills in the slice (bestEffortCeiling)"] if ceiling else [])
+    if p.companion:
+        lines += ["companion mode: the kubelet writes MemoryMin, MemoryLow and MemoryHigh of every node, QoS, pod and",
+                  "        container row (shown as it writes them); memqos-systemd the reserved slices and MemoryMax"]
     top = [u for u in p.units if u.level == "node"]
     node = top[-1] if top else None
     protected = node.memory_min + node.memory_low if node else 0
@@ -333,7 +342,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         pods, pod_warnings = parse_pods(doc)
     except PodsError as e:
         raise UsageError(f"--pods {args.pods}: {e}") from None
-    node = NodeFacts(capacity=_node_memory(args.node_memory), page_size=_page_size(args.page_size))
+    # Beside the kubelet's own Memory QoS as the config tells it (companion: on, or auto with a
+    # kubeletConfigFile whose featureGates turn it on); the kubelet itself is not asked here.
+    mode = companion_mode(cfg.companion, memory_qos_gate(configured=cfg.kubelet_memory_qos_gate,
+                                                         config_file=cfg.kubelet_config_file))
+    node = NodeFacts(capacity=_node_memory(args.node_memory), page_size=_page_size(args.page_size),
+                     kubelet_writes=mode.companion)
     try:
         result = plan(pods, node, cfg)
     except PlanError as e:

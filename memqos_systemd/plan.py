@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -28,7 +29,7 @@ from .pods import Pod, one_line
 from .quantity import MAX_BYTES, UINT64_MAX, format_bytes, page_up
 
 __all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "Ceiling", "allocatable", "memory_high",
-           "besteffort_ceiling", "qos_reserved_writer", "plan"]
+           "kubelet_memory_high", "besteffort_ceiling", "qos_reserved_writer", "plan"]
 
 # systemd's `infinity` for MemoryHigh.
 INFINITY = UINT64_MAX
@@ -128,6 +129,21 @@ def _exact(factor: float) -> Fraction:
     return Fraction(repr(factor))  # 0.9 means 9/10 exactly, not the nearest binary float
 
 
+def kubelet_memory_high(request: int, limit: int | None, alloc: int, factor: float | None, page_size: int) -> int:
+    """memory.high as the kubelet computes it (kuberuntime's container config, and the pod's with a
+    pod-level limit): the same formula in float64 arithmetic, floor((req + (ceiling - req) * factor)
+    / page) * page, so a value the exact sum would put on a page boundary may land a page lower, as
+    the kubelet's does. INFINITY when not above the request, as `memory_high`."""
+    if factor is None:
+        return INFINITY
+    ceiling = alloc if limit is None else limit
+    raw = float(request) + (float(ceiling) - float(request)) * factor
+    if not raw < INFINITY:  # past what a uint64 holds: throttles nothing
+        return INFINITY
+    value = math.floor(raw) // page_size * page_size
+    return value if request < value < INFINITY else INFINITY
+
+
 def _memory_high(request: int, ceiling: int, factor: Fraction, page_size: int) -> int:
     # Integer arithmetic: floor((req + n/d * (ceiling - req)) / page) * page.
     n, d = factor.numerator, factor.denominator
@@ -171,6 +187,11 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
     policy = config.memory_reservation_policy
     factor = config.memory_throttling_factor
     effective = config.hierarchy == "effective"
+    # `kubelet`: what the kubelet of today writes with its MemoryQoS gate on; `kubelet-1.36`: the
+    # same before kubernetes/kubernetes#140267 (no memory.low on the node slice). DESIGN.md,
+    # "hierarchy: kubelet is the kubelet of v1.37".
+    kubelet_today = config.hierarchy == "kubelet"
+    high_of = memory_high if effective else kubelet_memory_high
     warnings: list[str] = []
 
     try:
@@ -218,7 +239,7 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
                 continue
             seen_units.add(scope)
             cmin, clow = _amounts(kind, c.request)
-            high = INFINITY if pod.qos == "Guaranteed" else memory_high(c.request, c.limit, alloc, factor, node.page_size)
+            high = INFINITY if pod.qos == "Guaranteed" else high_of(c.request, c.limit, alloc, factor, node.page_size)
             children.append(UnitPlan(scope, "container", pod_unit, cmin, clow, high, pod.key, c.name))
         pmin, plow = _amounts(kind, request)
         if effective:
@@ -234,7 +255,7 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
             warnings.append(f"pod {pod.display}: request {format_bytes(request)} is above its pod-level limit"
                             f" {format_bytes(pod.pod_limit + pod.overhead)}; planned from the request")
         if pod.qos != "Guaranteed" and pod.pod_limit is not None:
-            phigh = memory_high(request, pod.pod_limit + pod.overhead, alloc, factor, node.page_size)
+            phigh = high_of(request, pod.pod_limit + pod.overhead, alloc, factor, node.page_size)
         pod_units.append(UnitPlan(pod_unit, "pod", naming.qos_slice(pod.qos), pmin, plow, phigh, pod.key))
         container_units.extend(children)
         held[pod.qos][0] += pmin
@@ -260,14 +281,18 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
         node_min = sum(u.memory_min for u in qos_units) + held["Guaranteed"][0]
         node_low = sum(u.memory_low for u in qos_units) + held["Guaranteed"][1]
     else:
-        # The KEP's literal layout: every request as memory.min at the top, no memory.low.
+        # The kubelet's QoS manager (setMemoryQoS): every Guaranteed and Burstable request as
+        # memory.min at the top and, since kubernetes/kubernetes#140267, the Burstable requests as
+        # its memory.low too (a child's memory.low is worth no more than its ancestors' is).
         node_min = requested["Guaranteed"] + requested["Burstable"]
-        node_low = 0
+        node_low = requested["Burstable"] if kubelet_today and policy == "TieredReservation" else 0
 
     reserved_units = []
     for _, cgroup, amount in config.enforced_reservations():
         name = reserved_slice(cgroup)
-        rmin = amount if policy != "None" else 0
+        # The kubelet (enforceExistingCgroup) writes the reservation as memory.min whenever its
+        # MemoryQoS gate is on, whatever the policy; `effective` only with a policy that protects.
+        rmin = amount if policy != "None" or not effective else 0
         reserved_units.append(UnitPlan(name, "reserved", None, rmin, 0, INFINITY))
         if effective and rmin and cgroup.strip("/").count("/"):
             warnings.append(f"{name}: {cgroup} is nested; its MemoryMin only protects if every slice above it"

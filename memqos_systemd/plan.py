@@ -5,11 +5,19 @@ so every number can be table-tested. Where the numbers come from:
 
 * `allocatable`   Node Allocatable: capacity - kubeReserved - systemReserved - evictionHard.
 * `memory_high`   KEP-2570 (v1.27+): floor((req + factor*(limit or allocatable - req))/page)*page,
-                  `infinity` when that is not above the request.
+                  `infinity` when that is not above the request; exact. `kubelet_memory_high`: the
+                  same in the kubelet's float64 arithmetic (hierarchy kubelet, kubelet-1.36).
 * `_protection`   memoryReservationPolicy (KEP-2570 v1.36): which of MemoryMin / MemoryLow a
                   pod and its containers get.
-* `_ancestors`    hierarchy: `effective` backs every protection with the same kind on every
-                  ancestor (the kernel honours nothing more); `kubelet` reproduces the KEP's numbers.
+* hierarchy       `effective` backs every protection with the same kind on every ancestor (the
+                  kernel honours nothing more). `kubelet` is what the kubelet of v1.37 writes with its
+                  MemoryQoS gate on (kubernetes/kubernetes master after #140267, read 2026-11;
+                  docs/DESIGN.md "hierarchy: kubelet is the kubelet of v1.37"): kubepods.slice
+                  MemoryMin = ΣG + ΣB requests and, with TieredReservation, MemoryLow = ΣB; the
+                  Burstable QoS slice MemoryLow = ΣB; pod and container slices by policy; reserved
+                  slices' MemoryMin = the reservation whatever the policy. `kubelet-1.36`: the same
+                  with kubepods.slice MemoryLow 0 (before #140267). tests/unit/test_kubelet_upstream.py
+                  holds the kubelet's own test cases.
 * `_capacity_guard` total hard protection never exceeds capacity minus the headroom.
 * `besteffort_ceiling` bestEffortCeiling: MemoryMax of the BestEffort QoS slice, from the requests
                   of the Guaranteed and Burstable pods (the one MemoryMax we plan).

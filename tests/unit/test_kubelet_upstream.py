@@ -357,3 +357,13 @@ def test_reserved_slices_hold_their_reservation_whatever_the_policy(policy):
     p = _run(Case("", (), {}, keys, allocatable=8 * Gi))
     got = {u.unit: u.memory_min for u in p.units if u.level == "reserved"}
     assert got == {"kube.slice": Gi, "system.slice": 512 * Mi}
+
+
+def test_memory_high_in_the_kubelets_float_arithmetic():
+    # kuberuntime computes memory.high in float64. 0.7 * 360Ki is 252Ki exactly, a page boundary,
+    # but float64(0.7) is a little below 0.7: the kubelet writes 248Ki. `effective` keeps the exact
+    # value; `kubelet` holds what the kubelet writes.
+    pod = (P(90, "Burstable", C(90, 0, 360 * 1024)),)
+    keys = {"memoryReservationPolicy": "None", "memoryThrottlingFactor": 0.7}
+    assert _run(Case("", pod, {}, keys)).by_unit()[scope(90)].memory_high == 248 * 1024
+    assert _run(Case("", pod, {}, {**keys, "hierarchy": "effective"})).by_unit()[scope(90)].memory_high == 252 * 1024

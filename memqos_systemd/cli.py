@@ -296,8 +296,8 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
                                for i, (c, w) in enumerate(zip(r, widths))).rstrip())
     lines += ["", LEGEND] + (["        MemoryMax: above it the kernel OOM-kills in the slice (bestEffortCeiling)"] if ceiling else [])
     if p.companion:
-        lines += ["companion mode: the kubelet writes MemoryMin, MemoryLow and MemoryHigh of every node, QoS, pod and",
-                  "        container row (shown as it writes them); memqos-systemd the reserved slices and MemoryMax"]
+        lines += ["companion mode: the kubelet writes MemoryMin, MemoryLow and MemoryHigh of every row (shown as it",
+                  "        writes them: a reserved slice's MemoryMin as it enforces it); memqos-systemd only MemoryMax"]
     top = [u for u in p.units if u.level == "node"]
     node = top[-1] if top else None
     protected = node.memory_min + node.memory_low if node else 0

@@ -442,8 +442,8 @@ def status_lines(doc: dict, *, wide: bool = False) -> list[str]:
     companion = doc.get("companion")
     if companion and companion["on"]:
         said = [f"companion mode: {companion['why']}",
-                "  the kubelet writes MIN/LOW and HIGH of the node, QoS, pod and container units;",
-                "  the service writes the reserved slices and the BestEffort ceiling"]
+                "  the kubelet writes MIN/LOW and HIGH of every unit (a reserved slice's as it enforces it);",
+                "  the service writes the BestEffort ceiling, and reads and signals the rest"]
         lines += said if wide else [columns.fit(line, WIDTH) for line in said]
     if doc["drift"]:
         lines.append("drift (!): the plan, systemd and the kernel disagree (why, and the values: --output json)")
@@ -571,8 +571,8 @@ FIGHT_KEPT = ("with companion: off, the kubelet writes kubepods.slice MemoryMin 
               " every minute (zeros under its default policy) and memqos-systemd puts its own back within about a"
               " second, each time counted in memqos_foreign_writes_total: protection dips every minute")
 # What the service adds beside the kubelet's own Memory QoS (docs/DESIGN.md, "Companion mode").
-COMPANION_ADDS = ("the reserved slices' MemoryMin, the BestEffort ceiling (bestEffortCeiling), the kernel held to its"
-                  " values whoever writes, breach and pressure signals, status and check")
+COMPANION_ADDS = ("the BestEffort ceiling (bestEffortCeiling), held in the kernel whoever writes, breach and"
+                  " pressure signals with alerts, status and check")
 
 
 QOS_RESERVED_FIX = ("turn one of the two off: bestEffortCeiling: {enabled: false} here, or the kubelet's QOSReserved"
@@ -589,7 +589,7 @@ def _check_kubelet_gate(cfg: Config) -> list[tuple[str, str]]:
     if mode.companion:
         # The informed choice: the kubelet's values are its own, ours are what it lacks.
         out.append(("ok", f"kubelet: companion mode ({mode.why}): the kubelet writes MemoryMin, MemoryLow and"
-                          f" MemoryHigh of kubepods.slice, the QoS slices, pod slices and container scopes, and the"
+                          f" MemoryHigh of kubepods.slice, the QoS slices, pod slices, container scopes and the enforced reserved slices, and the"
                           f" service writes none of them; it adds {COMPANION_ADDS}"))
         if gate.on is False:
             out.append(("warn", f"kubelet: its own Memory QoS is off ({gate.how}), yet companion: on leaves it every"

@@ -36,7 +36,7 @@ __all__ = [
 
 DEFAULT_CONFIG_PATH = "/etc/memqos-systemd/config.yaml"
 POLICIES = ("None", "TieredReservation", "HardReservation")
-HIERARCHIES = ("effective", "kubelet")
+HIERARCHIES = ("effective", "kubelet", "kubelet-1.36")
 COMPANION_SETTINGS = ("auto", "on", "off")
 ENFORCE = ("pods", "kube-reserved", "system-reserved")
 # Config files are small; a bigger one is a mistake (or an attack on the parser).

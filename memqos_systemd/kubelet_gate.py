@@ -112,10 +112,13 @@ def memory_qos_gate(*, reported: bool | None = None, version: str | None = None,
 # ---- companion mode: beside the kubelet's own Memory QoS -------------------------------------------
 # What the kubelet writes itself when its MemoryQoS gate is on (the kubelet of v1.37: its QoS
 # manager every minute, the pod's at creation and resize, the container's through the runtime's CRI
-# Unified map; docs/DESIGN.md "Companion mode"), by level: none of it is ours to write then. The
-# reserved slices, and a MemoryMax we plan (the BestEffort ceiling), stay ours.
+# Unified map, an enforced reserved cgroup's memory.min as it enforces it; docs/DESIGN.md
+# "Companion mode"), by level: none of it is ours to write then, nor the MemoryLow and MemoryHigh
+# beside it, which ours would only pin to their defaults. A MemoryMax we plan (the BestEffort
+# ceiling) stays ours.
 KUBELET_OWNS: Mapping[str, frozenset[str]] = {
-    level: frozenset({"MemoryMin", "MemoryLow", "MemoryHigh"}) for level in ("node", "qos", "pod", "container")}
+    level: frozenset({"MemoryMin", "MemoryLow", "MemoryHigh"})
+    for level in ("node", "reserved", "qos", "pod", "container")}
 
 
 def kubelet_owns(level: str) -> frozenset[str]:

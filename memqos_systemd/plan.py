@@ -5,11 +5,19 @@ so every number can be table-tested. Where the numbers come from:
 
 * `allocatable`   Node Allocatable: capacity - kubeReserved - systemReserved - evictionHard.
 * `memory_high`   KEP-2570 (v1.27+): floor((req + factor*(limit or allocatable - req))/page)*page,
-                  `infinity` when that is not above the request.
+                  `infinity` when that is not above the request; exact. `kubelet_memory_high`: the
+                  same in the kubelet's float64 arithmetic (hierarchy kubelet, kubelet-1.36).
 * `_protection`   memoryReservationPolicy (KEP-2570 v1.36): which of MemoryMin / MemoryLow a
                   pod and its containers get.
-* `_ancestors`    hierarchy: `effective` backs every protection with the same kind on every
-                  ancestor (the kernel honours nothing more); `kubelet` reproduces the KEP's numbers.
+* hierarchy       `effective` backs every protection with the same kind on every ancestor (the
+                  kernel honours nothing more). `kubelet` is what the kubelet of v1.37 writes with its
+                  MemoryQoS gate on (kubernetes/kubernetes master after #140267, read 2026-11;
+                  docs/DESIGN.md "hierarchy: kubelet is the kubelet of v1.37"): kubepods.slice
+                  MemoryMin = ΣG + ΣB requests and, with TieredReservation, MemoryLow = ΣB; the
+                  Burstable QoS slice MemoryLow = ΣB; pod and container slices by policy; reserved
+                  slices' MemoryMin = the reservation whatever the policy. `kubelet-1.36`: the same
+                  with kubepods.slice MemoryLow 0 (before #140267). tests/unit/test_kubelet_upstream.py
+                  holds the kubelet's own test cases.
 * `_capacity_guard` total hard protection never exceeds capacity minus the headroom.
 * `besteffort_ceiling` bestEffortCeiling: MemoryMax of the BestEffort QoS slice, from the requests
                   of the Guaranteed and Burstable pods (the one MemoryMax we plan).
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -29,7 +38,7 @@ from .pods import Pod, one_line
 from .quantity import MAX_BYTES, UINT64_MAX, format_bytes, page_up
 
 __all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "Ceiling", "allocatable", "memory_high",
-           "besteffort_ceiling", "qos_reserved_writer", "plan"]
+           "kubelet_memory_high", "besteffort_ceiling", "qos_reserved_writer", "plan"]
 
 # systemd's `infinity` for MemoryHigh.
 INFINITY = UINT64_MAX
@@ -137,6 +146,21 @@ def _exact(factor: float) -> Fraction:
     return Fraction(repr(factor))  # 0.9 means 9/10 exactly, not the nearest binary float
 
 
+def kubelet_memory_high(request: int, limit: int | None, alloc: int, factor: float | None, page_size: int) -> int:
+    """memory.high as the kubelet computes it (kuberuntime's container config, and the pod's with a
+    pod-level limit): the same formula in float64 arithmetic, floor((req + (ceiling - req) * factor)
+    / page) * page, so a value the exact sum would put on a page boundary may land a page lower, as
+    the kubelet's does. INFINITY when not above the request, as `memory_high`."""
+    if factor is None:
+        return INFINITY
+    ceiling = alloc if limit is None else limit
+    raw = float(request) + (float(ceiling) - float(request)) * factor
+    if not raw < INFINITY:  # past what a uint64 holds: throttles nothing
+        return INFINITY
+    value = math.floor(raw) // page_size * page_size
+    return value if request < value < INFINITY else INFINITY
+
+
 def _memory_high(request: int, ceiling: int, factor: Fraction, page_size: int) -> int:
     # Integer arithmetic: floor((req + n/d * (ceiling - req)) / page) * page.
     n, d = factor.numerator, factor.denominator
@@ -179,8 +203,14 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
     alloc = allocatable(config, node.capacity)
     policy = config.memory_reservation_policy
     factor = config.memory_throttling_factor
-    # Beside the kubelet's own Memory QoS, the plan is its layout: the values it writes, shown.
+    # Beside the kubelet's own Memory QoS (companion mode) the plan is its layout: the values it
+    # writes, shown, never sent; `kubelet-1.36` names an older kubelet's.
     effective = config.hierarchy == "effective" and not node.kubelet_writes
+    # `kubelet`: what the kubelet of today writes with its MemoryQoS gate on; `kubelet-1.36`: the
+    # same before kubernetes/kubernetes#140267 (no memory.low on the node slice). DESIGN.md,
+    # "hierarchy: kubelet is the kubelet of v1.37".
+    kubelet_today = config.hierarchy == "kubelet" or (node.kubelet_writes and config.hierarchy != "kubelet-1.36")
+    high_of = memory_high if effective else kubelet_memory_high
     warnings: list[str] = []
 
     try:
@@ -228,7 +258,7 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
                 continue
             seen_units.add(scope)
             cmin, clow = _amounts(kind, c.request)
-            high = INFINITY if pod.qos == "Guaranteed" else memory_high(c.request, c.limit, alloc, factor, node.page_size)
+            high = INFINITY if pod.qos == "Guaranteed" else high_of(c.request, c.limit, alloc, factor, node.page_size)
             children.append(UnitPlan(scope, "container", pod_unit, cmin, clow, high, pod.key, c.name))
         pmin, plow = _amounts(kind, request)
         if effective:
@@ -244,7 +274,7 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
             warnings.append(f"pod {pod.display}: request {format_bytes(request)} is above its pod-level limit"
                             f" {format_bytes(pod.pod_limit + pod.overhead)}; planned from the request")
         if pod.qos != "Guaranteed" and pod.pod_limit is not None:
-            phigh = memory_high(request, pod.pod_limit + pod.overhead, alloc, factor, node.page_size)
+            phigh = high_of(request, pod.pod_limit + pod.overhead, alloc, factor, node.page_size)
         pod_units.append(UnitPlan(pod_unit, "pod", naming.qos_slice(pod.qos), pmin, plow, phigh, pod.key))
         container_units.extend(children)
         held[pod.qos][0] += pmin
@@ -270,14 +300,18 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
         node_min = sum(u.memory_min for u in qos_units) + held["Guaranteed"][0]
         node_low = sum(u.memory_low for u in qos_units) + held["Guaranteed"][1]
     else:
-        # The KEP's literal layout: every request as memory.min at the top, no memory.low.
+        # The kubelet's QoS manager (setMemoryQoS): every Guaranteed and Burstable request as
+        # memory.min at the top and, since kubernetes/kubernetes#140267, the Burstable requests as
+        # its memory.low too (a child's memory.low is worth no more than its ancestors' is).
         node_min = requested["Guaranteed"] + requested["Burstable"]
-        node_low = 0
+        node_low = requested["Burstable"] if kubelet_today and policy == "TieredReservation" else 0
 
     reserved_units = []
     for _, cgroup, amount in config.enforced_reservations():
         name = reserved_slice(cgroup)
-        rmin = amount if policy != "None" else 0
+        # The kubelet (enforceExistingCgroup) writes the reservation as memory.min whenever its
+        # MemoryQoS gate is on, whatever the policy; `effective` only with a policy that protects.
+        rmin = amount if policy != "None" or not effective else 0
         reserved_units.append(UnitPlan(name, "reserved", None, rmin, 0, INFINITY))
         if effective and rmin and cgroup.strip("/").count("/"):
             warnings.append(f"{name}: {cgroup} is nested; its MemoryMin only protects if every slice above it"

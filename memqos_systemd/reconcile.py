@@ -136,9 +136,10 @@ def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[st
                 orphans.append((0 if ref.level == "pod" else 1, name, ref.level))
         # Orphans go last in parent-first order (so first when shrinking): pods, then containers.
         targets.extend((name, level, DEFAULTS) for _, name, level in sorted(orphans))
-    # Retired reserved slices are roots (siblings of kubepods.slice): their order is free.
+    # Retired reserved slices are roots (siblings of kubepods.slice): their order is free. (Beside
+    # the kubelet's own Memory QoS a reserved slice's values are the kubelet's: none to take back.)
     targets.extend((name, "reserved", DEFAULTS) for name in sorted(set(retired) - planned)
-                   if observed.get(name) is not None)
+                   if observed.get(name) is not None and not companion)
 
     grow: list[Change] = []
     shrink: list[Change] = []

@@ -1,6 +1,6 @@
 """Companion mode (issue 36): beside a kubelet whose own Memory QoS is on, the daemon writes none of
 what the kubelet writes (kubelet_gate.KUBELET_OWNS), counts none of its writes as a fight, and still
-does what the kubelet does not: the reserved slices' MemoryMin, the BestEffort ceiling. The mode
+does what the kubelet does not: the BestEffort ceiling. The mode
 follows the kubelet (its /metrics, else its config file) unless `companion:` forces it, and a
 change of mode hands the values over without lowering any.
 
@@ -30,6 +30,7 @@ KUBELET = {
     "kubepods-burstable.slice": {"MemoryMin": 0, "MemoryLow": 256 * MI},
     GPOD: {"MemoryMin": 512 * MI}, BPOD: {"MemoryLow": 256 * MI},
     GCTR: {"MemoryMin": 512 * MI}, BCTR: {"MemoryLow": 256 * MI},
+    "kube.slice": {"MemoryMin": 300 * MI},  # as it enforces kubeReserved (enforceExistingCgroup)
 }
 COMPANION = {**RESERVED, "companion": "on", "bestEffortCeiling": {"enabled": True}}
 
@@ -41,7 +42,7 @@ def kubelet_writes(fake, scale: int = 1) -> None:
     for unit, props in KUBELET.items():
         values = {k: v * scale for k, v in props.items()}
         behind_our_back(fake, unit, **values)
-        if LEVEL[unit] in ("node", "qos"):
+        if LEVEL[unit] in ("node", "qos", "reserved"):
             fake.write_cgroup_file(unit, **values)
 
 
@@ -67,8 +68,7 @@ def test_beside_the_kubelet_nothing_it_writes_is_written_nor_fought_over(fake_sy
             assert h.metrics.registry.get_sample_value("memqos_companion_mode") == 1
             assert ours_written(h) == []
             written = {u for u, _ in h.sets()}
-            assert written == {"kube.slice", BE}, written  # the reserved slice and the ceiling: ours
-            assert h.memory("kube.slice")["MemoryMin"] == 300 * MI
+            assert written == {BE}, written  # the ceiling: ours; the reserved slice's MemoryMin the kubelet's
             assert fake_systemd.unit(BE).memory_max < 1 << 40
             for minute in (1, 2, 3, 2):  # the kubelet's QoS manager, every minute
                 fake_systemd.clear_calls()

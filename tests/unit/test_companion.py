@@ -28,10 +28,9 @@ def test_the_mode_follows_the_kubelet_unless_the_config_forces_it(setting, gate,
     assert mode.companion is companion and says in mode.why
 
 
-def test_the_kubelet_owns_its_memory_qos_values_and_not_the_reserved_slices_nor_memorymax():
-    for level in ("node", "qos", "pod", "container"):
+def test_the_kubelet_owns_its_memory_qos_values_at_every_level_and_no_memorymax():
+    for level in ("node", "reserved", "qos", "pod", "container"):
         assert kubelet_owns(level) == {"MemoryMin", "MemoryLow", "MemoryHigh"}
-    assert kubelet_owns("reserved") == frozenset() and "reserved" not in KUBELET_OWNS
     assert all("MemoryMax" not in props for props in KUBELET_OWNS.values())
 
 
@@ -46,12 +45,13 @@ def companion_plan(**keys):
     return plan(PODS, NodeFacts(16 * Gi, 4096, kubelet_writes=True), cfg(**{**KEYS, **keys}))
 
 
-def test_beside_the_kubelet_only_the_reserved_slices_and_the_ceiling_are_held():
+def test_beside_the_kubelet_only_the_ceiling_is_held():
     p = companion_plan()
     assert p.companion
     held = {unit: props for unit, _, props in p.targets if props}
-    assert held == {"kube.slice": {"MemoryMin": 300 * Mi, "MemoryLow": 0, "MemoryHigh": INFINITY},
-                    "kubepods-besteffort.slice": {"MemoryMax": p.ceiling.memory_max}}
+    assert held == {"kubepods-besteffort.slice": {"MemoryMax": p.ceiling.memory_max}}
+    # The kubelet's, shown: the reservation as the reserved slice's MemoryMin (enforceExistingCgroup).
+    assert p.by_unit()["kube.slice"].memory_min == 300 * Mi
     # What the kubelet writes is still planned, to be shown: its layout (hierarchy: kubelet).
     units = p.by_unit()
     assert units[pod_unit(2)].memory_low == 256 * Mi and units[pod_unit(2)].kubelet == KUBELET_OWNS["pod"]
@@ -75,6 +75,8 @@ def test_the_diff_beside_the_kubelet_sends_nothing_it_writes_and_takes_back_no_p
     observed["kubepods-burstable-pod00000000_0000_0000_0000_000000000099.slice"] = dict(theirs)  # not planned
     observed[f"cri-containerd-{99:064x}.scope"] = dict(theirs)
     observed["kube.slice"] = {"MemoryMin": 0, "MemoryLow": 0, "MemoryHigh": INFINITY}
+    observed["system.slice"] = dict(theirs)
     changes = diff(p, observed, naming)
-    assert {(c.unit, tuple(sorted(c.props))) for c in changes} == {
-        ("kube.slice", ("MemoryMin",)), ("kubepods-besteffort.slice", ("MemoryMax",))}
+    assert {(c.unit, tuple(sorted(c.props))) for c in changes} == {("kubepods-besteffort.slice", ("MemoryMax",))}
+    # A reserved slice the config dropped holds the kubelet's values too: not taken back.
+    assert diff(p, observed, naming, retired=["system.slice"]) == changes

@@ -196,7 +196,8 @@ EXPECTED = {
         E: (0, 0), scope(5): (0, 0),
     },
     ("TieredReservation", "kubelet"): {
-        "kubepods.slice": (2368 * Mi, 0),  # the KEP's literal numbers: min ΣG + ΣB, low 0
+        # the kubelet of v1.37: min ΣG + ΣB, low ΣB (kubernetes/kubernetes#140267)
+        "kubepods.slice": (2368 * Mi, 1344 * Mi),
         "kubepods-burstable.slice": (0, 1344 * Mi), "kubepods-besteffort.slice": (0, 0),
         G: (Gi, 0), scope(1): (Gi, 0),
         B: (0, 768 * Mi), scope(2): (0, 512 * Mi), scope(3): (0, 256 * Mi),
@@ -204,6 +205,9 @@ EXPECTED = {
         E: (0, 0), scope(5): (0, 0),
     },
 }
+# the kubelet before #140267: the node slice's memory.low 0, all else as today's
+EXPECTED[("TieredReservation", "kubelet-1.36")] = {**EXPECTED[("TieredReservation", "kubelet")],
+                                                   "kubepods.slice": (2368 * Mi, 0)}
 EXPECTED[("HardReservation", "effective")] = EXPECTED[("HardReservation", "kubelet")] = {
     "kubepods.slice": (2368 * Mi, 0),
     "kubepods-burstable.slice": (1344 * Mi, 0), "kubepods-besteffort.slice": (0, 0),
@@ -282,8 +286,10 @@ def test_blog_tiered_examples_512mi():
     ("HardReservation", "effective", 7 * Gi, 0),
     # tiered, as the kernel honours it: no hard reservation, 7GiB of soft protection
     ("TieredReservation", "effective", 0, 7 * Gi),
-    # tiered with the KEP's literal top-level numbers
-    ("TieredReservation", "kubelet", 7 * Gi, 0),
+    # tiered as the kubelet of v1.37 writes it: ΣG + ΣB as min, ΣB as low
+    ("TieredReservation", "kubelet", 7 * Gi, 7 * Gi),
+    # and as the kubelet of v1.36 did: no memory.low at the top
+    ("TieredReservation", "kubelet-1.36", 7 * Gi, 0),
     ("None", "effective", 0, 0),
 ])
 def test_blog_8gib_node_with_7gib_burstable(policy, hierarchy, node_min, node_low):
@@ -523,7 +529,7 @@ def test_capacity_guard_with_zero_headroom():
 def test_capacity_guard_in_kubelet_mode_too():
     pods = [P(f"b{i}", "Burstable", i, C("c", 2 * Gi, None, id_=i)) for i in (1, 2)]
     p = run(pods, capacity=4 * Gi, memoryReservationPolicy="TieredReservation", hierarchy="kubelet")
-    assert props(p)["kubepods.slice"][:2] == (4080218931, 0)
+    assert props(p)["kubepods.slice"][:2] == (4080218931, 4 * Gi)
     assert props(p)["kubepods-burstable.slice"][:2] == (0, 4 * Gi)
     assert len(p.warnings) == 2 and p.warnings[0].startswith("pods request 4Gi in total")
     assert "kubepods.slice" in p.warnings[1]
@@ -612,7 +618,7 @@ def test_cgroup_root_effective_backs_every_ancestor(root, prefix, roots):
 def test_cgroup_root_kubelet_mode_plans_only_kubepods():
     p = run(NODE_PODS, memoryReservationPolicy="TieredReservation", cgroupRoot="/foo", hierarchy="kubelet")
     assert "foo.slice" not in props(p)
-    assert props(p)["foo-kubepods.slice"] == (2368 * Mi, 0, INF)
+    assert props(p)["foo-kubepods.slice"] == (2368 * Mi, 1344 * Mi, INF)
 
 
 def test_bad_cgroup_root_is_a_plan_error():

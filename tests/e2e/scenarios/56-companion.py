@@ -12,8 +12,8 @@ manager writes it (SetUnitProperties, then the cgroup files).
             (an hour of minutes, one every 0.5 s), the values varying as pods come and go, the
             files sampled every 20 ms: the daemon makes 0 SetUnitProperties calls, counts 0
             foreign writes and 0 fights, and the files always show the kubelet's values
-  ours      what it adds: the reserved slices' MemoryMin and the BestEffort ceiling as planned;
-            the QoS slices' signals are served
+  ours      what it adds: the BestEffort ceiling as planned; the QoS slices' signals are served;
+            the reserved slices hold what the kubelet wrote as it enforced them
   handover  the kubelet restarted with its gate off: the daemon owns every value again within
             a few seconds of the restart (its plan in the kernel), and no sample of the upper
             slices' memory.min/low falls below the lower of the two writers' values"""
@@ -55,9 +55,11 @@ db, web = units["db"], units["web"]
 G, B = 96 * MI, (48 + 16) * MI
 # What the kubelet of today writes with TieredReservation (docs/DESIGN.md, "Companion mode"): the
 # QoS manager's every minute, the pod's and the container's at creation (the runtime's CRI Unified).
+# The enforced reserved slices' memory.min it writes as it enforces them (enforceExistingCgroup).
 CREATED = {db["slice"]: {"MemoryMin": G}, db["scopes"][0]: {"MemoryMin": G},
            web["slice"]: {"MemoryLow": B}, web["scopes"][0]: {"MemoryLow": 48 * MI},
-           web["scopes"][1]: {"MemoryLow": 16 * MI}}
+           web["scopes"][1]: {"MemoryLow": 16 * MI},
+           "kube.slice": {"MemoryMin": 64 * MI}, "system.slice": {"MemoryMin": 96 * MI}}
 
 
 def qos_values(extra):
@@ -141,9 +143,9 @@ plan = memqos_plan()  # offline: no kubelet asked, every value ours, the same ce
 ceiling = next(u for u in plan["units"] if u["unit"] == BESTEFFORT).get("MemoryMax")
 check(ceiling not in (None, "infinity") and int(service_show("MemoryMax", BESTEFFORT)) == ceiling,
       f"ours: the BestEffort ceiling holds its plan ({fmt_bytes(ceiling or 0)})")
-reserved = {u["unit"]: u["MemoryMin"] for u in plan["units"] if u["level"] == "reserved"}
-check(reserved and all(read_memory(u)["min"] == v for u, v in reserved.items()),
-      f"ours: the reserved slices' MemoryMin {reserved}")
+reserved = {u: read_memory(u)["min"] for u in ("kube.slice", "system.slice")}
+check(reserved == {u: CREATED[u]["MemoryMin"] for u in reserved},
+      f"ours: the reserved slices hold what the kubelet wrote {reserved}")
 check(metric("memqos_qos_memory_usage_bytes", qos_class="Burstable") not in (None, 0),
       "ours: the QoS slices' signals are served (memqos_qos_memory_usage_bytes)")
 

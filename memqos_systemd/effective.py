@@ -81,6 +81,26 @@ class Effective:
     own_low: int
 
     @property
+    def min_now(self) -> int:
+        """emin up to its usage: what memory.min keeps of it now."""
+        return min(self.usage, self.emin)
+
+    @property
+    def low_now(self) -> int:
+        """elow up to its usage."""
+        return min(self.usage, self.elow)
+
+    @property
+    def lent_min_now(self) -> int:
+        """The part of min_now its own memory.min does not claim."""
+        return max(0, self.min_now - self.own_min)
+
+    @property
+    def lent_low_now(self) -> int:
+        """The part of low_now its own memory.low does not claim."""
+        return max(0, self.low_now - self.own_low)
+
+    @property
     def protected(self) -> int:
         """What reclaim spares of it now: the larger effective value, up to its usage (only emin is
         kept once reclaim retries before the OOM killer)."""

@@ -249,7 +249,7 @@ async def _status(cfg: Config, output: str) -> int:
     doc = {"node": None, "holding": None if snapshot is None or intake.holding is None else str(intake.holding),
            "podSource": source_error, "pods": [], "units": rows, "drift": sum(r["drift"] for r in rows),
            "bestEffortCeiling": _ceiling_row(desired, applier.observed, naming, cfg),
-           "foughtOver": fights.current(FIGHTS_PATH, time.time())}
+           "foughtOver": fights.current(FIGHTS_PATH, time.time()), "protection": None}
     if desired is not None:
         node = desired.node_unit()
         doc["node"] = {"capacityBytes": desired.capacity, "allocatableBytes": desired.allocatable,

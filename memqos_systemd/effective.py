@@ -28,11 +28,14 @@ values come back in bytes. The effective values are the kernel's emin and elow. 
 spares of a cgroup (mm/vmscan.c, get_scan_count and shrink_node_memcgs) is their larger one, up
 to its usage, and only emin once reclaim retries before the OOM killer: `protected` below.
 
-Later kernels: 6.2 stops using the reclaim root's stale values for its own pages (Yosry Ahmed,
-"mm: memcg: fix stale protection of reclaim target memcg"); 6.12 moved the calculation to
-mm/page_counter.c (`page_counter_calculate_protection`, for the dmem controller), with the mount
-option passed in: the arithmetic is the same since 5.7 (recursive protection, Johannes Weiner)
-and the division guard U > S (5.8).
+Other kernels (to our knowledge; read in stored copies, versions not verified here): the
+arithmetic is the same from 5.7 (recursive protection, Johannes Weiner, 2020; the guard U > S
+came with a 2020 fix for a division by zero, sent to stable) to the newest copy read, where
+"mm/page_counter: Move calculating protection values to page_counter" (for the dmem controller,
+6.14) moved it to mm/page_counter.c `page_counter_calculate_protection` with the mount option
+passed in. After 6.1, Yosry Ahmed's "mm: memcg: fix stale protection of reclaim target memcg"
+stops reclaim from reading the reclaim root's stale values for the root's own pages; what this
+module computes does not change with it (the root gets nothing here either).
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ no plan (`reset`), a search of the kubepods tree finds. What is read there:
   metrics (signals.py says which file goes into which metric), and by `status`
   (`read_memory_events`, `read_pressure`, `read_value`).
 * memory.swap.max and memory.oom.group (`Cgroupfs.runtime_settings`): see below.
+* memory.current, memory.min and memory.low of the kubepods tree (the node, QoS and pod slices,
+  and the slices above kubepods), for the effective protection the kernel gives them
+  (effective.py, shown by `status` and the metrics), and whether the cgroup2 mount has the
+  option `memory_recursiveprot` (`Cgroupfs.recursive_protection`, from /proc/mounts).
 
 Why that file
 -------------
@@ -50,6 +54,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import re
 import resource
 import threading
 from dataclasses import dataclass
@@ -63,9 +68,11 @@ __all__ = [
     "Cgroupfs", "KeptFiles", "RuntimeSettings", "INVOCATION_XATTRS", "ROOT", "cgroup_path", "plan_cgroup_paths",
     "dir_of_control_group", "read_file", "read_value", "read_invocation_id", "read_cgroup_memory",
     "read_memory_events", "read_pressure", "parse_pressure", "parse_flat_keyed", "flat_keyed", "psi_totals",
+    "MOUNTS", "recursive_protection",
 ]
 
 ROOT = Path("/sys/fs/cgroup")
+MOUNTS = Path("/proc/mounts")
 _MAX_FILE_BYTES = 64
 # Where systemd puts a started unit's invocation ID on its cgroup directory; user.* first, as
 # the service runs without capabilities (trusted.* is invisible without CAP_SYS_ADMIN).
@@ -302,6 +309,23 @@ def psi_totals(raw: bytes) -> dict[bytes, bytes]:
     return out
 
 
+def recursive_protection(mounts: bytes, where: str | os.PathLike) -> bool | None:
+    """Whether the cgroup2 mount at `where` has the option memory_recursiveprot, from the text of
+    /proc/mounts (the last mount at a place is the one seen); None when no cgroup2 mount is there."""
+    target = os.fsencode(os.path.normpath(where))
+    found = None
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[2] == b"cgroup2" and _unescape_mount(fields[1]) == target:
+            found = b"memory_recursiveprot" in fields[3].split(b",")
+    return found
+
+
+def _unescape_mount(field: bytes) -> bytes:
+    """A mount point as /proc/mounts writes it: space, tab, newline and backslash as octal escapes."""
+    return re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8) & 0xFF]), field)
+
+
 def kernel_shows(kernel: Mapping[str, int], held: Mapping[str, int], page_size: int) -> bool:
     """Whether the memory files of the properties `held` has (memory.min/low/high, memory.max) as
     the kernel shows them are `held` (as systemd holds them): the kernel stores each rounded down
@@ -334,8 +358,9 @@ class _Placed:
 class Cgroupfs:
     """The cgroup2 mount at `root`, for the units of one node."""
 
-    def __init__(self, root: str | os.PathLike = ROOT):
+    def __init__(self, root: str | os.PathLike = ROOT, mounts: str | os.PathLike = MOUNTS):
         self.root = Path(root)
+        self.mounts = Path(mounts)  # /proc/mounts: the options of the mount at `root`
         self._placed: _Placed | None = None
         self._found: dict[str, Path] = {}  # scopes found by searching
         self._watched: dict[str, dict[str, int]] = {}  # unit -> {property: open descriptor} (watch)
@@ -394,6 +419,16 @@ class Cgroupfs:
         """memory.current of a slice (the BestEffort ceiling's steps, ceiling.py); None when it
         cannot be read. Opened each time: read only while the ceiling is above or going down."""
         return read_value(self.root / cgroup_path(unit) / "memory.current") if unit.endswith(".slice") else None
+
+    def recursive_protection(self) -> bool | None:
+        """Whether the cgroup2 mount at `root` has memory_recursiveprot (systemd mounts with it; a
+        remount by dockerd or Talos may drop it); None when /proc/mounts shows no cgroup2 mount
+        there or cannot be read."""
+        try:
+            mounts = self.mounts.read_bytes()
+        except OSError:
+            return None
+        return recursive_protection(mounts, self.root)
 
     def watch(self, held: Mapping[str, Mapping[str, int]], page_size: int, skip: Container[str] = ()) -> list[str]:
         """The units of `held` (a few slices: the node, QoS and reserved ones) whose cgroup does

@@ -18,7 +18,7 @@ from typing import Any, Callable, Collection
 from . import columns, fights, last_pods, ledger
 from .applier import Applier, ApplyResult, summarize
 from .cgroupfs import (
-    Cgroupfs, cgroup_path, kernel_shows, read_cgroup_memory, read_memory_events, read_pressure, read_value,
+    Cgroupfs, cgroup_path, kernel_shows, read_cgroup_memory, read_file, read_memory_events, read_pressure, read_value,
 )
 from .config import DEFAULT_CONFIG_PATH, Config
 from .daemon import Daemon, Outside
@@ -36,6 +36,7 @@ from .round import Inputs, Round
 from .ceiling import step
 from .ceiling_watch import CeilingWatch, ceiling_units
 from .runfile import RunLockHeld, hold_run_lock
+from .signals import CLASSES, Protection, ProtectionView
 from .sources import SourceError, kubelet_gates, make_source
 from .sources.file import hidden_from_service
 from .sources.kubelet import unreachable_in_service
@@ -265,13 +266,15 @@ async def _status(cfg: Config, output: str) -> int:
     doc = {"node": None, "holding": None if snapshot is None or intake.holding is None else str(intake.holding),
            "podSource": source_error, "pods": [], "units": rows, "drift": sum(r["drift"] for r in rows),
            "bestEffortCeiling": _ceiling_row(desired, applier.observed, naming, cfg),
-           "foughtOver": fights.current(FIGHTS_PATH, time.time()),
+           "foughtOver": fights.current(FIGHTS_PATH, time.time()), "protection": None,
            "companion": {"on": mode.companion, "why": mode.why}}
     if desired is not None:
         node = desired.node_unit()
         doc["node"] = {"capacityBytes": desired.capacity, "allocatableBytes": desired.allocatable,
                        "MemoryMin": node.memory_min, "MemoryLow": node.memory_low}
-        doc["pods"] = _pod_rows(desired, (intake.snapshot or snapshot).pods, {r["unit"]: r for r in rows})
+        found = _protection(desired)
+        doc["protection"] = _protection_doc(found, desired)
+        doc["pods"] = _pod_rows(desired, (intake.snapshot or snapshot).pods, {r["unit"]: r for r in rows}, found)
     if output == "json":
         json.dump(doc, sys.stdout, indent=2, default=str)
         print()
@@ -338,9 +341,32 @@ def _ceiling_row(desired: Plan | None, observed: dict, naming: Naming, cfg: Conf
             "events": {k: events.get(k) for k in ("max", "oom", "oom_kill")}}
 
 
-def _pod_rows(desired: Plan, pods, units: dict[str, dict]) -> list[dict]:
+def _protection(desired: Plan) -> Protection | None:
+    """What the kernel protects now of the kubepods tree (signals.ProtectionView, effective.py),
+    read from the cgroups as a scrape reads them; None when kubepods.slice cannot be read."""
+    fs = Cgroupfs(CGROUP_ROOT)
+    view = ProtectionView.of(desired, fs.place(desired), recursive=fs.recursive_protection(), page_size=_page_size())
+    return view.compute(read_file)
+
+
+def _protection_doc(found: Protection | None, desired: Plan) -> dict | None:
+    """Per QoS class (Guaranteed: its pods summed; all: kubepods.slice) what the kernel protects now:
+    usage, effective min and low up to the usage, the larger of the two per cgroup (what reclaim
+    spares) and the parts of each lent by a parent (memory_recursiveprot)."""
+    if found is None:
+        return None
+    node = desired.node_unit().unit
+    return {"memoryRecursiveprot": found.recursive, "node": node,
+            "classes": {c: {"usageBytes": share.usage, "minBytes": share.min, "lowBytes": share.low,
+                            "protectedBytes": share.protected, "lentBytes": share.lent,
+                            "lentMinBytes": share.lent_min, "lentLowBytes": share.lent_low}
+                        for c, share in found.classes.items()}}
+
+
+def _pod_rows(desired: Plan, pods, units: dict[str, dict], found: Protection | None = None) -> list[dict]:
     """Per pod: its QoS class, request, the plan's protection, and from its cgroup the usage, the
-    kernel's low and oom_kill counts and PSI full avg10; its containers by name."""
+    kernel's low and oom_kill counts and PSI full avg10, what the kernel protects now of it and
+    what of that a parent lends (`found`); its containers by name."""
     by_pod: dict[str, list] = {}
     for u in desired.units:
         if u.level in ("pod", "container"):
@@ -353,6 +379,7 @@ def _pod_rows(desired: Plan, pods, units: dict[str, dict]) -> list[dict]:
             continue
         where = CGROUP_ROOT / units[slice_.unit]["cgroup"]
         events = read_memory_events(where) if where.is_dir() else {}
+        e = found.units.get(slice_.unit) if found is not None else None
         full = read_pressure(where).get("full", {})
         names = {container_scope(c.container_id): c for c in pod.containers if c.container_id}
         containers = []
@@ -369,6 +396,8 @@ def _pod_rows(desired: Plan, pods, units: dict[str, dict]) -> list[dict]:
                     "usageBytes": read_value(where / "memory.current"),
                     "events": {"low": events.get("low"), "oom_kill": events.get("oom_kill")},
                     "pressureFullAvg10": full.get("avg10"), "drift": units[slice_.unit]["why"] or None,
+                    "protection": None if e is None else {"minBytes": e.min_now, "lowBytes": e.low_now,
+                                                          "protectedBytes": e.protected, "lentBytes": e.lent},
                     "containers": containers})
     return out
 
@@ -416,21 +445,26 @@ def status_lines(doc: dict, *, wide: bool = False) -> list[str]:
         lines += table + [""]
     limit = sys.maxsize if wide else columns.NAME_LIMIT
     if doc["pods"]:
-        rows = [[" ", "POD", "QOS", "REQUEST", "MIN/LOW", "USAGE", "LOW EV", "OOM KILL", "FULL10"]]
+        rows = [[" ", "POD", "QOS", "REQUEST", "MIN/LOW", "USAGE", "NOW/LENT", "LOW EV", "OOM KILL", "FULL10"]]
         for p in doc["pods"]:
             full = p["pressureFullAvg10"]
+            now = p.get("protection") or {}
             rows.append(["!" if p["drift"] else " ", one_line(f"{p['namespace']}/{p['pod']}", limit), p["qosClass"],
                          _human(p["requestBytes"]), f"{_human(p['MemoryMin'])}/{_human(p['MemoryLow'])}",
-                         _human(p["usageBytes"]), _count(p["events"]["low"]), _count(p["events"]["oom_kill"]),
+                         _human(p["usageBytes"]),
+                         f"{_human(now['protectedBytes'])}/{_human(now['lentBytes'])}" if now else "-",
+                         _count(p["events"]["low"]), _count(p["events"]["oom_kill"]),
                          "-" if full is None else f"{full:.2f}"])
             for c in p["containers"]:
                 name = one_line(c["name"], limit) if c["name"] else c["unit"]
                 rows.append(["!" if c["drift"] else " ", f"  {name} ({_scope_id(c['unit'])})", "container",
                              _human(c["requestBytes"]), f"{_human(c['MemoryMin'])}/{_human(c['MemoryLow'])}",
-                             _human(c["usageBytes"]), "", "", ""])
+                             _human(c["usageBytes"]), "", "", "", ""])
         table, cut_here = _table(rows, wide=wide)
         lines += table + [""]
         cut = cut or cut_here
+    if doc.get("protection"):
+        lines += _protection_lines(doc["protection"])
     unplanned = [r for r in doc["units"] if r["level"] == "unplanned"]
     if unplanned:
         lines.append(f"not in the plan (pods gone; the service resets them): {len(unplanned)} unit(s)"
@@ -457,6 +491,25 @@ def status_lines(doc: dict, *, wide: bool = False) -> list[str]:
     if cut:
         lines.append(f"names cut (…) to fit {WIDTH} columns: --output wide shows them whole")
     return lines
+
+
+def _protection_lines(prot: dict) -> list[str]:
+    """What the kernel protects now per QoS class: a heading that says whether memory_recursiveprot
+    is on, a line per class, and a line when BestEffort holds protection lent by a parent."""
+    option = {True: "on", False: "off", None: "not in /proc/mounts: taken as on"}[prot["memoryRecursiveprot"]]
+    rows = [[" ", "CLASS", "CGROUP", "USAGE", "MIN/LOW NOW", "PROTECTED", "LENT"]]
+    where = {"Guaranteed": "its pods", "Burstable": "QoS slice", "BestEffort": "QoS slice", "all": prot["node"]}
+    for c in CLASSES:
+        v = prot["classes"][c]
+        rows.append([" ", c, where[c], _human(v["usageBytes"]), f"{_human(v['minBytes'])}/{_human(v['lowBytes'])}",
+                     _human(v["protectedBytes"]), _human(v["lentBytes"])])
+    table, _ = _table(rows)
+    lines = [columns.fit(f"protected now, as the kernel computes it (memory_recursiveprot {option}):", WIDTH)] + table
+    be = prot["classes"]["BestEffort"]
+    if be["lentBytes"]:
+        lines.append(columns.fit(f"! BestEffort holds {_human(be['lentBytes'])} of protection lent by {prot['node']},"
+                                 f" not its own (memory_recursiveprot)", WIDTH))
+    return lines + [""]
 
 
 def _ceiling_lines(c: dict) -> list[str]:

@@ -25,7 +25,8 @@ A scrape is three parts, in this order:
 * the kernel's signals (signals.py): the pod and QoS slices' (and with perUnit the container
   scopes') memory.events, memory.pressure and memory.current, read at each scrape and never in
   between (no scraper, no reads), with their labels made once per plan. A pod's series go when
-  the plan drops the pod or its cgroup is gone.
+  the plan drops the pod or its cgroup is gone. Then what the kernel protects now of each QoS
+  class and what of it a parent lends (signals.ProtectionView, effective.py).
 
 Writing the per-plan and per-pod families as text is what keeps a scrape near the cost of only
 reading the files (docs/BENCHMARKS.md, "What a scrape costs"): prometheus_client spends ~7 µs a
@@ -38,6 +39,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import math
+import resource
 import selectors
 import socket
 import socketserver
@@ -121,8 +123,9 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self._clock = clock
         self._wall = wall_clock
-        # The plan to show: (plan, its units' cgroups or None, the config's metrics settings).
-        self._shown: tuple[Plan, Mapping[str, Path] | None, MetricsConfig] | None = None
+        # The plan to show: (plan, its units' cgroups or None, the config's metrics settings,
+        # whether the cgroup2 mount has memory_recursiveprot: None when not known).
+        self._shown: tuple[Plan, Mapping[str, Path] | None, MetricsConfig, bool | None] | None = None
         # What the first scrape after a new plan makes of it, under _files.lock: (the _shown it
         # was made from, _plan_text, the SignalView of its cgroups or None).
         self._made: tuple[tuple | None, bytes, SignalView | None] = (None, b"", None)
@@ -183,8 +186,10 @@ class Metrics:
         """Serve this plan: its own series (desired values, node protection, pods by QoS class)
         and, with `cgroupfs` (where its units' cgroups are), at each scrape the signals of its
         pod slices, QoS slices and container scopes (signals.py), as `settings` (the config's
-        `metrics:`) asks: per pod unless perPod is false, per unit only with perUnit."""
-        self._shown = (plan, None if cgroupfs is None else cgroupfs.place(plan), settings)
+        `metrics:`) asks: per pod unless perPod is false, per unit only with perUnit; and what the
+        kernel protects now per QoS class, with the mount's memory_recursiveprot read once a plan."""
+        self._shown = (plan, None if cgroupfs is None else cgroupfs.place(plan), settings,
+                       None if cgroupfs is None else cgroupfs.recursive_protection())
 
     def round_state(self, drifted: int, holding: bool) -> None:
         """After a round: how many units differ from the plan, and whether the daemon holds."""
@@ -291,10 +296,11 @@ class Metrics:
         if made[0] is not shown:
             plan_text, signals = b"", None
             if shown is not None:
-                plan, dirs, settings = shown
+                plan, dirs, settings, recursive = shown
                 plan_text = _plan_text(plan, settings)
                 if dirs is not None:
-                    signals = SignalView.of(plan, dirs, per_pod=settings.per_pod, per_unit=settings.per_unit)
+                    signals = SignalView.of(plan, dirs, per_pod=settings.per_pod, per_unit=settings.per_unit,
+                                            recursive=recursive, page_size=resource.getpagesize())
             self._files.keep_only(() if signals is None else signals.paths)
             made = self._made = (shown, plan_text, signals)
         return made[1], made[2]

@@ -19,6 +19,13 @@ and writes as many lines (bench/scrape_cost.py). What the plan protects of each 
 (memqos_pod_memory_protected_bytes) is written here too, whole lines made once per plan, while
 one of the pod's files can be read.
 
+What the kernel protects now (issue 35): `ProtectionView`, made once per plan, reads
+memory.current, memory.min and memory.low of kubepods.slice, the slices above it, the QoS slices
+and the pod slices at each scrape (through the same descriptors; memory.current once), hands
+the tree to effective.py, and writes per QoS class the effective min and low up to the usage
+(memqos_effective_protection_bytes) and the part of it lent by a parent's unclaimed protection
+under memory_recursiveprot (memqos_lent_protection_bytes); `status` shows the same, per pod too.
+
 The text is Prometheus' exposition format 0.0.4 (what `prometheus_client.generate_latest`
 writes): a label value escapes backslash, double quote and line feed, and is UTF-8 (a lone
 surrogate, which JSON can carry and UTF-8 cannot, becomes "?").
@@ -30,11 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from .cgroupfs import KeptFiles, flat_keyed, psi_totals
+from .cgroupfs import KeptFiles, cgroup_path, flat_keyed, parse_value, psi_totals
+from .effective import Cgroup, Effective, protection
 from .plan import Plan, UnitPlan
 
-__all__ = ["Signal", "SIGNALS", "LABELS", "PROTECTED", "SignalView", "header", "sample", "escape",
-           "qos_class_of", "number"]
+__all__ = ["Signal", "SIGNALS", "LABELS", "PROTECTED", "EFFECTIVE", "LENT", "RECURSIVE", "SignalView",
+           "ProtectionView", "Protection", "ClassShare", "CLASSES", "header", "sample", "escape", "qos_class_of",
+           "number"]
 
 # A parser: a file's content -> {key: the value as exposition text}; a one-value file's key is b"".
 Parser = Callable[[bytes], Mapping[bytes, bytes]]
@@ -100,6 +109,20 @@ PROTECTED = ("memqos_pod_memory_protected_bytes", "gauge",
              "What the plan protects of a pod slice: MemoryMin (min) and MemoryLow (low)")
 
 
+# What the kernel protects now, per QoS class (ProtectionView).
+EFFECTIVE = ("memqos_effective_protection_bytes", "gauge",
+             "What the kernel protects now of a QoS class (Guaranteed: its pods summed; all: kubepods.slice): its"
+             " effective memory.min (kind=min) and memory.low (kind=low) up to its usage, computed at the scrape as"
+             " Linux 6.1 does from memory.current, memory.min and memory.low")
+LENT = ("memqos_lent_protection_bytes", "gauge",
+        "The part of memqos_effective_protection_bytes that a parent's unclaimed protection lends (the cgroup2"
+        " mount option memory_recursiveprot), beyond what the class's own memory.min and memory.low claim")
+RECURSIVE = ("memqos_memory_recursiveprot", "gauge",
+             "1 when the cgroup2 mount has the option memory_recursiveprot (protection a parent's children do not"
+             " claim is lent to them by usage), 0 when not; absent when /proc/mounts does not say")
+CLASSES = ("Guaranteed", "Burstable", "BestEffort", "all")
+
+
 # ---- the text format ------------------------------------------------------------------------------
 def escape(value: str) -> str:
     """A label value as the exposition format writes it between double quotes."""
@@ -137,15 +160,21 @@ _Target = tuple[tuple[_Read, ...], tuple[tuple[int, bytes], ...]]
 class SignalView:
     """The families a plan's cgroups serve, and how to read them; `text()` at each scrape."""
 
-    def __init__(self, headers: tuple[bytes, ...], targets: tuple[_Target, ...]):
+    def __init__(self, headers: tuple[bytes, ...], targets: tuple[_Target, ...],
+                 protected: "ProtectionView | None" = None):
         self._headers = headers
         self._targets = targets
-        self.paths = frozenset(path for reads, _ in targets for path, _, _ in reads)  # every file it reads
+        self._protection = protected
+        self.paths = frozenset(path for reads, _ in targets for path, _, _ in reads) | (
+            protected.paths if protected is not None else frozenset())  # every file it reads
 
     @classmethod
-    def of(cls, plan: Plan, dirs: Mapping[str, Path], *, per_pod: bool = True, per_unit: bool = False) -> "SignalView":
+    def of(cls, plan: Plan, dirs: Mapping[str, Path], *, per_pod: bool = True, per_unit: bool = False,
+           recursive: bool | None = None, page_size: int = 4096) -> "SignalView":
         """The view of `plan`, its units' cgroups at `dirs` (Cgroupfs.place). per_pod: the pod
-        level (and the protection); per_unit (with per_pod): the container level too."""
+        level (and the protection); per_unit (with per_pod): the container level too. The
+        effective protection per QoS class always, computed `recursive` (memory_recursiveprot;
+        None: not known, taken as on, systemd's default) in pages of `page_size`."""
         levels = {"qos"} | ({"pod"} | ({"container"} if per_unit else set()) if per_pod else set())
         rows = [s for s in SIGNALS if s.level in levels]
         families = [(s.family, s.type, s.help) for s in rows] + ([PROTECTED] if per_pod else [])
@@ -169,12 +198,17 @@ class SignalView:
         # Each family's text is its header, then each line preceded by a line feed: the header
         # ends without one, and the next family's header begins with one.
         headers = tuple((b"\n" if i else b"") + header(*f)[:-1] for i, f in enumerate(families))
-        return cls(headers, tuple(targets))
+        return cls(headers, tuple(targets), ProtectionView.of(plan, dirs, recursive=recursive, page_size=page_size))
 
     def text(self, files: KeptFiles) -> bytes:
         """Read every file (through `files`, whose lock the caller holds), write every family (its
         HELP and TYPE even when it has no line)."""
-        read = files.read
+        seen: dict[str, bytes | None] = {}  # what this scrape read, for the protection's reads
+
+        def read(path: str) -> bytes | None:
+            raw = seen[path] = files.read(path)
+            return raw
+
         # Per family its pieces: each line's start (the line feed ending the line before, the
         # name and labels) and its value, joined once at the end: no bytes made per line.
         pieces: list[list[bytes]] = [[] for _ in self._headers]
@@ -193,7 +227,10 @@ class SignalView:
             if present:
                 for i, line in static:
                     pieces[i].append(line)
-        return b"".join([head + b"".join(family) for head, family in zip(self._headers, pieces)]) + b"\n"
+        out = b"".join([head + b"".join(family) for head, family in zip(self._headers, pieces)]) + b"\n"
+        if self._protection is not None:
+            out += self._protection.text(lambda path: seen[path] if path in seen else files.read(path))
+        return out
 
 
 def _cgroups(plan: Plan, dirs: Mapping[str, Path], levels: set[str]):
@@ -213,3 +250,118 @@ def _cgroups(plan: Plan, dirs: Mapping[str, Path], levels: set[str]):
         elif u.level == "qos" or u.unit == node:
             qos = "all" if u.unit == node else "BestEffort" if u.unit.endswith("-besteffort.slice") else "Burstable"
             yield "qos", tuple(zip(LABELS["qos"], (qos,), strict=True)), dirs[u.unit], ()
+
+
+# ---- what the kernel protects now -------------------------------------------------------------------
+@dataclass(frozen=True)
+class ClassShare:
+    """What the kernel protects now of a QoS class (its pods summed for Guaranteed), in bytes:
+    usage; effective min and low up to the usage, and their parts lent by a parent; `protected`,
+    what reclaim spares (the larger of the two per cgroup), and its lent part."""
+
+    usage: int = 0
+    min: int = 0
+    low: int = 0
+    lent_min: int = 0
+    lent_low: int = 0
+    protected: int = 0
+    lent: int = 0
+
+    def plus(self, e: Effective) -> "ClassShare":
+        return ClassShare(self.usage + e.usage, self.min + e.min_now, self.low + e.low_now,
+                          self.lent_min + e.lent_min_now, self.lent_low + e.lent_low_now,
+                          self.protected + e.protected, self.lent + e.lent)
+
+
+@dataclass(frozen=True)
+class Protection:
+    """One computation: every cgroup read (unit name -> Effective), the QoS classes (CLASSES ->
+    ClassShare), and whether memory_recursiveprot was on (None: not known, taken as on)."""
+
+    units: Mapping[str, Effective]
+    classes: Mapping[str, ClassShare]
+    recursive: bool | None
+
+
+class ProtectionView:
+    """The kubepods tree of a plan as effective.py takes it: kubepods.slice, the slices above it
+    (cgroupRoot; their siblings are not read: taken to claim nothing), the QoS slices and the pod
+    slices, each read from its memory.current, memory.min and memory.low. Global reclaim is
+    emulated: the root of the cgroup2 mount is the reclaim root. A cgroup that cannot be read (not
+    made yet, gone) is left out with what is below it."""
+
+    _FILES = ("memory.current", "memory.min", "memory.low")
+
+    def __init__(self, nodes: tuple[tuple[str, str, str | None, str | None], ...], recursive: bool | None,
+                 page_size: int):
+        self._nodes = nodes  # (name, directory, parent's name or None: the root's child, class or None), parents first
+        self.recursive = recursive
+        self._page_size = page_size
+        self.paths = frozenset(f"{where}/{f}" for _, where, _, _ in nodes for f in self._FILES)
+
+    @classmethod
+    def of(cls, plan: Plan, dirs: Mapping[str, Path], *, recursive: bool | None, page_size: int = 4096) -> "ProtectionView":
+        node = plan.node_unit().unit
+        top = Path(dirs[node])
+        nodes: list[tuple[str, str, str | None, str | None]] = []
+        parent = None
+        above = cgroup_path(node).split("/")[:-1]  # the slices of cgroupRoot, outermost first
+        for i, name in enumerate(above):
+            where = top.parents[len(above) - 1 - i]
+            nodes.append((name, str(where), parent, None))
+            parent = name
+        nodes.append((node, str(top), parent, "all"))
+        for u in plan.units:
+            if u.level == "qos":
+                nodes.append((u.unit, str(dirs[u.unit]), u.parent, "BestEffort" if u.unit.endswith("-besteffort.slice")
+                              else "Burstable"))
+        for u in plan.units:
+            if u.level == "pod":
+                nodes.append((u.unit, str(dirs[u.unit]), u.parent, "Guaranteed" if u.parent == node else None))
+        return cls(tuple(nodes), recursive, page_size)
+
+    def compute(self, read: Callable[[str], bytes | None]) -> Protection | None:
+        """Read every cgroup (`read`: a path -> its content or None) and compute; None when
+        kubepods.slice or a slice above it cannot be read."""
+        values: dict[str, tuple[int, int, int]] = {}
+        kids: dict[str | None, list[str]] = {}
+        for name, where, parent, _ in self._nodes:
+            if parent is not None and parent not in values:
+                continue
+            read_ = [read(f"{where}/{f}") for f in self._FILES]
+            numbers = [None if raw is None else parse_value(raw) for raw in read_]
+            if None in numbers:
+                continue
+            values[name] = tuple(numbers)  # type: ignore[assignment]
+            kids.setdefault(parent, []).append(name)
+        first = self._nodes[0][0]
+        if first not in values or not any(cls == "all" and name in values for name, _, _, cls in self._nodes):
+            return None
+
+        def tree(name: str) -> Cgroup:
+            usage, mn, lw = values[name]
+            return Cgroup(name, usage, mn, lw, tuple(tree(k) for k in kids.get(name, ())))
+
+        top = tree(first)
+        units = protection(Cgroup("/", top.usage, children=(top,)), recursive=self.recursive is not False,
+                           page_size=self._page_size)
+        classes = {c: ClassShare() for c in CLASSES}
+        for name, _, _, cls in self._nodes:
+            if cls is not None and name in units:
+                classes[cls] = classes[cls].plus(units[name])
+        return Protection(units, classes, self.recursive)
+
+    def text(self, read: Callable[[str], bytes | None]) -> bytes:
+        """The families (EFFECTIVE, LENT, RECURSIVE) as text, each with its HELP and TYPE."""
+        found = self.compute(read)
+        out = []
+        for family, kinds in ((EFFECTIVE, (("min", "min"), ("low", "low"))),
+                              (LENT, (("min", "lent_min"), ("low", "lent_low")))):
+            out.append(header(*family))
+            if found is not None:
+                out += [sample(family[0], (("qos_class", cls), ("kind", kind)), str(getattr(share, attr))) + b"\n"
+                        for cls, share in found.classes.items() for kind, attr in kinds]
+        out.append(header(*RECURSIVE))
+        if self.recursive is not None:
+            out.append(sample(RECURSIVE[0], (), "1" if self.recursive else "0") + b"\n")
+        return b"".join(out)

@@ -10,6 +10,8 @@ import urllib.request
 
 import pytest
 from harness import Harness, run, until
+
+from memqos_systemd.cgroupfs import Cgroupfs
 from prometheus_client.parser import text_string_to_metric_families
 from test_daemon import BPOD, BURSTABLE, GPOD, GUARANTEED, MI, start_pods
 
@@ -86,6 +88,50 @@ def test_pod_and_qos_signals_are_read_at_each_scrape_and_go_with_the_pod(fake_sy
                 for name in ("memqos_pod_memory_events_total", "memqos_pod_memory_pressure_seconds_total",
                              "memqos_pod_memory_usage_bytes"):
                     assert {dict(k)["pod"] for k in s[name]} == {"g"}, name
+            finally:
+                server.close()
+    run(body())
+
+
+def test_effective_and_lent_protection_per_class_at_each_scrape(fake_systemd, tmp_path):
+    """What the kernel protects now per QoS class (issue 35), from the files the daemon's values
+    reached (the stand-in writes memory.min and memory.low as systemd applies them) and the usage:
+    the BestEffort slice, which claims nothing, is lent kubepods.slice's unclaimed memory.min under
+    memory_recursiveprot, and that shows, read again at each scrape."""
+    (tmp_path / "mounts").write_text(f"cgroup2 {tmp_path / 'cgroup'} cgroup2 rw,nsdelegate,memory_recursiveprot 0 0\n")
+    besteffort = "kubepods-besteffort.slice"
+    start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", besteffort, GPOD, BPOD)
+    kernel_files(fake_systemd, GPOD, current=382 * MI)
+    kernel_files(fake_systemd, BPOD, current=300 * MI)
+    kernel_files(fake_systemd, "kubepods-burstable.slice", current=300 * MI)
+    kernel_files(fake_systemd, besteffort, current=1000 * MI)
+    kernel_files(fake_systemd, "kubepods.slice", current=1682 * MI)
+
+    def by_class(s, family):
+        return {(dict(k)["qos_class"], dict(k)["kind"]): v / MI for k, v in s[family].items()}
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE],
+                           cgroupfs=Cgroupfs(tmp_path / "cgroup", mounts=tmp_path / "mounts")) as h:
+            server = h.metrics.serve("127.0.0.1:0")
+            try:
+                s = scrape(server)
+                # Tiered: kubepods min 512 (G), low 256 (B). The G pod claims its usage 382 of min:
+                # 130 left, lent over the unprotected usage 1300 (B 300, BE 1000): 30 and 100.
+                # Low: the Burstable slice claims all 256: nothing left to lend.
+                assert by_class(s, "memqos_effective_protection_bytes") == {
+                    ("Guaranteed", "min"): 382, ("Guaranteed", "low"): 0, ("Burstable", "min"): 30,
+                    ("Burstable", "low"): 256, ("BestEffort", "min"): 100, ("BestEffort", "low"): 0,
+                    ("all", "min"): 512, ("all", "low"): 256}
+                lent = by_class(s, "memqos_lent_protection_bytes")
+                assert {k: v for k, v in lent.items() if v} == {("Burstable", "min"): 30, ("BestEffort", "min"): 100}
+                assert s["memqos_memory_recursiveprot"] == {(): 1}
+
+                # BestEffort grows to 2300: U - S = 2600, so 130 * 300 / 2600 = 15 and 130 * 2300 / 2600 = 115.
+                kernel_files(fake_systemd, besteffort, current=2300 * MI)
+                kernel_files(fake_systemd, "kubepods.slice", current=2982 * MI)
+                lent = by_class(scrape(server), "memqos_lent_protection_bytes")
+                assert (lent[("Burstable", "min")], lent[("BestEffort", "min")]) == (15, 115)
             finally:
                 server.close()
     run(body())

@@ -24,7 +24,8 @@ from prereq import require
 GI = 2**30
 EVENTS = "low 7\nhigh 1207\nmax 2\noom 1\noom_kill 1\noom_group_kill 0\n"
 PSI = "some avg10=1.50 avg60=0.20 avg300=0.00 total=2500001\nfull avg10=0.75 avg60=0.10 avg300=0.00 total=7\n"
-FILES = {"memory.events": EVENTS, "memory.pressure": PSI, "memory.current": "314572800\n"}
+FILES = {"memory.events": EVENTS, "memory.pressure": PSI, "memory.current": "314572800\n", "memory.min": "0\n",
+         "memory.low": "0\n"}
 
 # Per signal (family): the labels of the one cgroup of its level the case's node has, and the
 # values the kernel's files above give, by the key's label value ("" for one value).
@@ -192,10 +193,92 @@ def test_nothing_is_read_until_a_scrape(tmp_path, monkeypatch):
     real = KeptFiles.read
     monkeypatch.setattr(KeptFiles, "read", lambda self, path, size=4096: reads.append(path) or real(self, path, size))
     p = one_pod_plan()
-    fs = kernel(tmp_path, p)
+    fs = kernel(tmp_path, p, levels=("node", "qos", "pod", "container"))
     m = Metrics()
     m.set_plan(p, fs, MetricsConfig(per_unit=True))
     m.set_plan(p, fs, MetricsConfig())
     assert reads == []
     m.render()
-    assert len(reads) == len(set(reads)) == 3 + 3 * 3  # the pod's three files, each class's three: once each
+    # The pod's three files, each class's three, and for the effective protection memory.min and
+    # memory.low of kubepods.slice, the two QoS slices and the pod slice: once each.
+    assert len(reads) == len(set(reads)) == 3 + 3 * 3 + 2 * 4
+
+
+# ---- what the kernel protects now, per QoS class (issue 35) ---------------------------------------
+
+def three_class_node():
+    """One pod of each class: G requests 10 Gi, B requests 30 Gi (no limit), BE none."""
+    pods = [Pod("11111111-1111-4111-8111-111111111111", "prod", "db", "Guaranteed",
+                (Container("db", "app", 10 * GI, 10 * GI, "containerd://" + "a" * 64),)),
+            Pod("22222222-2222-4222-8222-222222222222", "prod", "web", "Burstable",
+                (Container("web", "app", 30 * GI, 0, "containerd://" + "b" * 64),)),
+            Pod("33333333-3333-4333-8333-333333333333", "batch", "hog", "BestEffort",
+                (Container("hog", "app", 0, 0, "containerd://" + "c" * 64),))]
+    return plan(pods, NodeFacts(64 * GI), Config(memory_reservation_policy="TieredReservation"))
+
+
+def worked_tree(tmp_path: Path, p, *, mounts: str | None = None) -> Cgroupfs:
+    """The worked numbers of ../shared/notes/next-anchors-2026.md 1.3 on the plan's cgroups (GiB):
+    kubepods min 40 low 30; G pod 10 used, min 10; Burstable slice and pod low 30, 10 used;
+    BestEffort 40 used, no setting. Whatever the plan says: the kernel's files are what counts."""
+    fs = Cgroupfs(tmp_path, mounts=tmp_path / "mounts")
+    (tmp_path / "mounts").write_text(mounts if mounts is not None else
+                                     f"cgroup2 {tmp_path} cgroup2 rw,nsdelegate,memory_recursiveprot 0 0\n")
+    node = p.node_unit().unit
+    values = {}
+    for u in p.units:
+        if u.level == "node":
+            values[u.unit] = (60, 40, 30)
+        elif u.level == "qos":
+            values[u.unit] = (40, 0, 0) if u.unit.endswith("-besteffort.slice") else (10, 0, 30)
+        elif u.level == "pod":
+            values[u.unit] = {"prod/db": (10, 10, 0), "prod/web": (10, 0, 30), "batch/hog": (40, 0, 0)}[u.pod]
+    for unit, (current, mn, low) in values.items():
+        d = fs.place(p)[unit]
+        d.mkdir(parents=True, exist_ok=True)
+        for name, v in (("memory.current", current), ("memory.min", mn), ("memory.low", low)):
+            (d / name).write_text(f"{v * GI}\n")
+    assert node in values
+    return fs
+
+
+def test_effective_and_lent_protection_per_class(tmp_path):
+    p = three_class_node()
+    fs = worked_tree(tmp_path, p)
+    m = Metrics()
+    m.set_plan(p, fs, MetricsConfig())
+    page = m.render()
+    s = samples(page)
+    eff = {(dict(k)["qos_class"], dict(k)["kind"]): v / GI for k, v in s["memqos_effective_protection_bytes"].items()}
+    lent = {(dict(k)["qos_class"], dict(k)["kind"]): v / GI for k, v in s["memqos_lent_protection_bytes"].items()}
+    # BE 40 of U - S = 50 unprotected: min 30 * 40 / 50 = 24, Burstable 6; low: 20 floating over G 10 + BE 40.
+    assert eff == {("Guaranteed", "min"): 10, ("Guaranteed", "low"): 4, ("Burstable", "min"): 6,
+                   ("Burstable", "low"): 10, ("BestEffort", "min"): 24, ("BestEffort", "low"): 16,
+                   ("all", "min"): 40, ("all", "low"): 30}
+    assert lent == {("Guaranteed", "min"): 0, ("Guaranteed", "low"): 4, ("Burstable", "min"): 6,
+                    ("Burstable", "low"): 0, ("BestEffort", "min"): 24, ("BestEffort", "low"): 16,
+                    ("all", "min"): 0, ("all", "low"): 0}
+    assert s["memqos_memory_recursiveprot"] == {(): 1}
+    promtool_check(page)
+
+
+def test_without_memory_recursiveprot_besteffort_holds_nothing(tmp_path):
+    p = three_class_node()
+    fs = worked_tree(tmp_path, p, mounts=f"cgroup2 {tmp_path} cgroup2 rw,nsdelegate 0 0\n")
+    m = Metrics()
+    m.set_plan(p, fs, MetricsConfig(per_pod=False))  # the classes are served without the pod level too
+    s = samples(m.render())
+    eff = {(dict(k)["qos_class"], dict(k)["kind"]): v / GI for k, v in s["memqos_effective_protection_bytes"].items()}
+    assert eff[("BestEffort", "min")] == eff[("BestEffort", "low")] == 0
+    assert (eff[("Burstable", "min")], eff[("Burstable", "low")], eff[("Guaranteed", "min")]) == (0, 10, 10)
+    assert set(s["memqos_lent_protection_bytes"].values()) == {0}
+    assert s["memqos_memory_recursiveprot"] == {(): 0}
+
+
+def test_no_protection_series_while_kubepods_cannot_be_read(tmp_path):
+    p = three_class_node()
+    fs = Cgroupfs(tmp_path, mounts=tmp_path / "no-such-file")
+    m = Metrics()
+    m.set_plan(p, fs, MetricsConfig())
+    s = samples(m.render())
+    assert "memqos_effective_protection_bytes" not in s and "memqos_memory_recursiveprot" not in s

@@ -35,6 +35,10 @@ import vmbench  # noqa: E402
 SCENARIO = "60-protection"
 MARKER = "protection"
 CEILING_CFG = "effective / Tiered + ceiling"
+KUBELET_TODAY = "kubelet of today / Tiered"
+KUBELET_COMPANION = "kubelet of today / Tiered + companion (ceiling)"
+# Issue 36's run: the kubelet of today alone and with the companion, ours alone, Hard; one boot.
+COMPANION_RUN = [KUBELET_TODAY, KUBELET_COMPANION, "effective / Tiered", "effective / Hard"]
 # The last boot that ran the configurations issue 25's run leaves out (no daemon, kubelet, None).
 EARLIER = "bench/results/protection.json"
 
@@ -50,6 +54,13 @@ CONFIGS = [
      "ceiling": {}, "pressures": ["file", "anon", "mix", "burst", "none"]},
     {"name": "effective / Hard", "daemon": True, "hierarchy": "effective", "policy": "HardReservation",
      "pressures": ["file", "anon", "mix", "burst", "none"]},
+    # Issue 36: the values the kubelet of v1.37 writes with its Memory QoS on (`hierarchy: kubelet`,
+    # written here by the daemon: no kubelet runs in the guest), alone and with what companion mode
+    # adds beside it (the BestEffort ceiling; companion mode itself writes only that MemoryMax).
+    {"name": KUBELET_TODAY, "daemon": True, "hierarchy": "kubelet", "policy": "TieredReservation",
+     "pressures": ["file", "anon", "mix", "burst", "none"]},
+    {"name": KUBELET_COMPANION, "daemon": True, "hierarchy": "kubelet", "policy": "TieredReservation",
+     "ceiling": {}, "pressures": ["file", "anon", "mix", "burst", "none"]},
 ]
 PRESSURES = ["file", "anon", "mix", "burst"]
 ALL_PRESSURES = PRESSURES + ["none"]
@@ -385,7 +396,8 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None, earlier: dict
         return 100 * a / b if b else float("nan")
 
     notes = []
-    for cfg in ("no daemon", "kubelet / Tiered", "effective / Tiered", CEILING_CFG, "effective / Hard"):
+    for cfg in ("no daemon", "kubelet / Tiered", KUBELET_TODAY, KUBELET_COMPANION, "effective / Tiered", CEILING_CFG,
+                "effective / Hard"):
         f, a, b = find(cfg, "file"), find(cfg, "anon"), find(cfg, "burst")
         if f and a:
             notes.append(f"*{cfg}*: B keeps {pct(f):.0f} % of its page cache against a streaming neighbour and "
@@ -461,7 +473,7 @@ def plot(r: dict, path: str) -> None:
         axes = [axes]
     colors = {"no daemon": "#9e9e9e", "kubelet / Tiered": "#e57373", "effective / None": "#bdbdbd",
               "effective / Tiered": "#64b5f6", CEILING_CFG: "#2e7d32",
-              "effective / Hard": "#1565c0"}
+              "effective / Hard": "#1565c0", KUBELET_TODAY: "#ffb74d", KUBELET_COMPANION: "#ef6c00"}
     for ax, pr in zip(axes, pressures):
         ys, labels, cols, notes = [], [], [], []
         for cfg in configs:

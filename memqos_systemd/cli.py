@@ -14,10 +14,10 @@ from typing import Any, Mapping, Sequence
 
 from . import __version__, columns
 from .documents import DocumentError, decode
-from .config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
+from .config import DEFAULT_CONFIG_PATH, Config, ConfigError, config_present, load_config, shown_path
 from .plan import INFINITY, MAX_PAGE_SIZE, NodeFacts, Plan, PlanError, UnitPlan, plan
 from .pods import PodsError, count_finished, one_line, parse_pods
-from .quantity import NOT_A_QUANTITY, QuantityError, format_bytes, parse_bytes, shown
+from .quantity import NOT_A_QUANTITY, QuantityError, format_bytes, parse_whole_bytes, shown
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 MAX_PODS_INPUT = 64 << 20
@@ -96,12 +96,34 @@ def _tolerant(stream):
 def _silence_stdout() -> None:
     """After a failed write, what is still buffered must not fail again at exit ("Exception
     ignored ..."): the descriptor goes to /dev/null."""
+    _silence(sys.__stdout__)
+
+
+def _silence(stream) -> None:
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.__stdout__.fileno())
+        os.dup2(devnull, stream.fileno())
         os.close(devnull)
     except (OSError, AttributeError, ValueError):
         pass
+
+
+def _flush_stderr() -> None:
+    """Standard error that cannot be written (`2>/dev/full`, `2>&-`) loses the message, never
+    the exit status: a failed flush, now or at exit, would turn a 2 into 1 or 120."""
+    try:
+        sys.stderr.flush()
+    except (OSError, AttributeError, ValueError):
+        _silence(sys.__stderr__)
+
+
+def _say(line: str) -> None:
+    """One line on standard error (an error, a warning), whether or not it can be written."""
+    try:
+        print(line, file=sys.stderr)
+    except (OSError, AttributeError, ValueError):
+        pass
+    _flush_stderr()
 
 
 def _read_pods(arg: str) -> Any:
@@ -139,7 +161,7 @@ def _node_memory(arg: str | None) -> int:
     if arg.startswith("-"):
         raise UsageError(f"--node-memory: {shown(arg)} must be a positive memory quantity (e.g. 16Gi)")
     try:
-        value = parse_bytes(arg)
+        value = parse_whole_bytes(arg)
     except QuantityError as e:
         problem = "is not a memory quantity" if e.problem == NOT_A_QUANTITY else e.problem
         raise UsageError(f"--node-memory: {shown(arg)} {problem}: give the node's memory (e.g. 16Gi)") from None
@@ -165,8 +187,16 @@ def _config(arg: str | None, *, default_path: bool) -> Config:
         cfg = load_config(DEFAULT_CONFIG_PATH if default_path else None)
     else:
         cfg = load_config(arg, required=True)
-    _check_names(cfg, arg or (DEFAULT_CONFIG_PATH if default_path else "defaults"))
+    _check_names(cfg, _config_name(arg, default_path=default_path))
     return cfg
+
+
+def _config_name(arg: str | None, *, default_path: bool = True) -> str:
+    """How messages name the config a command read (`--config ''` is named as given, not taken
+    for the default)."""
+    if arg is not None:
+        return shown_path(arg)
+    return DEFAULT_CONFIG_PATH if default_path else "defaults"
 
 
 def _check_names(cfg: Config, src: str) -> None:
@@ -318,8 +348,8 @@ def _plan_config(arg: str | None) -> tuple[Config, str | None, str]:
     else the installed config when it exists (what the service and every other command read),
     else the built-in defaults, said loudly."""
     if arg is not None:
-        return _config(arg, default_path=False), arg, arg
-    if Path(DEFAULT_CONFIG_PATH).exists():
+        return _config(arg, default_path=False), arg, shown_path(arg)
+    if config_present(DEFAULT_CONFIG_PATH):
         return (_config(None, default_path=True), DEFAULT_CONFIG_PATH,
                 f"{DEFAULT_CONFIG_PATH} (the installed config; --config for another)")
     return (_config(None, default_path=False), None,
@@ -337,7 +367,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         result = plan(pods, node, cfg)
     except PlanError as e:
-        raise UsageError(f"{cfg_file or 'built-in defaults'}: {e}") from None
+        raise UsageError(f"{'built-in defaults' if cfg_file is None else shown_path(cfg_file)}: {e}") from None
     result = dataclasses.replace(result, warnings=cfg.notes + tuple(pod_warnings) + result.warnings)
     pending = {pod.key: pod.resize_pending for pod in pods if pod.resize_pending}
     output = args.output or ("table" if sys.stdout.isatty() else "json")
@@ -358,7 +388,7 @@ def _daemon_command(name: str):
         try:
             return getattr(commands, name)(args, _config(args.config, default_path=True))
         except PlanError as e:  # e.g. reservations above the node's memory: the file that set them
-            raise UsageError(f"{args.config or DEFAULT_CONFIG_PATH}: {e}") from None
+            raise UsageError(f"{_config_name(args.config)}: {e}") from None
     return run
 
 
@@ -372,7 +402,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
     try:
         cfg = _config(args.config, default_path=True)
     except (ConfigError, UsageError) as e:
-        cfg = unit_names_config(args.config or DEFAULT_CONFIG_PATH)
+        cfg = unit_names_config(DEFAULT_CONFIG_PATH if args.config is None else args.config)
         try:
             _check_names(cfg, "")
         except UsageError:
@@ -387,10 +417,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="memqos-systemd", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.commands = {}  # name -> its parser, for its own usage line (_parse)
 
     def add(name: str, help_: str, description: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help_, description=description,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser.commands[name] = sub.add_parser(name, help=help_, description=description,
+                                               formatter_class=argparse.RawDescriptionHelpFormatter)
+        return parser.commands[name]
 
     config_help = f"the config file (default: {DEFAULT_CONFIG_PATH} when it exists, else built-in defaults)"
 
@@ -439,14 +471,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("status", "per pod: protection, usage, breaches, pressure; drift marked; holding",
             "Show the node's slices, then one line per pod (at most 100 columns; --output wide cuts no\n"
-            "name): QoS class, request,\n"
-            "protection (MemoryMin/MemoryLow, the plan's), usage (memory.current), the kernel's count of\n"
-            "`low` events (reclaimed below its memory.low: soft protection breached) and `oom_kill`\n"
-            "since the pod's cgroup began, and PSI `full` avg10 (memory.pressure); its containers by\n"
-            "name under it. A unit whose plan, systemd's values and the kernel's memory.min/low/high\n"
-            "disagree (DRIFT) is marked `!`, a reserved slice not yet created too. Last, the summary:\n"
-            "the node's protection against allocatable, and whether the service holds (sends only\n"
-            "raising values). --output json has every value, per unit and per pod.")
+            "name): QoS class, request, protection (MemoryMin/MemoryLow, the plan's), usage\n"
+            "(memory.current), the kernel's count of `low` events (reclaimed below its memory.low: soft\n"
+            "protection breached) and `oom_kill` since the pod's cgroup began, and PSI `full` avg10\n"
+            "(memory.pressure); its containers by name under it. A unit whose plan, systemd's values and\n"
+            "the kernel's memory.min/low/high disagree (DRIFT) is marked `!`, a reserved slice not yet\n"
+            "created too. Last, the summary: the node's protection against allocatable, and whether the\n"
+            "service holds (sends only raising values). --output json has every value, per unit and per\n"
+            "pod.")
     p.add_argument("--config", metavar="CONFIG", help=config_help)
     p.add_argument("--output", choices=("json", "table", "wide"),
                    help="table for people (default on a terminal; names cut to fit 100 columns), wide (the table"
@@ -497,7 +529,9 @@ def _join_values(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    sys.stderr = _tolerant(sys.stderr)
+    # Standard error closed (`2>&-`): its messages are lost, not printed on standard output
+    # (print(file=None) would), and the exit status stays what it is.
+    sys.stderr = _tolerant(sys.stderr) if sys.stderr is not None else open(os.devnull, "w")
     saved = sys.stdout
     sys.stdout = _Stdout(_tolerant(saved) if saved is not None else None)
     try:
@@ -507,11 +541,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.flush()
             return code
         except (UsageError, ConfigError, PlanError) as e:
-            print(f"memqos-systemd: error: {e}", file=sys.stderr)
+            _say(f"memqos-systemd: error: {e}")
             return EXIT_USAGE
         except OutputError as e:
             _silence_stdout()
-            print(f"memqos-systemd: error: cannot write the output: {e}", file=sys.stderr)
+            _say(f"memqos-systemd: error: cannot write the output: {e}")
             return EXIT_FAILURE
         except KeyboardInterrupt:
             return 130
@@ -526,12 +560,25 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     """The arguments. argparse prints --help and --version itself and exits at once: what it
     printed is flushed here, so that standard output closed or full (`> /dev/full`, `>&-`) is
     the same one-line error (OutputError) as for any command's output, never a traceback or a
-    success that printed nothing."""
+    success that printed nothing. An argument the command does not know is said with that
+    command's usage (argparse's own would print the top-level one), and a usage error exits 2
+    whether or not standard error can be written."""
     try:
-        return parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            command = parser.commands.get(getattr(args, "command", None), parser)
+            command.error(f"unrecognized arguments: {' '.join(extra)}")
+        return args
+    except OSError:
+        # Standard error full as argparse wrote its usage error (standard output is _Stdout's,
+        # whose failures are OutputError).
+        _silence(sys.__stderr__)
+        raise SystemExit(EXIT_USAGE) from None
     except SystemExit as e:
         if e.code in (0, None):
             sys.stdout.flush()
+        else:
+            _flush_stderr()
         raise
 
 

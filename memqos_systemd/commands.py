@@ -20,7 +20,7 @@ from .applier import Applier, ApplyResult, summarize
 from .cgroupfs import (
     Cgroupfs, cgroup_path, kernel_shows, read_cgroup_memory, read_memory_events, read_pressure, read_value,
 )
-from .config import DEFAULT_CONFIG_PATH, Config
+from .config import DEFAULT_CONFIG_PATH, Config, config_present
 from .daemon import Daemon, Outside
 from .intake import PodIntake
 from .kubelet_gate import (GATE_FIX, memory_qos_gate, parse_kubelet_metrics, parse_labels, qos_reserved, who_writes,
@@ -678,7 +678,8 @@ def run(args, cfg: Config) -> int:
     if cfg.kubelet_memory_qos_gate:
         log.warning("the kubelet's own Memory QoS is on (featureGates in %s): two writers will fight over"
                     " kubepods.slice and kubepods-burstable.slice; %s", cfg.kubelet_config_file, GATE_FIX)
-    config_path = getattr(args, "config", None) or _default_config_path()
+    config_path = getattr(args, "config", None)
+    config_path = _default_config_path() if config_path is None else config_path
     try:
         return asyncio.run(Daemon(config_path, cfg, outside).run())
     finally:
@@ -687,7 +688,7 @@ def run(args, cfg: Config) -> int:
 
 
 def _default_config_path() -> str | None:
-    return DEFAULT_CONFIG_PATH if Path(DEFAULT_CONFIG_PATH).exists() else None
+    return DEFAULT_CONFIG_PATH if config_present(DEFAULT_CONFIG_PATH) else None
 
 
 def _metrics(cfg: Config, log) -> Any:

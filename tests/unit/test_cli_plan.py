@@ -518,7 +518,7 @@ def _bad_cases(tmp_path: Path) -> dict:
                             ["--node-memory", "'12Q' is not a memory quantity"]),
         # A quantity, but too large: the message says so, not "is not a memory quantity" (issue 26).
         "node memory 99999999Ei": (["--pods", pods, "--node-memory", "99999999Ei", "--page-size", "4096"],
-                                   ["--node-memory: '99999999Ei' is larger than 8Ei"]),
+                                   ["--node-memory: '99999999Ei' is larger than the largest memory quantity"]),
         "node memory 0": (["--pods", pods, "--node-memory", "0", "--page-size", "4096"], ["--node-memory", "'0'"]),
         "node memory -16Gi": (["--pods", pods, "--node-memory", "-16Gi", "--page-size", "4096"],
                               ["--node-memory", "'-16Gi'", "positive"]),
@@ -747,3 +747,44 @@ def test_one_quoting_style_for_pod_names_in_warnings(tmp_path):
     path.write_text(json.dumps({"kind": "PodList", "items": [refused, over]}))
     warnings = ok_json("--pods", str(path), *NODE)["warnings"]
     assert [w.split(":")[0].split(" container")[0] for w in warnings] == ["pod ns/refused", "pod ns/over"], warnings
+
+
+# issue 33, item 8: usage errors.
+@pytest.mark.parametrize("command", ["plan", "apply", "run", "status", "reset", "check"])
+def test_an_unknown_option_is_said_with_the_commands_own_usage(command):
+    extra = ("--pods", "-") if command == "plan" else ()
+    p = cli(command, *extra, "--frob", "--config", "/nonexistent")
+    err = p.stderr.decode()
+    assert p.returncode == 2, err
+    assert err.startswith(f"usage: memqos-systemd {command} [-h]"), err
+    assert err.splitlines()[-1] == f"memqos-systemd {command}: error: unrecognized arguments: --frob", err
+
+
+@pytest.mark.parametrize("argv", [
+    ("plan", "--pods", "-", "--frob"),  # argparse's own usage error
+    ("plan",),  # a required option missing
+    ("plan", "--pods", "-", "--node-memory", "lots"),  # ours
+    ("frob",),
+])
+@pytest.mark.parametrize("stderr", ["/dev/full", "closed"])
+def test_a_usage_error_exits_2_when_standard_error_cannot_be_written(argv, stderr):
+    with open(os.devnull, "rb") as stdin:
+        cmd = [sys.executable, "-m", "memqos_systemd", *argv]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(CODE_ROOT), os.environ.get("PYTHONPATH")])))
+        if stderr == "closed":
+            p = subprocess.run(["/bin/sh", "-c", 'exec "$@" 2>&-', "sh", *cmd], stdin=stdin,
+                               stdout=subprocess.PIPE, env=env, timeout=30, cwd=str(CODE_ROOT))
+        else:
+            with open("/dev/full", "w") as full:
+                p = subprocess.run(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=full, env=env, timeout=30,
+                                   cwd=str(CODE_ROOT))
+    assert p.returncode == 2
+    assert p.stdout == b""
+
+
+def test_status_help_has_no_broken_line():
+    """Each paragraph of the description runs to the width of its neighbours: no line cut short
+    in the middle of one (`name): QoS class, request,`)."""
+    out = cli("status", "--help").stdout.decode()
+    description = out.split("\n\n")[1].splitlines()
+    assert all(len(line) > 60 for line in description[:-1]), description

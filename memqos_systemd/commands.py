@@ -315,7 +315,8 @@ def _ceiling_row(desired: Plan | None, observed: dict, naming: Naming, cfg: Conf
             "MemoryMax": planned.memory_max if planned else None, "systemd": values.get("MemoryMax"),
             "usageBytes": read_value(where / "memory.current"),
             "requestsBytes": planned.requests if planned else None,
-            "headroomBytes": cfg.best_effort_ceiling.headroom, "minimumBytes": cfg.best_effort_ceiling.minimum,
+            "headroomBytes": (planned.headroom if planned else
+                              cfg.best_effort_ceiling.headroom.resolve(desired.allocatable) if desired else None), "minimumBytes": cfg.best_effort_ceiling.minimum,
             "events": {k: events.get(k) for k in ("max", "oom", "oom_kill")}}
 
 

@@ -94,8 +94,9 @@ class CeilingSettings:
     BestEffort ceiling")."""
 
     enabled: bool = False
-    # Kept free below what the requests leave: MemoryMax = allocatable - requests - headroom.
-    headroom: int = 256 * 2**20
+    # Kept free below what the requests leave: MemoryMax = allocatable - requests - headroom; bytes,
+    # or a percentage of allocatable (Reserve.resolve(allocatable)).
+    headroom: Reserve = Reserve(bytes=256 * 2**20)
     # BestEffort pods are never capped below this.
     minimum: int = 64 * 2**20
 
@@ -467,7 +468,7 @@ def _map_fields(src, prefix, value, fields: dict, not_a_map: str) -> dict:
 def _best_effort_ceiling(src, key, value) -> CeilingSettings:
     if value is None:
         return CeilingSettings()
-    fields = {"enabled": ("enabled", _bool), "headroom": ("headroom", _bytes), "minimum": ("minimum", _bytes)}
+    fields = {"enabled": ("enabled", _bool), "headroom": ("headroom", _bytes_or_percent), "minimum": ("minimum", _bytes)}
     out = _map_fields(src, key, value, fields, "must be a map (enabled, headroom, minimum), or null")
     if out.get("minimum", 1 << 20) < 1 << 20:
         raise _fail(src, f"{key}.minimum", value.get("minimum"),

@@ -788,3 +788,15 @@ def test_status_help_has_no_broken_line():
     out = cli("status", "--help").stdout.decode()
     description = out.split("\n\n")[1].splitlines()
     assert all(len(line) > 60 for line in description[:-1]), description
+
+
+def test_plan_warns_of_ceiling_values_that_make_no_sense_in_json_and_in_the_table(tmp_path):
+    (tmp_path / "c.yaml").write_text("bestEffortCeiling: {enabled: true, headroom: 100Gi}\n")
+    (tmp_path / "pods.json").write_text('{"kind": "PodList", "items": []}')
+    want = ("bestEffortCeiling.headroom: 100Gi leaves less than bestEffortCeiling.minimum 64Mi of allocatable 7.9Gi"
+            " even with no requests: every BestEffort pod together gets the minimum, whatever the others request")
+    common = ("plan", "--pods", str(tmp_path / "pods.json"), "--config", str(tmp_path / "c.yaml"), "--node-memory", "8Gi")
+    p = cli(*common, "--output", "json")
+    assert p.returncode == 0 and json.loads(p.stdout)["warnings"] == [want]
+    table = cli(*common, "--output", "table").stdout.decode()
+    assert f"  - {want}" in table.splitlines()

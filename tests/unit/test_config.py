@@ -276,7 +276,7 @@ def test_factor_message_is_exactly_the_issue_example():
     # bestEffortCeiling
     ("bestEffortCeiling: true", "bestEffortCeiling", "true"),
     ("bestEffortCeiling: {enabled: on please}", "bestEffortCeiling.enabled", "on please"),
-    ("bestEffortCeiling: {headroom: 10%}", "bestEffortCeiling.headroom", "10%"),
+    ("bestEffortCeiling: {headroom: 100%}", "bestEffortCeiling.headroom", "100%"),
     ("bestEffortCeiling: {headroom: -1Gi}", "bestEffortCeiling.headroom", "-1Gi"),
     ("bestEffortCeiling: {minimum: lots}", "bestEffortCeiling.minimum", "lots"),
     ("bestEffortCeiling: {minimum: 512Ki}", "bestEffortCeiling.minimum", "512Ki"),
@@ -680,10 +680,13 @@ def test_unit_names_config_of_garbage_is_the_defaults(tmp_path, text):
 def test_best_effort_ceiling_is_off_by_default_and_every_number_is_a_key():
     from memqos_systemd.config import CeilingSettings
     assert parse_config({}).best_effort_ceiling == CeilingSettings() and not CeilingSettings().enabled
-    assert CeilingSettings() == CeilingSettings(False, 256 * Mi, 64 * Mi)  # measured: docs/DESIGN.md
+    assert CeilingSettings() == CeilingSettings(False, Reserve(256 * Mi), 64 * Mi)  # measured: docs/DESIGN.md
     cfg = parse_config({"bestEffortCeiling": {"enabled": True, "headroom": "1Gi", "minimum": "128Mi"}})
-    assert cfg.best_effort_ceiling == CeilingSettings(True, 1 * Gi, 128 * Mi)
-    assert parse_config({"bestEffortCeiling": {"enabled": True, "headroom": 0}}).best_effort_ceiling.headroom == 0
+    assert cfg.best_effort_ceiling == CeilingSettings(True, Reserve(1 * Gi), 128 * Mi)
+    assert parse_config({"bestEffortCeiling": {"enabled": True, "headroom": 0}}).best_effort_ceiling.headroom == Reserve()
+    # issue 33: a percentage, as protectionHeadroom takes, of allocatable (plan.py resolves it).
+    assert parse_config({"bestEffortCeiling": {"headroom": "5%"}}).best_effort_ceiling.headroom == Reserve(
+        fraction=Fraction(5, 100))
     assert parse_config({"bestEffortCeiling": None}).best_effort_ceiling == CeilingSettings()
 
 

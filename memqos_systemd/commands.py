@@ -502,8 +502,11 @@ async def _check(cfg: Config) -> int:
     findings += [("warn", f"config: {note}") for note in cfg.notes]
     for f in kubelet_config_findings(cfg.kubelet_config_file):
         findings.append((f.level, f"{f.what}: {f.detail}"))
-    findings += await asyncio.to_thread(_check_kubelet_gate, cfg)
-    findings += await _check_pods(cfg, access)
+    # What the service's sandbox lets it reach of the kubelet: judged, never connected to.
+    sandbox = None if cfg.pods_file else unreachable_in_service(cfg.kubelet.url, access)
+    blocked = sandbox is not None and sandbox[0] == "error"
+    findings += await asyncio.to_thread(_check_kubelet_gate, cfg, not blocked)
+    findings += await _check_pods(cfg, sandbox)
     for level, text in findings:
         print(f"{level:5} {text}")
     return EXIT_FAILURE if any(level == "error" for level, _ in findings) else EXIT_OK
@@ -522,24 +525,27 @@ def _systemd_host() -> list:
     return systemd_findings(os.environ.get("DBUS_SYSTEM_BUS_ADDRESS") or None)
 
 
-async def _check_pods(cfg: Config, access) -> list[tuple[str, str]]:
+NO_POD_SOURCE = ("error", "pods: no pod source answers: the service protects no pod until one does")
+
+
+async def _check_pods(cfg: Config, sandbox: tuple[str, str] | None) -> list[tuple[str, str]]:
     """The pod source as the service will see it: an answer, or an error with its fix and the
     consequence (without pods, the service protects no pod). What the service's sandbox hides
-    from it (a podsFile under /tmp; a kubelet address its IPAddressAllow= leaves out: `access`)
-    is an error too, though this command, outside the sandbox, got an answer."""
-
+    from it (a podsFile under /tmp; a kubelet address its IPAddressAllow= leaves out: `sandbox`,
+    unreachable_in_service's verdict) is said too. A kubelet the running service cannot reach is
+    not asked from here: its answer to check would change nothing for the service."""
+    if sandbox is not None and sandbox[0] == "error":
+        return [("error", f"pods: {sandbox[1]}"), NO_POD_SOURCE]
+    said = [(sandbox[0], f"pods: {sandbox[1]}")] if sandbox else []
     try:
         snap = await asyncio.to_thread(_fetch, cfg)
     except SourceError as e:
-        problem = str(e)
-    else:
-        hidden = (hidden_from_service(cfg.pods_file) if cfg.pods_file else
-                  await asyncio.to_thread(unreachable_in_service, cfg.kubelet.url, access))
-        if not hidden:
-            return [("ok", f"pods: {snap.source} answered with {len(snap.pods)} pods")]
-        problem = f"{snap.source} answered {len(snap.pods)} pods here, but not in the service: {hidden}"
-    return [("error", f"pods: {problem}"),
-            ("error", "pods: no pod source answers: the service protects no pod until one does")]
+        return said + [("error", f"pods: {e}"), NO_POD_SOURCE]
+    hidden = hidden_from_service(cfg.pods_file) if cfg.pods_file else None
+    if not hidden:
+        return said + [("ok", f"pods: {snap.source} answered with {len(snap.pods)} pods")]
+    return [("error", f"pods: {snap.source} answered {len(snap.pods)} pods here, but not in the service: {hidden}"),
+            NO_POD_SOURCE]
 
 
 # What keeping the kubelet's own Memory QoS means (e2e 55-foreign-writer measures it).
@@ -548,14 +554,16 @@ GATE_KEPT = ("kept on, the kubelet writes kubepods.slice MemoryMin and kubepods-
              " each time counted in memqos_foreign_writes_total: protection dips every minute")
 
 
-def kubelet_gates(cfg: Config):
+def kubelet_gates(cfg: Config, ask: bool = True):
     """The kubelet's own Memory QoS gate and its QOSReserved, and how we know (kubelet_gate.py),
-    asking its /metrics once when the pod source is the kubelet; (Memory QoS gate, QOSReserved,
-    why the kubelet's /metrics did not say)."""
+    asking its /metrics once when the pod source is the kubelet (and `ask`: not one the
+    service's sandbox keeps it from); (Memory QoS gate, QOSReserved, why the kubelet's /metrics
+    did not say)."""
 
     gates, version = {}, None
-    unasked = "the pod source is a file" if cfg.pods_file else None
-    if not cfg.pods_file:
+    unasked = ("the pod source is a file" if cfg.pods_file else
+               None if ask else "not asked: the service's sandbox keeps it from kubelet.url (see pods)")
+    if unasked is None:
         source = KubeletSource(cfg.kubelet)
         try:
             gates, version = parse_kubelet_metrics(source.metrics_text())
@@ -577,11 +585,11 @@ QOS_RESERVED_FIX = ("turn one of the two off: bestEffortCeiling: {enabled: false
                     " (featureGates: {QOSReserved: false}, or no memory in qosReserved, in its config) and restart it")
 
 
-def _check_kubelet_gate(cfg: Config) -> list[tuple[str, str]]:
+def _check_kubelet_gate(cfg: Config, ask: bool = True) -> list[tuple[str, str]]:
     """The kubelet's own Memory QoS: off (ok), on (error: the fight, the fix, what keeping it means),
     or not known (warn: how to find out); its QOSReserved beside the BestEffort ceiling; and the
     fight as the service has seen it."""
-    gate, reserved, unasked = kubelet_gates(cfg)
+    gate, reserved, unasked = kubelet_gates(cfg, ask)
     out = []
     if gate.on is False:
         out.append(("ok", f"kubelet: its own Memory QoS is off ({gate.how})"))

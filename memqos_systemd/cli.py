@@ -259,12 +259,15 @@ def _tree_order(p: Plan) -> list[tuple[int, UnitPlan]]:
     return out
 
 
+PENDING_MARK = " (resize pending: "
+
+
 def _pod_cell(u: UnitPlan, pending: Mapping[str, str] | None, limit: int) -> str:
     """A pod's name; its own row says when a resize of it is pending (planned from what the
     kubelet allocated, not from the spec)."""
     name = one_line(u.pod or "", limit)
     if u.level == "pod" and pending and u.pod in pending:
-        return f"{name} (resize pending: {pending[u.pod]})"
+        return f"{name}{PENDING_MARK}{pending[u.pod]})"
     return name
 
 
@@ -292,21 +295,43 @@ LEGEND = "legend: MemoryMin is never reclaimed, MemoryLow is reclaimed last, Mem
 NEXT = "next, on a node: memqos-systemd check; then memqos-systemd apply --once --dry-run"
 
 
+TABLE_WIDTH = 100
+
+
+def _fit_name(cell: str, room: int, mark: str) -> str:
+    """A row's name cut to `room` columns in the middle, its tree indent and a pending resize's
+    mark (_pod_cell) kept whole."""
+    name = cell.lstrip(" ")
+    indent = cell[: len(cell) - len(name)]
+    head, sep, reason = name.rpartition(PENDING_MARK)
+    name, suffix = (head, sep + reason) if sep else (name, "")
+    return indent + columns.fit(name, max(8, room - len(indent) - columns.width(suffix)), mark, middle=True) + suffix
+
+
 def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None, *,
-                  context: TableContext = TableContext(), wide: bool = False) -> str:
-    """The plan for a person: a tree by name (pod, container) that fits 100 columns for an
-    ordinary node, with where its inputs came from, a legend, totals and what to run next.
-    `wide` adds the full unit name of every row, and cuts no name. Columns are measured as a
-    terminal draws them (columns.py: a CJK character takes two)."""
-    limit = sys.maxsize if wide else columns.NAME_LIMIT
+                  context: TableContext = TableContext(), wide: bool = False, encoding: str | None = None) -> str:
+    """The plan for a person: a tree by name (pod, container) whose rows fit TABLE_WIDTH columns,
+    the longest names Kubernetes allows cut with an ellipsis, with where its inputs came from, a
+    legend, totals and what to run next. `wide` adds the full unit name of every row, and cuts
+    no name (nor does JSON). Columns are measured as a terminal draws them (columns.py: a CJK
+    character takes two), as the output's `encoding` prints them (escapes where it cannot)."""
+    limit = sys.maxsize  # cut below, to the room the other columns leave
     ceiling = p.ceiling is not None
     header = (("SLICE / POD / CONTAINER", "LEVEL", "MemoryMin", "MemoryLow", "MemoryHigh")
               + (("MemoryMax",) if ceiling else ()) + (("UNIT",) if wide else ()))
-    rows = [("  " * d + _name_cell(u, pending, limit), u.level, _show_bytes(u.memory_min), _show_bytes(u.memory_low),
+    rows = [("  " * d + columns.as_printed(_name_cell(u, pending, limit), encoding), u.level,
+             _show_bytes(u.memory_min), _show_bytes(u.memory_low),
              _show_bytes(u.memory_high)) + ((_show_bytes(u.memory_max) if u.memory_max is not None else "",)
                                             if ceiling else ())
-            + ((u.unit,) if wide else ()) for d, u in _tree_order(p)]
+            + ((columns.as_printed(u.unit, encoding),) if wide else ()) for d, u in _tree_order(p)]
     widths = [max(columns.width(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    cut = False
+    if not wide:
+        room = max(columns.width(header[0]), TABLE_WIDTH - sum(widths[1:]) - 2 * (len(widths) - 1))
+        if widths[0] > room:
+            mark = columns.ellipsis(encoding)
+            rows = [(_fit_name(r[0], room, mark),) + r[1:] for r in rows]
+            widths[0], cut = room, True
     left = (0, 1, len(header) - 1) if wide else (0, 1)
     factor = "off" if cfg.memory_throttling_factor is None else f"{cfg.memory_throttling_factor:g}"
     lines = [
@@ -338,7 +363,8 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
     if p.warnings:
         lines += ["", "warnings:"] + [f"  - {w}" for w in p.warnings]
     if not wide:
-        lines.append("full unit names (for systemctl show): --output wide, or json")
+        lines.append(f"names cut to fit {TABLE_WIDTH} columns; whole, and full unit names (for systemctl show): --output"
+                     f" wide, or json" if cut else "full unit names (for systemctl show): --output wide, or json")
     lines += ["", NEXT]
     return "\n".join(lines)
 
@@ -377,7 +403,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         context = TableContext(cfg_source, "--node-memory" if args.node_memory else "MemTotal of /proc/meminfo",
                                count_finished(doc))
-        print(plan_to_table(result, cfg, pending, context=context, wide=output == "wide"))
+        print(plan_to_table(result, cfg, pending, context=context, wide=output == "wide",
+                            encoding=getattr(sys.stdout, "encoding", None)))
     return EXIT_OK
 
 

@@ -43,6 +43,8 @@ from .sources.kubelet import KubeletSource, unreachable_in_service
 from .systemd import Systemd, SystemdError
 
 EXIT_OK, EXIT_FAILURE = 0, 1
+# check's lines are wrapped to this many columns (a finding's continuation indented under its text).
+CHECK_WIDTH = 100
 # `run` where another daemon runs: not restarted by the unit (RestartPreventExitStatus=2, as for a
 # bad config): a restart cannot help until that one stops.
 EXIT_NOT_HERE = 2
@@ -505,10 +507,14 @@ async def _check(cfg: Config) -> int:
     # What the service's sandbox lets it reach of the kubelet: judged, never connected to.
     sandbox = None if cfg.pods_file else unreachable_in_service(cfg.kubelet.url, access)
     blocked = sandbox is not None and sandbox[0] == "error"
-    findings += await asyncio.to_thread(_check_kubelet_gate, cfg, not blocked)
-    findings += await _check_pods(cfg, sandbox)
+    # The pods first: when the kubelet does not answer them, the gate's line says so in a word,
+    # and the pods' line says why (one error, named once).
+    pods = await _check_pods(cfg, sandbox)
+    pods_failed = any(level == "error" for level, _ in pods)
+    findings += await asyncio.to_thread(_check_kubelet_gate, cfg, not blocked, pods_failed)
+    findings += pods
     for level, text in findings:
-        print(f"{level:5} {text}")
+        print("\n".join(columns.wrap(f"{level:5} {text}", CHECK_WIDTH, indent=" " * 6)))
     return EXIT_FAILURE if any(level == "error" for level, _ in findings) else EXIT_OK
 
 
@@ -554,7 +560,7 @@ GATE_KEPT = ("kept on, the kubelet writes kubepods.slice MemoryMin and kubepods-
              " each time counted in memqos_foreign_writes_total: protection dips every minute")
 
 
-def kubelet_gates(cfg: Config, ask: bool = True):
+def kubelet_gates(cfg: Config, ask: bool = True, pods_failed: bool = False):
     """The kubelet's own Memory QoS gate and its QOSReserved, and how we know (kubelet_gate.py),
     asking its /metrics once when the pod source is the kubelet (and `ask`: not one the
     service's sandbox keeps it from); (Memory QoS gate, QOSReserved, why the kubelet's /metrics
@@ -568,7 +574,8 @@ def kubelet_gates(cfg: Config, ask: bool = True):
         try:
             gates, version = parse_kubelet_metrics(source.metrics_text())
         except SourceError as e:  # it names the /metrics URL, and for a 403 the RBAC rule
-            unasked = str(e)
+            # When /pods failed too, the pods line says why: the kubelet's error is named once.
+            unasked = f"{source.metrics_name} did not answer either: see pods" if pods_failed else str(e)
         else:
             if gates.get("MemoryQoS") is None:
                 unasked = (f"{source.metrics_name} lists no MemoryQoS gate" if gates else
@@ -585,11 +592,11 @@ QOS_RESERVED_FIX = ("turn one of the two off: bestEffortCeiling: {enabled: false
                     " (featureGates: {QOSReserved: false}, or no memory in qosReserved, in its config) and restart it")
 
 
-def _check_kubelet_gate(cfg: Config, ask: bool = True) -> list[tuple[str, str]]:
+def _check_kubelet_gate(cfg: Config, ask: bool = True, pods_failed: bool = False) -> list[tuple[str, str]]:
     """The kubelet's own Memory QoS: off (ok), on (error: the fight, the fix, what keeping it means),
     or not known (warn: how to find out); its QOSReserved beside the BestEffort ceiling; and the
     fight as the service has seen it."""
-    gate, reserved, unasked = kubelet_gates(cfg, ask)
+    gate, reserved, unasked = kubelet_gates(cfg, ask, pods_failed)
     out = []
     if gate.on is False:
         out.append(("ok", f"kubelet: its own Memory QoS is off ({gate.how})"))

@@ -842,10 +842,16 @@ def test_status_with_a_broken_pod_source_still_shows_systemd(node):
 
 # ====================================================================== check
 def findings(p: subprocess.CompletedProcess) -> list[tuple[str, str]]:
-    """check's output as (level, text) lines; every line is one finding."""
+    """check's output as (level, text) findings: a finding's first line starts with its level,
+    its further lines (wrapped at 100 columns) with six spaces; no line is wider, but for a word
+    (a URL, a path) wider on its own."""
     no_traceback(p)
-    out = []
+    out: list[tuple[str, str]] = []
     for line in p.stdout.splitlines():
+        assert len(line) <= 100 or " " not in line[6:].strip(), line
+        if line.startswith(" " * 6) and out:
+            out[-1] = (out[-1][0], f"{out[-1][1]} {line.strip()}")
+            continue
         level, _, text = line.partition(" ")
         assert level in ("ok", "warn", "error"), line
         out.append((level, text.strip()))
@@ -1286,7 +1292,7 @@ def test_reservations_above_the_node_are_exit_2_naming_the_file_in_human_units(n
     for command in ("apply", "status"):
         line = one_error_line(node.cli(command, config=config), 2)
         assert line.startswith(f"memqos-systemd: error: {config}: allocatable memory is negative: capacity "), line
-        assert " - kubeReserved 65536Ti - " in line, line
+        assert " - kubeReserved 64Pi - " in line, line
     assert node.fake.writes == []
 
 

@@ -1071,6 +1071,11 @@ def test_check_says_why_the_kubelet_did_not_answer_and_exits_1(node, kubelet, ku
     for needle in needles:
         assert needle in problem, (needle, problem)
     assert GOOD_TOKEN not in p.stdout and OTHER_TOKEN not in p.stdout
+    # The kubelet's error is named once (issue 33): the gate's line points at the pods line.
+    assert sum(needles[0] in text for _, text in findings(p)) == 1, p.stdout
+    if outcome != "403":  # a 403 on /pods may still let /metrics answer
+        gate = [text for _, text in findings(p) if text.startswith("kubelet: cannot tell")]
+        assert gate and "/metrics did not answer either: see pods" in gate[0], p.stdout
 
 
 GATE_METRICS = ('kubernetes_build_info{git_version="v1.37.1",major="1",minor="37"} 1\n'

@@ -110,3 +110,17 @@ def test_status_columns_line_up_with_double_width_characters(wide):
     assert any(CJK_POD in line for line in lines) and any(CJK_CONTAINER in line for line in lines)
     assert len(_column_starts(lines, "QOS|Burstable|container")) == 1, lines
     assert len({drawn(line) for line in lines if "container" not in line}) == 1, lines
+
+
+@pytest.mark.parametrize("text, columns_, expected", [
+    ("warn  a b c", 100, ["warn  a b c"]),
+    ("warn  aaaa bbbb cccc", 10, ["warn  aaaa", "      bbbb", "      cccc"]),
+    # a word longer than a line is never split: it takes a line of its own
+    ("error pods: http://127.0.0.1:10250/pods-and-more ok", 20,
+     ["error pods:", "      http://127.0.0.1:10250/pods-and-more", "      ok"]),
+    # measured as drawn: a CJK character takes two columns
+    ("ok    中文 中文 中文", 12, ["ok    中文", "      中文", "      中文"]),
+])
+def test_wrap_at_display_width(text, columns_, expected):
+    from memqos_systemd.columns import wrap
+    assert wrap(text, columns_, indent=" " * 6) == expected

@@ -260,7 +260,7 @@ async def _status(cfg: Config, output: str) -> int:
         json.dump(doc, sys.stdout, indent=2, default=str)
         print()
     else:
-        print("\n".join(status_lines(doc, wide=output == "wide")))
+        print("\n".join(status_lines(doc, wide=output == "wide", encoding=getattr(sys.stdout, "encoding", None))))
     return EXIT_OK
 
 
@@ -364,7 +364,8 @@ def _human(n: int | None) -> str:
     return "-" if n is None else "inf" if n == INFINITY else "0" if n == 0 else format_bytes(n)
 
 
-def _table(rows: list[list[str]], *, words_last: bool = False, wide: bool = False) -> tuple[list[str], bool]:
+def _table(rows: list[list[str]], *, words_last: bool = False, wide: bool = False,
+           ellipsis: str = "…") -> tuple[list[str], bool]:
     """A drift mark (one character), then columns two spaces apart: the first two (a name, a kind)
     left-aligned and the numbers right-aligned (a last column of words left-aligned too); the name
     is cut so that every line fits WIDTH, unless `wide`. Columns are measured as a terminal draws
@@ -376,17 +377,19 @@ def _table(rows: list[list[str]], *, words_last: bool = False, wide: bool = Fals
         widths[0] = max(12, min(widths[0], WIDTH - rest))
     out = []
     for mark, *cells in rows:
-        parts = [columns.ljust(columns.fit(c, w), w) if i < 2 or (words_last and i == len(cells) - 1)
+        parts = [columns.ljust(columns.fit(c, w, ellipsis), w) if i < 2 or (words_last and i == len(cells) - 1)
                  else columns.rjust(c, w) for i, (c, w) in enumerate(zip(cells, widths))]
         out.append(f"{mark} " + "  ".join(parts).rstrip())
     return out, widths[0] < longest
 
 
-def status_lines(doc: dict, *, wide: bool = False) -> list[str]:
+def status_lines(doc: dict, *, wide: bool = False, encoding: str | None = None) -> list[str]:
     """`status` for people: the node's slices (drift marked `!`, with its reason) and the pods with
     their containers (drift marked `!`), one line each, then a summary: protection against
-    allocatable, and holding. Names are cut to fit WIDTH, and a line says so; `wide` cuts none."""
+    allocatable, and holding. Names are cut to fit WIDTH, and a line says so; `wide` cuts none.
+    Names are measured as the output's `encoding` prints them (columns.as_printed)."""
     lines = []
+    mark = columns.ellipsis(encoding)
     cut = False
     upper = [r for r in doc["units"] if r["level"] in ("node", "qos", "reserved")]
     if upper:
@@ -396,23 +399,24 @@ def status_lines(doc: dict, *, wide: bool = False) -> list[str]:
             rows.append(["!" if r["drift"] else " ", r["unit"], r["level"],
                          f"{_human(want.get('MemoryMin'))}/{_human(want.get('MemoryLow'))}",
                          _human(want.get("MemoryHigh")), r["why"]])
-        table, cut = _table(rows, words_last=True, wide=wide)
+        table, cut = _table(rows, words_last=True, wide=wide, ellipsis=mark)
         lines += table + [""]
     limit = sys.maxsize if wide else columns.NAME_LIMIT
     if doc["pods"]:
         rows = [[" ", "POD", "QOS", "REQUEST", "MIN/LOW", "USAGE", "LOW EV", "OOM KILL", "FULL10"]]
         for p in doc["pods"]:
             full = p["pressureFullAvg10"]
-            rows.append(["!" if p["drift"] else " ", one_line(f"{p['namespace']}/{p['pod']}", limit), p["qosClass"],
+            rows.append(["!" if p["drift"] else " ",
+                         columns.as_printed(one_line(f"{p['namespace']}/{p['pod']}", limit), encoding), p["qosClass"],
                          _human(p["requestBytes"]), f"{_human(p['MemoryMin'])}/{_human(p['MemoryLow'])}",
                          _human(p["usageBytes"]), _count(p["events"]["low"]), _count(p["events"]["oom_kill"]),
                          "-" if full is None else f"{full:.2f}"])
             for c in p["containers"]:
-                name = one_line(c["name"], limit) if c["name"] else c["unit"]
+                name = columns.as_printed(one_line(c["name"], limit), encoding) if c["name"] else c["unit"]
                 rows.append(["!" if c["drift"] else " ", f"  {name} ({_scope_id(c['unit'])})", "container",
                              _human(c["requestBytes"]), f"{_human(c['MemoryMin'])}/{_human(c['MemoryLow'])}",
                              _human(c["usageBytes"]), "", "", ""])
-        table, cut_here = _table(rows, wide=wide)
+        table, cut_here = _table(rows, wide=wide, ellipsis=mark)
         lines += table + [""]
         cut = cut or cut_here
     unplanned = [r for r in doc["units"] if r["level"] == "unplanned"]
@@ -431,9 +435,9 @@ def status_lines(doc: dict, *, wide: bool = False) -> list[str]:
             clock = time.strftime("%H:%M:%S", time.localtime(f["since"]))
             line = f"  {f['unit']}: {f['writes']} writes since {clock}, {written_how(f['writers'])}"
             cut = cut or (not wide and columns.width(line) > WIDTH)
-            lines.append(line if wide else columns.fit(line, WIDTH))
+            lines.append(line if wide else columns.fit(line, WIDTH, mark))
     if cut:
-        lines.append(f"names cut (…) to fit {WIDTH} columns: --output wide shows them whole")
+        lines.append(f"names cut ({mark}) to fit {WIDTH} columns: --output wide shows them whole")
     return lines
 
 

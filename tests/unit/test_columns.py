@@ -124,3 +124,16 @@ def test_status_columns_line_up_with_double_width_characters(wide):
 def test_wrap_at_display_width(text, columns_, expected):
     from memqos_systemd.columns import wrap
     assert wrap(text, columns_, indent=" " * 6) == expected
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "ascii"])
+def test_status_rows_stay_in_line_where_names_are_printed_as_escapes(encoding):
+    """issue 33: under LANG=C or a Latin-1 locale a CJK name is printed as escapes (cli._tolerant);
+    measured on the name itself, its row drifted out of line."""
+    table = status_lines(_status_doc(), encoding=encoding)
+    assert all(line == columns.as_printed(line, encoding) for line in table)  # nothing left to escape
+    pods = [line for line in table if " Burstable " in line]
+    assert len({line.index(" Burstable ") for line in pods}) == 1, "\n".join(table)
+    assert all(len(line) <= WIDTH for line in table), max(table, key=len)
+    assert any("\\u6570\\u636e" in line for line in pods)
+    assert any("..." in line for line in pods) and not any("…" in line for line in table)

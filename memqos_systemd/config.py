@@ -528,12 +528,21 @@ def _read_file(path: str, limit: int) -> bytes:
     if not path:
         raise OSError(errno.ENOENT, "an empty name names no file")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
-    with os.fdopen(fd, "rb") as f:
+    try:
         mode = os.fstat(fd).st_mode
         for is_kind, kind in _KINDS:
             if is_kind(mode):
                 raise OSError(errno.EINVAL, f"not a regular file: {kind}")
-        return f.read(limit)
+        chunks, left = [], limit
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)  # the daemon reads its config at every reload: no descriptor left behind
 
 
 def config_present(path: str | Path) -> bool:

@@ -39,7 +39,7 @@ def _paths(tmp: Path) -> dict[str, tuple[str, str]]:
         "name too long": (LONG, f"{LONG_SHOWN}: cannot read config: File name too long"),
         "FIFO": ("fifo", "fifo: cannot read config: not a regular file: it is a FIFO (a named pipe)"),
         "empty": ("", "'': cannot read config: an empty name names no file"),
-        "directory": ("dir", "dir: cannot read config: Is a directory"),
+        "directory": ("dir", "dir: cannot read config: not a regular file: it is a directory"),
         "dangling symlink": ("dangling", "dangling: cannot read config: No such file or directory"),
         "symlink loop": ("loop-a", "loop-a: cannot read config: Too many levels of symbolic links"),
         "not a directory": ("fifo/config.yaml", "fifo/config.yaml: cannot read config: Not a directory"),

@@ -9,16 +9,15 @@ import json
 import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from . import __version__, columns
 from .documents import DocumentError, decode
 from .kubelet_gate import companion_mode, memory_qos_gate
-from .config import DEFAULT_CONFIG_PATH, Config, ConfigError, load_config
+from .config import DEFAULT_CONFIG_PATH, Config, ConfigError, config_present, load_config, shown_path
 from .plan import INFINITY, MAX_PAGE_SIZE, NodeFacts, Plan, PlanError, UnitPlan, plan
 from .pods import PodsError, count_finished, one_line, parse_pods
-from .quantity import NOT_A_QUANTITY, QuantityError, format_bytes, parse_bytes, shown
+from .quantity import NOT_A_QUANTITY, QuantityError, format_bytes, parse_whole_bytes, shown
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 MAX_PODS_INPUT = 64 << 20
@@ -97,12 +96,34 @@ def _tolerant(stream):
 def _silence_stdout() -> None:
     """After a failed write, what is still buffered must not fail again at exit ("Exception
     ignored ..."): the descriptor goes to /dev/null."""
+    _silence(sys.__stdout__)
+
+
+def _silence(stream) -> None:
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.__stdout__.fileno())
+        os.dup2(devnull, stream.fileno())
         os.close(devnull)
     except (OSError, AttributeError, ValueError):
         pass
+
+
+def _flush_stderr() -> None:
+    """Standard error that cannot be written (`2>/dev/full`, `2>&-`) loses the message, never
+    the exit status: a failed flush, now or at exit, would turn a 2 into 1 or 120."""
+    try:
+        sys.stderr.flush()
+    except (OSError, AttributeError, ValueError):
+        _silence(sys.__stderr__)
+
+
+def _say(line: str) -> None:
+    """One line on standard error (an error, a warning), whether or not it can be written."""
+    try:
+        print(line, file=sys.stderr)
+    except (OSError, AttributeError, ValueError):
+        pass
+    _flush_stderr()
 
 
 def _read_pods(arg: str) -> Any:
@@ -140,7 +161,7 @@ def _node_memory(arg: str | None) -> int:
     if arg.startswith("-"):
         raise UsageError(f"--node-memory: {shown(arg)} must be a positive memory quantity (e.g. 16Gi)")
     try:
-        value = parse_bytes(arg)
+        value = parse_whole_bytes(arg)
     except QuantityError as e:
         problem = "is not a memory quantity" if e.problem == NOT_A_QUANTITY else e.problem
         raise UsageError(f"--node-memory: {shown(arg)} {problem}: give the node's memory (e.g. 16Gi)") from None
@@ -166,8 +187,16 @@ def _config(arg: str | None, *, default_path: bool) -> Config:
         cfg = load_config(DEFAULT_CONFIG_PATH if default_path else None)
     else:
         cfg = load_config(arg, required=True)
-    _check_names(cfg, arg or (DEFAULT_CONFIG_PATH if default_path else "defaults"))
+    _check_names(cfg, _config_name(arg, default_path=default_path))
     return cfg
+
+
+def _config_name(arg: str | None, *, default_path: bool = True) -> str:
+    """How messages name the config a command read (`--config ''` is named as given, not taken
+    for the default)."""
+    if arg is not None:
+        return shown_path(arg)
+    return DEFAULT_CONFIG_PATH if default_path else "defaults"
 
 
 def _check_names(cfg: Config, src: str) -> None:
@@ -235,12 +264,15 @@ def _tree_order(p: Plan) -> list[tuple[int, UnitPlan]]:
     return out
 
 
+PENDING_MARK = " (resize pending: "
+
+
 def _pod_cell(u: UnitPlan, pending: Mapping[str, str] | None, limit: int) -> str:
     """A pod's name; its own row says when a resize of it is pending (planned from what the
     kubelet allocated, not from the spec)."""
     name = one_line(u.pod or "", limit)
     if u.level == "pod" and pending and u.pod in pending:
-        return f"{name} (resize pending: {pending[u.pod]})"
+        return f"{name}{PENDING_MARK}{pending[u.pod]})"
     return name
 
 
@@ -268,21 +300,43 @@ LEGEND = "legend: MemoryMin is never reclaimed, MemoryLow is reclaimed last, Mem
 NEXT = "next, on a node: memqos-systemd check; then memqos-systemd apply --once --dry-run"
 
 
+TABLE_WIDTH = 100
+
+
+def _fit_name(cell: str, room: int, mark: str) -> str:
+    """A row's name cut to `room` columns in the middle, its tree indent and a pending resize's
+    mark (_pod_cell) kept whole."""
+    name = cell.lstrip(" ")
+    indent = cell[: len(cell) - len(name)]
+    head, sep, reason = name.rpartition(PENDING_MARK)
+    name, suffix = (head, sep + reason) if sep else (name, "")
+    return indent + columns.fit(name, max(8, room - len(indent) - columns.width(suffix)), mark, middle=True) + suffix
+
+
 def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None, *,
-                  context: TableContext = TableContext(), wide: bool = False) -> str:
-    """The plan for a person: a tree by name (pod, container) that fits 100 columns for an
-    ordinary node, with where its inputs came from, a legend, totals and what to run next.
-    `wide` adds the full unit name of every row, and cuts no name. Columns are measured as a
-    terminal draws them (columns.py: a CJK character takes two)."""
-    limit = sys.maxsize if wide else columns.NAME_LIMIT
+                  context: TableContext = TableContext(), wide: bool = False, encoding: str | None = None) -> str:
+    """The plan for a person: a tree by name (pod, container) whose rows fit TABLE_WIDTH columns,
+    the longest names Kubernetes allows cut with an ellipsis, with where its inputs came from, a
+    legend, totals and what to run next. `wide` adds the full unit name of every row, and cuts
+    no name (nor does JSON). Columns are measured as a terminal draws them (columns.py: a CJK
+    character takes two), as the output's `encoding` prints them (escapes where it cannot)."""
+    limit = sys.maxsize  # cut below, to the room the other columns leave
     ceiling = p.ceiling is not None
     header = (("SLICE / POD / CONTAINER", "LEVEL", "MemoryMin", "MemoryLow", "MemoryHigh")
               + (("MemoryMax",) if ceiling else ()) + (("UNIT",) if wide else ()))
-    rows = [("  " * d + _name_cell(u, pending, limit), u.level, _show_bytes(u.memory_min), _show_bytes(u.memory_low),
+    rows = [("  " * d + columns.as_printed(_name_cell(u, pending, limit), encoding), u.level,
+             _show_bytes(u.memory_min), _show_bytes(u.memory_low),
              _show_bytes(u.memory_high)) + ((_show_bytes(u.memory_max) if u.memory_max is not None else "",)
                                             if ceiling else ())
-            + ((u.unit,) if wide else ()) for d, u in _tree_order(p)]
+            + ((columns.as_printed(u.unit, encoding),) if wide else ()) for d, u in _tree_order(p)]
     widths = [max(columns.width(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    cut = False
+    if not wide:
+        room = max(columns.width(header[0]), TABLE_WIDTH - sum(widths[1:]) - 2 * (len(widths) - 1))
+        if widths[0] > room:
+            mark = columns.ellipsis(encoding)
+            rows = [(_fit_name(r[0], room, mark),) + r[1:] for r in rows]
+            widths[0], cut = room, True
     left = (0, 1, len(header) - 1) if wide else (0, 1)
     factor = "off" if cfg.memory_throttling_factor is None else f"{cfg.memory_throttling_factor:g}"
     lines = [
@@ -317,7 +371,8 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
     if p.warnings:
         lines += ["", "warnings:"] + [f"  - {w}" for w in p.warnings]
     if not wide:
-        lines.append("full unit names (for systemctl show): --output wide, or json")
+        lines.append(f"names cut to fit {TABLE_WIDTH} columns; whole, and full unit names (for systemctl show): --output"
+                     f" wide, or json" if cut else "full unit names (for systemctl show): --output wide, or json")
     lines += ["", NEXT]
     return "\n".join(lines)
 
@@ -327,8 +382,8 @@ def _plan_config(arg: str | None) -> tuple[Config, str | None, str]:
     else the installed config when it exists (what the service and every other command read),
     else the built-in defaults, said loudly."""
     if arg is not None:
-        return _config(arg, default_path=False), arg, arg
-    if Path(DEFAULT_CONFIG_PATH).exists():
+        return _config(arg, default_path=False), arg, shown_path(arg)
+    if config_present(DEFAULT_CONFIG_PATH):
         return (_config(None, default_path=True), DEFAULT_CONFIG_PATH,
                 f"{DEFAULT_CONFIG_PATH} (the installed config; --config for another)")
     return (_config(None, default_path=False), None,
@@ -351,7 +406,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         result = plan(pods, node, cfg)
     except PlanError as e:
-        raise UsageError(f"{cfg_file or 'built-in defaults'}: {e}") from None
+        raise UsageError(f"{'built-in defaults' if cfg_file is None else shown_path(cfg_file)}: {e}") from None
     result = dataclasses.replace(result, warnings=cfg.notes + tuple(pod_warnings) + result.warnings)
     pending = {pod.key: pod.resize_pending for pod in pods if pod.resize_pending}
     output = args.output or ("table" if sys.stdout.isatty() else "json")
@@ -361,7 +416,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         context = TableContext(cfg_source, "--node-memory" if args.node_memory else "MemTotal of /proc/meminfo",
                                count_finished(doc))
-        print(plan_to_table(result, cfg, pending, context=context, wide=output == "wide"))
+        print(plan_to_table(result, cfg, pending, context=context, wide=output == "wide",
+                            encoding=getattr(sys.stdout, "encoding", None)))
     return EXIT_OK
 
 
@@ -372,7 +428,7 @@ def _daemon_command(name: str):
         try:
             return getattr(commands, name)(args, _config(args.config, default_path=True))
         except PlanError as e:  # e.g. reservations above the node's memory: the file that set them
-            raise UsageError(f"{args.config or DEFAULT_CONFIG_PATH}: {e}") from None
+            raise UsageError(f"{_config_name(args.config)}: {e}") from None
     return run
 
 
@@ -386,7 +442,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
     try:
         cfg = _config(args.config, default_path=True)
     except (ConfigError, UsageError) as e:
-        cfg = unit_names_config(args.config or DEFAULT_CONFIG_PATH)
+        cfg = unit_names_config(DEFAULT_CONFIG_PATH if args.config is None else args.config)
         try:
             _check_names(cfg, "")
         except UsageError:
@@ -401,10 +457,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="memqos-systemd", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.commands = {}  # name -> its parser, for its own usage line (_parse)
 
     def add(name: str, help_: str, description: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help_, description=description,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser.commands[name] = sub.add_parser(name, help=help_, description=description,
+                                               formatter_class=argparse.RawDescriptionHelpFormatter)
+        return parser.commands[name]
 
     config_help = f"the config file (default: {DEFAULT_CONFIG_PATH} when it exists, else built-in defaults)"
 
@@ -453,14 +511,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("status", "per pod: protection, usage, breaches, pressure; drift marked; holding",
             "Show the node's slices, then one line per pod (at most 100 columns; --output wide cuts no\n"
-            "name): QoS class, request,\n"
-            "protection (MemoryMin/MemoryLow, the plan's), usage (memory.current), the kernel's count of\n"
-            "`low` events (reclaimed below its memory.low: soft protection breached) and `oom_kill`\n"
-            "since the pod's cgroup began, and PSI `full` avg10 (memory.pressure); its containers by\n"
-            "name under it. A unit whose plan, systemd's values and the kernel's memory.min/low/high\n"
-            "disagree (DRIFT) is marked `!`, a reserved slice not yet created too. Last, the summary:\n"
-            "the node's protection against allocatable, and whether the service holds (sends only\n"
-            "raising values). --output json has every value, per unit and per pod.")
+            "name): QoS class, request, protection (MemoryMin/MemoryLow, the plan's), usage\n"
+            "(memory.current), the kernel's count of `low` events (reclaimed below its memory.low: soft\n"
+            "protection breached) and `oom_kill` since the pod's cgroup began, and PSI `full` avg10\n"
+            "(memory.pressure); its containers by name under it. A unit whose plan, systemd's values and\n"
+            "the kernel's memory.min/low/high disagree (DRIFT) is marked `!`, a reserved slice not yet\n"
+            "created too. Last, the summary: the node's protection against allocatable, and whether the\n"
+            "service holds (sends only raising values). --output json has every value, per unit and per\n"
+            "pod.")
     p.add_argument("--config", metavar="CONFIG", help=config_help)
     p.add_argument("--output", choices=("json", "table", "wide"),
                    help="table for people (default on a terminal; names cut to fit 100 columns), wide (the table"
@@ -511,7 +569,9 @@ def _join_values(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    sys.stderr = _tolerant(sys.stderr)
+    # Standard error closed (`2>&-`): its messages are lost, not printed on standard output
+    # (print(file=None) would), and the exit status stays what it is.
+    sys.stderr = _tolerant(sys.stderr) if sys.stderr is not None else open(os.devnull, "w")
     saved = sys.stdout
     sys.stdout = _Stdout(_tolerant(saved) if saved is not None else None)
     try:
@@ -521,11 +581,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.flush()
             return code
         except (UsageError, ConfigError, PlanError) as e:
-            print(f"memqos-systemd: error: {e}", file=sys.stderr)
+            _say(f"memqos-systemd: error: {e}")
             return EXIT_USAGE
         except OutputError as e:
             _silence_stdout()
-            print(f"memqos-systemd: error: cannot write the output: {e}", file=sys.stderr)
+            _say(f"memqos-systemd: error: cannot write the output: {e}")
             return EXIT_FAILURE
         except KeyboardInterrupt:
             return 130
@@ -540,12 +600,25 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     """The arguments. argparse prints --help and --version itself and exits at once: what it
     printed is flushed here, so that standard output closed or full (`> /dev/full`, `>&-`) is
     the same one-line error (OutputError) as for any command's output, never a traceback or a
-    success that printed nothing."""
+    success that printed nothing. An argument the command does not know is said with that
+    command's usage (argparse's own would print the top-level one), and a usage error exits 2
+    whether or not standard error can be written."""
     try:
-        return parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            command = parser.commands.get(getattr(args, "command", None), parser)
+            command.error(f"unrecognized arguments: {' '.join(extra)}")
+        return args
+    except OSError:
+        # Standard error full as argparse wrote its usage error (standard output is _Stdout's,
+        # whose failures are OutputError).
+        _silence(sys.__stderr__)
+        raise SystemExit(EXIT_USAGE) from None
     except SystemExit as e:
         if e.code in (0, None):
             sys.stdout.flush()
+        else:
+            _flush_stderr()
         raise
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import unicodedata
 
-__all__ = ["width", "ljust", "rjust", "fit", "NAME_LIMIT"]
+__all__ = ["width", "ljust", "rjust", "fit", "wrap", "as_printed", "ellipsis", "NAME_LIMIT"]
 
 # The characters of a name (pods.one_line) a table for people keeps; a wide table keeps them all.
 # A pod's namespace/name is at most 317.
@@ -41,16 +41,55 @@ def rjust(text: str, columns: int) -> str:
     return " " * max(0, columns - width(text)) + text
 
 
-def fit(text: str, columns: int) -> str:
-    """`text` cut to at most `columns` columns, ending in "…" when cut (never a wide character
-    split in half)."""
+def fit(text: str, columns: int, mark: str = "…", *, middle: bool = False) -> str:
+    """`text` cut to at most `columns` columns, ending in `mark` when cut (never a wide character
+    split in half); `middle`: the mark in the middle, the text's head and tail kept (a pod's
+    namespace and the end of its name, where a ReplicaSet's hash tells pods apart)."""
     if width(text) <= columns:
         return text
+    if middle:
+        room = columns - width(mark)
+        head = fit(text, room // 2 + width(mark), mark)[: -len(mark)]
+        tail = fit(text[::-1], room - width(head) + width(mark), mark)[: -len(mark)][::-1]
+        return head + mark + tail
     out, used = [], 0
     for ch in text:
         w = _char_width(ch)
-        if used + w > columns - 1:
+        if used + w > columns - width(mark):
             break
         out.append(ch)
         used += w
-    return "".join(out) + "…"
+    return "".join(out) + mark
+
+
+def as_printed(text: str, encoding: str | None) -> str:
+    """`text` as a stream of `encoding` that escapes what it cannot hold (cli._tolerant) prints
+    it: under LANG=C or a Latin-1 locale a CJK name takes the columns of its escapes, and a
+    table measured on the name itself drifts out of line."""
+    if not encoding or text.isascii():
+        return text
+    return text.encode(encoding, "backslashreplace").decode(encoding)
+
+
+def ellipsis(encoding: str | None) -> str:
+    """The mark of a cut name: "…" where the output can print it, else "..."."""
+    return "…" if as_printed("…", encoding) == "…" else "..."
+
+
+def wrap(text: str, columns: int, indent: str = "") -> list[str]:
+    """`text` in lines of at most `columns` columns, broken at spaces, every line after the first
+    starting with `indent`. A word longer than a line (a URL, a path) is never split: it
+    takes a line of its own, however long."""
+    lines: list[str] = []
+    line, used = "", 0
+    for word in text.split(" "):
+        w = width(word)
+        if line and used + 1 + w > columns:
+            lines.append(line)
+            line, used = indent + word, width(indent) + w
+        elif line:
+            line, used = f"{line} {word}", used + 1 + w
+        else:
+            line, used = word, w
+    lines.append(line)
+    return lines

@@ -20,7 +20,7 @@ from .applier import Applier, ApplyResult, summarize
 from .cgroupfs import (
     Cgroupfs, cgroup_path, kernel_shows, read_cgroup_memory, read_file, read_memory_events, read_pressure, read_value,
 )
-from .config import DEFAULT_CONFIG_PATH, Config
+from .config import DEFAULT_CONFIG_PATH, Config, config_present
 from .daemon import Daemon, Outside
 from .intake import PodIntake
 from .kubelet_gate import GATE_FIX, Mode, companion_mode, kubelet_owns, parse_labels, who_writes, written_how
@@ -43,6 +43,8 @@ from .sources.kubelet import unreachable_in_service
 from .systemd import Systemd, SystemdError
 
 EXIT_OK, EXIT_FAILURE = 0, 1
+# check's lines are wrapped to this many columns (a finding's continuation indented under its text).
+CHECK_WIDTH = 100
 # `run` where another daemon runs: not restarted by the unit (RestartPreventExitStatus=2, as for a
 # bad config): a restart cannot help until that one stops.
 EXIT_NOT_HERE = 2
@@ -279,7 +281,7 @@ async def _status(cfg: Config, output: str) -> int:
         json.dump(doc, sys.stdout, indent=2, default=str)
         print()
     else:
-        print("\n".join(status_lines(doc, wide=output == "wide")))
+        print("\n".join(status_lines(doc, wide=output == "wide", encoding=getattr(sys.stdout, "encoding", None))))
     return EXIT_OK
 
 
@@ -337,7 +339,8 @@ def _ceiling_row(desired: Plan | None, observed: dict, naming: Naming, cfg: Conf
             "MemoryMax": planned.memory_max if planned else None, "systemd": values.get("MemoryMax"),
             "usageBytes": read_value(where / "memory.current"),
             "requestsBytes": planned.requests if planned else None,
-            "headroomBytes": cfg.best_effort_ceiling.headroom, "minimumBytes": cfg.best_effort_ceiling.minimum,
+            "headroomBytes": (planned.headroom if planned else
+                              cfg.best_effort_ceiling.headroom.resolve(desired.allocatable) if desired else None), "minimumBytes": cfg.best_effort_ceiling.minimum,
             "events": {k: events.get(k) for k in ("max", "oom", "oom_kill")}}
 
 
@@ -409,7 +412,8 @@ def _human(n: int | None) -> str:
     return "-" if n is None else "inf" if n == INFINITY else "0" if n == 0 else format_bytes(n)
 
 
-def _table(rows: list[list[str]], *, words_last: bool = False, wide: bool = False) -> tuple[list[str], bool]:
+def _table(rows: list[list[str]], *, words_last: bool = False, wide: bool = False,
+           ellipsis: str = "…") -> tuple[list[str], bool]:
     """A drift mark (one character), then columns two spaces apart: the first two (a name, a kind)
     left-aligned and the numbers right-aligned (a last column of words left-aligned too); the name
     is cut so that every line fits WIDTH, unless `wide`. Columns are measured as a terminal draws
@@ -421,17 +425,19 @@ def _table(rows: list[list[str]], *, words_last: bool = False, wide: bool = Fals
         widths[0] = max(12, min(widths[0], WIDTH - rest))
     out = []
     for mark, *cells in rows:
-        parts = [columns.ljust(columns.fit(c, w), w) if i < 2 or (words_last and i == len(cells) - 1)
+        parts = [columns.ljust(columns.fit(c, w, ellipsis), w) if i < 2 or (words_last and i == len(cells) - 1)
                  else columns.rjust(c, w) for i, (c, w) in enumerate(zip(cells, widths))]
         out.append(f"{mark} " + "  ".join(parts).rstrip())
     return out, widths[0] < longest
 
 
-def status_lines(doc: dict, *, wide: bool = False) -> list[str]:
+def status_lines(doc: dict, *, wide: bool = False, encoding: str | None = None) -> list[str]:
     """`status` for people: the node's slices (drift marked `!`, with its reason) and the pods with
     their containers (drift marked `!`), one line each, then a summary: protection against
-    allocatable, and holding. Names are cut to fit WIDTH, and a line says so; `wide` cuts none."""
+    allocatable, and holding. Names are cut to fit WIDTH, and a line says so; `wide` cuts none.
+    Names are measured as the output's `encoding` prints them (columns.as_printed)."""
     lines = []
+    mark = columns.ellipsis(encoding)
     cut = False
     upper = [r for r in doc["units"] if r["level"] in ("node", "qos", "reserved")]
     if upper:
@@ -441,7 +447,7 @@ def status_lines(doc: dict, *, wide: bool = False) -> list[str]:
             rows.append(["!" if r["drift"] else " ", r["unit"], r["level"],
                          f"{_human(want.get('MemoryMin'))}/{_human(want.get('MemoryLow'))}",
                          _human(want.get("MemoryHigh")), r["why"]])
-        table, cut = _table(rows, words_last=True, wide=wide)
+        table, cut = _table(rows, words_last=True, wide=wide, ellipsis=mark)
         lines += table + [""]
     limit = sys.maxsize if wide else columns.NAME_LIMIT
     if doc["pods"]:
@@ -449,18 +455,19 @@ def status_lines(doc: dict, *, wide: bool = False) -> list[str]:
         for p in doc["pods"]:
             full = p["pressureFullAvg10"]
             now = p.get("protection") or {}
-            rows.append(["!" if p["drift"] else " ", one_line(f"{p['namespace']}/{p['pod']}", limit), p["qosClass"],
+            rows.append(["!" if p["drift"] else " ",
+                         columns.as_printed(one_line(f"{p['namespace']}/{p['pod']}", limit), encoding), p["qosClass"],
                          _human(p["requestBytes"]), f"{_human(p['MemoryMin'])}/{_human(p['MemoryLow'])}",
                          _human(p["usageBytes"]),
                          f"{_human(now['protectedBytes'])}/{_human(now['lentBytes'])}" if now else "-",
                          _count(p["events"]["low"]), _count(p["events"]["oom_kill"]),
                          "-" if full is None else f"{full:.2f}"])
             for c in p["containers"]:
-                name = one_line(c["name"], limit) if c["name"] else c["unit"]
+                name = columns.as_printed(one_line(c["name"], limit), encoding) if c["name"] else c["unit"]
                 rows.append(["!" if c["drift"] else " ", f"  {name} ({_scope_id(c['unit'])})", "container",
                              _human(c["requestBytes"]), f"{_human(c['MemoryMin'])}/{_human(c['MemoryLow'])}",
                              _human(c["usageBytes"]), "", "", "", ""])
-        table, cut_here = _table(rows, wide=wide)
+        table, cut_here = _table(rows, wide=wide, ellipsis=mark)
         lines += table + [""]
         cut = cut or cut_here
     if doc.get("protection"):
@@ -487,9 +494,9 @@ def status_lines(doc: dict, *, wide: bool = False) -> list[str]:
             clock = time.strftime("%H:%M:%S", time.localtime(f["since"]))
             line = f"  {f['unit']}: {f['writes']} writes since {clock}, {written_how(f['writers'])}"
             cut = cut or (not wide and columns.width(line) > WIDTH)
-            lines.append(line if wide else columns.fit(line, WIDTH))
+            lines.append(line if wide else columns.fit(line, WIDTH, mark))
     if cut:
-        lines.append(f"names cut (…) to fit {WIDTH} columns: --output wide shows them whole")
+        lines.append(f"names cut ({mark}) to fit {WIDTH} columns: --output wide shows them whole")
     return lines
 
 
@@ -579,10 +586,17 @@ async def _check(cfg: Config) -> int:
     findings += [("warn", f"config: {note}") for note in cfg.notes]
     for f in kubelet_config_findings(cfg.kubelet_config_file):
         findings.append((f.level, f"{f.what}: {f.detail}"))
-    findings += await asyncio.to_thread(_check_kubelet_gate, cfg)
-    findings += await _check_pods(cfg, access)
+    # What the service's sandbox lets it reach of the kubelet: judged, never connected to.
+    sandbox = None if cfg.pods_file else unreachable_in_service(cfg.kubelet.url, access)
+    blocked = sandbox is not None and sandbox[0] == "error"
+    # The pods first: when the kubelet does not answer them, the gate's line says so in a word,
+    # and the pods' line says why (one error, named once).
+    pods = await _check_pods(cfg, sandbox)
+    pods_failed = any(level == "error" for level, _ in pods)
+    findings += await asyncio.to_thread(_check_kubelet_gate, cfg, not blocked, pods_failed)
+    findings += pods
     for level, text in findings:
-        print(f"{level:5} {text}")
+        print("\n".join(columns.wrap(f"{level:5} {text}", CHECK_WIDTH, indent=" " * 6)))
     return EXIT_FAILURE if any(level == "error" for level, _ in findings) else EXIT_OK
 
 
@@ -599,24 +613,27 @@ def _systemd_host() -> list:
     return systemd_findings(os.environ.get("DBUS_SYSTEM_BUS_ADDRESS") or None)
 
 
-async def _check_pods(cfg: Config, access) -> list[tuple[str, str]]:
+NO_POD_SOURCE = ("error", "pods: no pod source answers: the service protects no pod until one does")
+
+
+async def _check_pods(cfg: Config, sandbox: tuple[str, str] | None) -> list[tuple[str, str]]:
     """The pod source as the service will see it: an answer, or an error with its fix and the
     consequence (without pods, the service protects no pod). What the service's sandbox hides
-    from it (a podsFile under /tmp; a kubelet address its IPAddressAllow= leaves out: `access`)
-    is an error too, though this command, outside the sandbox, got an answer."""
-
+    from it (a podsFile under /tmp; a kubelet address its IPAddressAllow= leaves out: `sandbox`,
+    unreachable_in_service's verdict) is said too. A kubelet the running service cannot reach is
+    not asked from here: its answer to check would change nothing for the service."""
+    if sandbox is not None and sandbox[0] == "error":
+        return [("error", f"pods: {sandbox[1]}"), NO_POD_SOURCE]
+    said = [(sandbox[0], f"pods: {sandbox[1]}")] if sandbox else []
     try:
         snap = await asyncio.to_thread(_fetch, cfg)
     except SourceError as e:
-        problem = str(e)
-    else:
-        hidden = (hidden_from_service(cfg.pods_file) if cfg.pods_file else
-                  await asyncio.to_thread(unreachable_in_service, cfg.kubelet.url, access))
-        if not hidden:
-            return [("ok", f"pods: {snap.source} answered with {len(snap.pods)} pods")]
-        problem = f"{snap.source} answered {len(snap.pods)} pods here, but not in the service: {hidden}"
-    return [("error", f"pods: {problem}"),
-            ("error", "pods: no pod source answers: the service protects no pod until one does")]
+        return said + [("error", f"pods: {e}"), NO_POD_SOURCE]
+    hidden = hidden_from_service(cfg.pods_file) if cfg.pods_file else None
+    if not hidden:
+        return said + [("ok", f"pods: {snap.source} answered with {len(snap.pods)} pods")]
+    return [("error", f"pods: {snap.source} answered {len(snap.pods)} pods here, but not in the service: {hidden}"),
+            NO_POD_SOURCE]
 
 
 # What owning every value beside the kubelet's own Memory QoS means (e2e 55-foreign-writer measures it).
@@ -632,11 +649,11 @@ QOS_RESERVED_FIX = ("turn one of the two off: bestEffortCeiling: {enabled: false
                     " (featureGates: {QOSReserved: false}, or no memory in qosReserved, in its config) and restart it")
 
 
-def _check_kubelet_gate(cfg: Config) -> list[tuple[str, str]]:
+def _check_kubelet_gate(cfg: Config, ask: bool = True, pods_failed: bool = False) -> list[tuple[str, str]]:
     """The kubelet's own Memory QoS: off (ok), on (error: the fight, the fix, what keeping it means),
     or not known (warn: how to find out); its QOSReserved beside the BestEffort ceiling; and the
     fight as the service has seen it."""
-    gate, reserved, unasked = kubelet_gates(cfg)
+    gate, reserved, unasked = kubelet_gates(cfg, ask=ask, pods_failed=pods_failed)
     mode = companion_mode(cfg.companion, gate)
     out = []
     if mode.companion:
@@ -744,7 +761,8 @@ def run(args, cfg: Config) -> int:
     if cfg.kubelet_memory_qos_gate and cfg.companion == "off":
         log.warning("the kubelet's own Memory QoS is on (featureGates in %s) and companion: off: two writers will"
                     " fight over kubepods.slice and kubepods-burstable.slice; %s", cfg.kubelet_config_file, GATE_FIX)
-    config_path = getattr(args, "config", None) or _default_config_path()
+    config_path = getattr(args, "config", None)
+    config_path = _default_config_path() if config_path is None else config_path
     try:
         return asyncio.run(Daemon(config_path, cfg, outside).run())
     finally:
@@ -753,7 +771,7 @@ def run(args, cfg: Config) -> int:
 
 
 def _default_config_path() -> str | None:
-    return DEFAULT_CONFIG_PATH if Path(DEFAULT_CONFIG_PATH).exists() else None
+    return DEFAULT_CONFIG_PATH if config_present(DEFAULT_CONFIG_PATH) else None
 
 
 def _metrics(cfg: Config, log) -> Any:

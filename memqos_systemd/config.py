@@ -12,11 +12,13 @@ Every error is a `ConfigError` whose message names the key and the value, e.g.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import ipaddress
 import math
 import os
 import re
+import stat
 import sys
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -27,11 +29,12 @@ import yaml
 
 from .documents import DocumentError, decode
 from .naming import valid_slice_name
-from .quantity import NEGATIVE, NOT_A_QUANTITY, QuantityError, parse_bytes, parse_quantity
+from .quantity import NEGATIVE, NOT_A_QUANTITY, QuantityError, parse_quantity, parse_whole_bytes
 
 __all__ = [
     "ConfigError", "Config", "CeilingSettings", "KubeletSettings", "MetricsConfig", "Reserve", "load_config",
-    "parse_config", "kubelet_config_subset", "POLICIES", "HIERARCHIES", "COMPANION_SETTINGS", "DEFAULT_CONFIG_PATH",
+    "parse_config", "kubelet_config_subset", "config_present", "read_yaml", "shown_path", "POLICIES", "HIERARCHIES",
+    "COMPANION_SETTINGS", "DEFAULT_CONFIG_PATH",
 ]
 
 DEFAULT_CONFIG_PATH = "/etc/memqos-systemd/config.yaml"
@@ -93,8 +96,9 @@ class CeilingSettings:
     BestEffort ceiling")."""
 
     enabled: bool = False
-    # Kept free below what the requests leave: MemoryMax = allocatable - requests - headroom.
-    headroom: int = 256 * 2**20
+    # Kept free below what the requests leave: MemoryMax = allocatable - requests - headroom; bytes,
+    # or a percentage of allocatable (Reserve.resolve(allocatable)).
+    headroom: Reserve = Reserve(bytes=256 * 2**20)
     # BestEffort pods are never capped below this.
     minimum: int = 64 * 2**20
 
@@ -167,6 +171,8 @@ def _show(value: Any) -> str:
     # alias bomb ("billion laughs") would expand it and never return.
     if isinstance(value, (dict, list)):
         text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().replace("\n", "\\n")
+    elif value is None or isinstance(value, bool):
+        text = {None: "null", True: "true", False: "false"}[value]  # as YAML spells them, not Python
     else:
         text = repr(value) if isinstance(value, str) else str(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -205,7 +211,7 @@ def _bool(src, key, value):
 
 def _bytes(src, key, value):
     try:
-        return parse_bytes(value)
+        return parse_whole_bytes(value)
     except QuantityError as e:
         # A quantity that parses but is negative or too large is not called "not a quantity".
         why = {NOT_A_QUANTITY: "is not a memory quantity (e.g. 512Mi, 1.5Gi, 1073741824)",
@@ -474,7 +480,7 @@ def _map_fields(src, prefix, value, fields: dict, not_a_map: str) -> dict:
 def _best_effort_ceiling(src, key, value) -> CeilingSettings:
     if value is None:
         return CeilingSettings()
-    fields = {"enabled": ("enabled", _bool), "headroom": ("headroom", _bytes), "minimum": ("minimum", _bytes)}
+    fields = {"enabled": ("enabled", _bool), "headroom": ("headroom", _bytes_or_percent), "minimum": ("minimum", _bytes)}
     out = _map_fields(src, key, value, fields, "must be a map (enabled, headroom, minimum), or null")
     if out.get("minimum", 1 << 20) < 1 << 20:
         raise _fail(src, f"{key}.minimum", value.get("minimum"),
@@ -514,22 +520,72 @@ _REPLACED = {
 _KUBELET_KEYS = tuple(k for k in _PLANNER if k not in ("hierarchy", "protectionHeadroom"))
 
 
+def shown_path(path: str | Path) -> str:
+    """A file name as a message names it: as given when it reads plainly on one line, else its
+    repr cut to one readable line (an empty name, a 300-character one, control characters)."""
+    text = str(path)
+    if text and text.isprintable() and len(text) <= 100:
+        return text
+    return repr(text) if len(repr(text)) <= 100 else repr(text)[:99] + "…"
+
+
+_KINDS = ((stat.S_ISDIR, "it is a directory"), (stat.S_ISFIFO, "it is a FIFO (a named pipe)"),
+          (stat.S_ISSOCK, "it is a socket"), (stat.S_ISCHR, "it is a character device"),
+          (stat.S_ISBLK, "it is a block device"))
+
+
+def _read_file(path: str, limit: int) -> bytes:
+    """At most `limit` bytes of a regular file. Anything else is refused before a byte is read: a
+    FIFO would wait for a writer forever (hence O_NONBLOCK on the open), a device would never
+    end. OSError's strerror says why it cannot be opened."""
+    if not path:
+        raise OSError(errno.ENOENT, "an empty name names no file")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        for is_kind, kind in _KINDS:
+            if is_kind(mode):
+                raise OSError(errno.EINVAL, f"not a regular file: {kind}")
+        chunks, left = [], limit
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)  # the daemon reads its config at every reload: no descriptor left behind
+
+
+def config_present(path: str | Path) -> bool:
+    """Whether a config at `path` is there to be read: False only when nothing is there (the
+    default path on a machine without the package). Anything else (a directory it cannot enter,
+    a name too long, a loop of symlinks) is True: reading it then says why in one line."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return os.path.islink(path)  # a dangling symlink: someone meant a file there
+    except OSError:
+        return True
+    return True
+
+
 def read_yaml(path: str | Path, what: str = "config") -> Any:
     """Read one YAML (or JSON) document with the safe loader; errors name the file."""
-    p = Path(path)
+    name = shown_path(path)
     try:
-        with p.open("rb") as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)
+        data = _read_file(str(path), MAX_CONFIG_BYTES + 1)
     except OSError as e:
-        raise ConfigError(f"{p}: cannot read {what}: {e.strerror or e}") from None
+        raise ConfigError(f"{name}: cannot read {what}: {e.strerror or e}") from None
     if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{p}: {what} is larger than {MAX_CONFIG_BYTES} bytes")
+        raise ConfigError(f"{name}: {what} is larger than {MAX_CONFIG_BYTES} bytes")
     if not data.strip():
         return None  # an empty config file means the defaults
     try:
         return decode(data)
     except DocumentError as e:
-        raise ConfigError(f"{p}: {e}") from None
+        raise ConfigError(f"{name}: {e}") from None
 
 
 class KubeletWriters(NamedTuple):
@@ -617,15 +673,14 @@ def load_config(path: str | Path | None, *, required: bool = False) -> Config:
     A missing file at the default path means built-in defaults unless `required`.
     """
     data = None
-    src = str(path) if path else "defaults"
+    src = shown_path(path) if path is not None else "defaults"
     notes: tuple[str, ...] = ()
     if path is not None:
-        p = Path(path)
-        if p.exists() or required:
-            data = read_yaml(p)
+        if required or config_present(path):
+            data = read_yaml(path)
             if data is None or data == {}:
                 # Valid, and easy to take for "the packaged settings": say what it means.
-                notes = (f"{p} sets no key (it is empty, or comments only): the built-in defaults apply,"
+                notes = (f"{src} sets no key (it is empty, or comments only): the built-in defaults apply,"
                          f" memoryReservationPolicy None: nothing is protected, only throttled",)
     kubelet_doc = None
     kubelet_src = ""
@@ -663,7 +718,7 @@ def unit_names_config(path: str | Path) -> Config:
             if key in doc and doc[key] is not None and doc[key] != "":
                 attr, check = _PLANNER[key]
                 try:
-                    values[attr] = check(str(path), key, doc[key])
+                    values[attr] = check(shown_path(path), key, doc[key])
                 except ConfigError:
                     continue
                 break

@@ -38,7 +38,7 @@ from .pods import Pod, one_line
 from .quantity import MAX_BYTES, UINT64_MAX, format_bytes, page_up
 
 __all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "Ceiling", "allocatable", "memory_high",
-           "kubelet_memory_high", "besteffort_ceiling", "qos_reserved_writer", "plan"]
+           "kubelet_memory_high", "besteffort_ceiling", "ceiling_misfits", "qos_reserved_writer", "plan"]
 
 # systemd's `infinity` for MemoryHigh.
 INFINITY = UINT64_MAX
@@ -353,8 +353,28 @@ def _ceiling(config: Config, unit: str, alloc: int, requests: int, page_size: in
         warnings.append(f"bestEffortCeiling: not planned: {rival}, and it sets {unit}'s MemoryMax itself every"
                         f" minute; turn one of the two off")
         return None
-    value = besteffort_ceiling(alloc, requests, s.headroom, s.minimum, page_size)
-    return Ceiling(unit, min(value, MAX_BYTES), requests, s.headroom, s.minimum)
+    headroom = s.headroom.resolve(alloc)
+    said = None if s.headroom.fraction is None else f"{float(s.headroom.fraction * 100):g}%"
+    warnings.extend(ceiling_misfits(alloc, headroom, s.minimum, page_size, said))
+    value = besteffort_ceiling(alloc, requests, headroom, s.minimum, page_size)
+    return Ceiling(unit, min(value, MAX_BYTES), requests, headroom, s.minimum)
+
+
+def ceiling_misfits(alloc: int, headroom: int, minimum: int, page_size: int, said: str | None = None) -> list[str]:
+    """What makes bestEffortCeiling's values no sense for this node, whatever its pods request
+    (issue 33): a minimum at or above allocatable, which caps nothing; or a headroom that leaves
+    less than the minimum even with no request at all, which pins the ceiling to its minimum.
+    `said`: the headroom as the config gave it, when a percentage."""
+    floor = page_up(minimum, page_size)
+    if floor >= alloc:
+        return [f"bestEffortCeiling.minimum: {format_bytes(minimum)} is at or above allocatable {format_bytes(alloc)}:"
+                f" the ceiling never caps BestEffort pods below what the node has, so it does nothing"]
+    if alloc - headroom < floor:
+        shown = f"{said} ({format_bytes(headroom)})" if said else format_bytes(headroom)
+        return [f"bestEffortCeiling.headroom: {shown} leaves less than bestEffortCeiling.minimum"
+                f" {format_bytes(minimum)} of allocatable {format_bytes(alloc)} even with no requests: every"
+                f" BestEffort pod together gets the minimum, whatever the others request"]
+    return []
 
 
 def _fit(units: tuple[UnitPlan, ...]) -> tuple[UnitPlan, ...]:

@@ -18,7 +18,7 @@ import re
 from fractions import Fraction
 
 __all__ = ["QuantityError", "parse_quantity", "to_bytes", "parse_bytes", "format_bytes", "MAX_BYTES", "UINT64_MAX",
-           "show_value", "NOT_A_QUANTITY", "NEGATIVE", "TOO_LARGE"]
+           "show_value", "NOT_A_QUANTITY", "NEGATIVE", "TOO_LARGE", "FRACTION", "parse_whole_bytes"]
 
 # The largest memory property systemd takes (D-Bus type `t`): its `infinity`, the kernel's "max".
 UINT64_MAX = 2**64 - 1
@@ -51,7 +51,9 @@ class QuantityError(ValueError):
 
 NOT_A_QUANTITY = "is not a quantity"
 NEGATIVE = "is negative"
-TOO_LARGE = "is larger than 8Ei (9223372036854775807 bytes)"
+# 8Ei itself (2**63) is one byte too many: the largest is 8Ei - 1.
+TOO_LARGE = "is larger than the largest memory quantity, 9223372036854775807 bytes (8Ei - 1)"
+FRACTION = "is not a whole number of bytes"
 
 
 def shown(value: object, limit: int = 60) -> str:
@@ -77,7 +79,8 @@ def parse_quantity(value: object) -> Fraction:
 @functools.lru_cache(maxsize=4096)
 def _parse_text(value: str) -> Fraction:
     # Cached: a node's pods repeat the same few dozen quantities ("100m", "512Mi") thousands of times.
-    text = value.strip()
+    # No space around it: resource.ParseQuantity refuses "1Gi\t" and " 1Gi" (issue 33).
+    text = value
     m = _RE.fullmatch(text)
     if not m:
         raise QuantityError(f"{shown(value)} is not a quantity (examples: 128974848, 129e6, 129M, 123Mi, 1.5Gi)")
@@ -121,12 +124,13 @@ def to_bytes(q: Fraction, what: str = "quantity") -> int:
         raise QuantityError(f"{what} {NEGATIVE}", NEGATIVE)
     n = math.ceil(q)
     if n > MAX_BYTES:
-        raise QuantityError(f"{what} is larger than {MAX_BYTES} bytes", TOO_LARGE)
+        raise QuantityError(f"{what} {TOO_LARGE}", TOO_LARGE)
     return n
 
 
 def parse_bytes(value: object) -> int:
-    """A memory quantity as whole bytes (e.g. '1.5Gi' -> 1610612736)."""
+    """A memory quantity as whole bytes (e.g. '1.5Gi' -> 1610612736), a fraction of a byte
+    rounded up as the kubelet rounds a pod's request or limit."""
     try:
         return to_bytes(parse_quantity(value), shown(value))
     except QuantityError as e:
@@ -135,11 +139,32 @@ def parse_bytes(value: object) -> int:
         raise QuantityError(f"{shown(value)}: {e}", e.problem) from None
 
 
+def parse_whole_bytes(value: object) -> int:
+    """A memory quantity an operator gives (the config, --node-memory), which must be whole
+    bytes: a fraction of a byte ('500m', '0.1Ki') is refused, not rounded up. It is a slip
+    (500m is half a byte, not 500Mi) that Kubernetes would round up to 1 without a word."""
+    n = parse_bytes(value)
+    if parse_quantity(value) != n:
+        why = f"{FRACTION} (Kubernetes would round it up to {n}; did you mean {_meant(value)}?)"
+        raise QuantityError(f"{shown(value)} {why}", why)
+    return n
+
+
+def _meant(value: object) -> str:
+    """What a fraction of a byte probably meant: '500m' -> 500Mi."""
+    text = str(value)
+    return text[:-1] + "Mi" if text.endswith("m") else "a whole number of bytes, or a unit such as Mi or Gi"
+
+
 def format_bytes(n: int) -> str:
-    """Short human form for tables: 512Mi, 1.5Gi, 972.8Mi, 4Ki, 100 (two decimals at most)."""
+    """Short human form for tables: 512Mi, 1.5Gi, 972.8Mi, 4Ki, 100 (two decimals at most).
+    From 1Pi up, a value two decimals cannot hold is given in bytes: those are the limits
+    (2**63 - 1 would read "8Ei", the value just past the largest)."""
     if n < 0:
         return "-" + format_bytes(-n)
-    for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+    if n >= 2**50 and n % 2**40:
+        return str(n)
+    for unit, size in (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
         if n >= size:
             value = n / size
             if value == int(value):

@@ -40,24 +40,28 @@ def make_source(config: Config, *, clock: Callable[[], float] | None = None):
     return KubeletSource(config.kubelet, **kwargs)
 
 
-def kubelet_gates(cfg: Config, source=None) -> tuple[Gate, Gate, str | None]:
+def kubelet_gates(cfg: Config, source=None, *, ask: bool = True,
+                  pods_failed: bool = False) -> tuple[Gate, Gate, str | None]:
     """The kubelet's own Memory QoS gate and its QOSReserved, and how we know (kubelet_gate.py),
     asking its /metrics once (through `source`, the daemon's, or one made from `cfg`) when the pod
-    source is the kubelet; (Memory QoS gate, QOSReserved, why the kubelet's /metrics did not say).
-    Blocking: the daemon runs it in a thread."""
+    source is the kubelet (and `ask`: not one the service's sandbox keeps it from); (Memory QoS
+    gate, QOSReserved, why the kubelet's /metrics did not say). `pods_failed`: /pods did not answer
+    either, whose error check names once. Blocking: the daemon runs it in a thread."""
     gates, version = {}, None
-    unasked = "the pod source is a file" if cfg.pods_file else None
-    if not cfg.pods_file:
+    unasked = ("the pod source is a file" if cfg.pods_file else
+               None if ask else "not asked: the service's sandbox keeps it from kubelet.url (see pods)")
+    if unasked is None:
         source = source if source is not None else KubeletSource(cfg.kubelet)
-        ask = getattr(source, "metrics_text", None)
+        metrics_text = getattr(source, "metrics_text", None)
         name = getattr(source, "metrics_name", "the kubelet's /metrics")
-        if ask is None:
+        if metrics_text is None:
             unasked = "the pod source does not serve the kubelet's /metrics"
         else:
             try:
-                gates, version = parse_kubelet_metrics(ask())
+                gates, version = parse_kubelet_metrics(metrics_text())
             except SourceError as e:  # it names the /metrics URL, and for a 403 the RBAC rule
-                unasked = str(e)
+                # When /pods failed too, the pods line says why: the kubelet's error is named once.
+                unasked = f"{name} did not answer either: see pods" if pods_failed else str(e)
             else:
                 if gates.get("MemoryQoS") is None:
                     unasked = (f"{name} lists no MemoryQoS gate" if gates else

@@ -401,39 +401,50 @@ class KubeletSource:
         return ctx
 
 
-def unreachable_in_service(url: str, access: tuple[list, list] | None, *,
-                           resolve: Callable = socket.getaddrinfo) -> str | None:
-    """Why the service cannot reach the kubelet at `url` through its unit's IPAddressAllow= and
-    IPAddressDeny= (`access`: Systemd.ip_address_access, lists of (address bytes, prefix)), or
-    None when it can, or when that cannot be told. As systemd applies them: an address an allow
-    prefix holds passes, else one a deny prefix holds is dropped. The packaged unit allows
-    localhost only; `check` reaches the kubelet from outside that sandbox."""
-    if access is None or url_problem(url) is not None:
-        return None
-    allow, deny = ([ipaddress.ip_network((ipaddress.ip_address(a), p), strict=False) for a, p in entries]
-                   for entries in access)
-    parts = urlsplit(url)
-    try:
-        infos = resolve(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80),
-                        type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        return None  # the fetch says why the name does not resolve
-    addresses = set()
-    for info in infos:
-        try:
-            addresses.add(ipaddress.ip_address(info[4][0]))
-        except ValueError:  # an IPv6 address with a scope: not ours to judge
-            return None
-    blocked = sorted((a for a in addresses if not any(a in n for n in allow) and any(a in n for n in deny)), key=str)
-    if not addresses or len(blocked) < len(addresses):
-        return None
+# The sandbox of the packaged unit (units/memqos-systemd.service, tests/unit/test_units.py holds
+# them equal), as systemd lists it: IPAddressAllow=localhost, IPAddressDeny=any.
+PACKAGED_ACCESS = ([(bytes([127, 0, 0, 0]), 8), (bytes(15) + b"\x01", 128)], [(bytes(4), 0), (bytes(16), 0)])
+PACKAGED_SETTINGS = "IPAddressDeny=any, IPAddressAllow=localhost"
+_LOOPBACK_URL = "https://127.0.0.1:10250/pods"
 
-    def shown(networks: list) -> str:
-        return " ".join(map(str, networks)) or "nothing"
-    return (f"its unit lets it reach only {shown(allow)} (IPAddressAllow=; IPAddressDeny={shown(deny)}), not"
-            f" {', '.join(map(str, blocked))}: use https://127.0.0.1:10250/pods (the kubelet listens on every"
-            f" address), or allow the address in a drop-in: systemctl edit memqos-systemd, [Service]"
-            f" IPAddressAllow={blocked[0]}")
+
+def unreachable_in_service(url: str, access: tuple[list, list] | None) -> tuple[str, str] | None:
+    """Whether the service's sandbox keeps it from the kubelet at `url`: (level, why) or None.
+    `access`: the running service's IPAddressAllow= and IPAddressDeny= as systemd holds them,
+    drop-ins included (Systemd.ip_address_access), lists of (address bytes, prefix); None when
+    it is not running: then the packaged unit's (PACKAGED_ACCESS), a warning only, for a node
+    may run the DaemonSet's pod instead, which has no such sandbox. As systemd applies them: an
+    address an allow prefix holds passes, else one a deny prefix holds is dropped.
+    Nothing is resolved, nothing is connected to: a literal address or `localhost` is judged; any
+    other name cannot be known to be loopback, which is a warning."""
+    if url_problem(url) is not None:
+        return None
+    running = access is not None
+    allow, deny = ([ipaddress.ip_network((ipaddress.ip_address(a), p), strict=False) for a, p in entries]
+                   for entries in (access if running else PACKAGED_ACCESS))
+    if not deny:
+        return None
+    host = urlsplit(url).hostname or ""
+    unit = ("the running service's unit" if running else
+            f"the packaged unit ({PACKAGED_SETTINGS}; the service does not run here, so drop-ins are not known)")
+    reach = f"{unit} lets it reach only {' '.join(map(str, allow)) or 'nothing'}"
+    shown = _show_url(url)
+    if host.lower() in ("localhost", "localhost."):
+        addresses = [ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")]
+    else:
+        try:
+            addresses = [ipaddress.ip_address(host.partition("%")[0])]
+        except ValueError:
+            return ("warn", f"kubelet.url {shown}: its host {host!r} is a name, which check does not resolve: unless"
+                            f" it names this node's loopback only, the service cannot reach it ({reach}): use"
+                            f" {_LOOPBACK_URL}")
+    blocked = [a for a in addresses if not any(a in n for n in allow) and any(a in n for n in deny)]
+    if len(blocked) < len(addresses):
+        return None
+    return ("error" if running else "warn",
+            f"kubelet.url {shown} is out of the service's reach: {reach}, not {blocked[0]}: use {_LOOPBACK_URL}"
+            f" (the kubelet listens on every address), or allow it in a drop-in: systemctl edit memqos-systemd,"
+            f" [Service] IPAddressAllow={blocked[0]}")
 
 
 def _stat_key(path: str | None):

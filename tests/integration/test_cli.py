@@ -846,10 +846,16 @@ def test_status_with_a_broken_pod_source_still_shows_systemd(node):
 
 # ====================================================================== check
 def findings(p: subprocess.CompletedProcess) -> list[tuple[str, str]]:
-    """check's output as (level, text) lines; every line is one finding."""
+    """check's output as (level, text) findings: a finding's first line starts with its level,
+    its further lines (wrapped at 100 columns) with six spaces; no line is wider, but for a word
+    (a URL, a path) wider on its own."""
     no_traceback(p)
-    out = []
+    out: list[tuple[str, str]] = []
     for line in p.stdout.splitlines():
+        assert len(line) <= 100 or " " not in line[6:].strip(), line
+        if line.startswith(" " * 6) and out:
+            out[-1] = (out[-1][0], f"{out[-1][1]} {line.strip()}")
+            continue
         level, _, text = line.partition(" ")
         assert level in ("ok", "warn", "error"), line
         out.append((level, text.strip()))
@@ -1000,7 +1006,8 @@ ANY = [(2, bytes(4), 0), (10, bytes(16), 0)]  # IPAddressDeny=any
 def test_check_says_when_the_services_sandbox_keeps_it_from_the_kubelet(node, kubelet, kubelet_pki, allow):
     """issue 26: a kubelet URL the unit's IPAddressAllow= leaves out answered check (outside the
     sandbox), and check said nothing. The running service as systemd holds it (drop-ins included)
-    decides; a stopped one (a DaemonSet's node with the package there) does not."""
+    decides, and check then does not ask the kubelet; a stopped one (a DaemonSet's node with the
+    package there) is judged by the packaged unit, which allows 127.0.0.1."""
     node.fake.add_unit("memqos-systemd.service", transient=False, ip_deny=ANY,
                        ip_allow=LOCALHOST if allow == "localhost" else LOCALHOST[1:],
                        active_state="inactive" if "stopped" in allow else "active")
@@ -1008,12 +1015,40 @@ def test_check_says_when_the_services_sandbox_keeps_it_from_the_kubelet(node, ku
     if allow != "::1 only":  # the packaged unit with the packaged URL, or no service running: fine
         assert ("ok", f"pods: kubelet {kubelet.url()} answered with 2 pods") in findings(p) and errors(p) == []
         return
-    assert errors(p) == [f"pods: kubelet {kubelet.url()} answered 2 pods here, but not in the service: its unit lets it"
-                         f" reach only ::1/128 (IPAddressAllow=; IPAddressDeny=0.0.0.0/0 ::/0), not 127.0.0.1: use"
-                         f" https://127.0.0.1:10250/pods (the kubelet listens on every address), or allow the address"
-                         f" in a drop-in: systemctl edit memqos-systemd, [Service] IPAddressAllow=127.0.0.1",
-                         NO_POD_SOURCE]
+    assert errors(p) == [f"pods: kubelet.url {kubelet.url()!r} is out of the service's reach: the running service's"
+                         f" unit lets it reach only ::1/128, not 127.0.0.1: use https://127.0.0.1:10250/pods (the"
+                         f" kubelet listens on every address), or allow it in a drop-in: systemctl edit"
+                         f" memqos-systemd, [Service] IPAddressAllow=127.0.0.1", NO_POD_SOURCE]
     assert p.returncode == 1
+
+
+@pytest.mark.parametrize("running", [True, False])
+def test_check_names_a_kubelet_url_off_the_loopback_without_connecting_to_it(node, running):
+    """issue 33: http://10.1.2.3:10255/pods, which the unit's IPAddressDeny=any /
+    IPAddressAllow=localhost blocks. The running service's sandbox: an error, and neither /pods
+    nor /metrics is asked (nothing leaves this machine). No service running: the packaged unit's
+    settings, a warning (a DaemonSet's pod has none), after which check does ask the kubelet; no
+    test may reach 10.1.2.3, so that case is the verdict alone."""
+    url = "http://10.1.2.3:10255/pods"
+    if running:
+        node.fake.add_unit("memqos-systemd.service", transient=False, ip_deny=ANY, ip_allow=LOCALHOST)
+        config = node.write_config("far.yaml", kubelet={"url": url, "timeout": "1s"},
+                                   **{"podsFile": None})
+        p = node.cli("check", config=config)
+        assert errors(p) == [f"pods: kubelet.url {url!r} is out of the service's reach: the running service's unit"
+                             f" lets it reach only 127.0.0.0/8 ::1/128, not 10.1.2.3: use https://127.0.0.1:10250/pods"
+                             f" (the kubelet listens on every address), or allow it in a drop-in: systemctl edit"
+                             f" memqos-systemd, [Service] IPAddressAllow=10.1.2.3", NO_POD_SOURCE]
+        assert any(level == "warn" and "not asked: the service's sandbox keeps it from kubelet.url" in text
+                   for level, text in findings(p)), p.stdout
+        assert p.returncode == 1
+        return
+    from memqos_systemd.sources.kubelet import unreachable_in_service
+
+    level, why = unreachable_in_service(url, None)
+    assert level == "warn" and why.startswith(f"kubelet.url {url!r} is out of the service's reach: the packaged unit"
+                                              f" (IPAddressDeny=any, IPAddressAllow=localhost;"), why
+    assert why.endswith("[Service] IPAddressAllow=10.1.2.3")
 
 
 CHECK_OUTCOMES = {
@@ -1051,6 +1086,11 @@ def test_check_says_why_the_kubelet_did_not_answer_and_exits_1(node, kubelet, ku
     for needle in needles:
         assert needle in problem, (needle, problem)
     assert GOOD_TOKEN not in p.stdout and OTHER_TOKEN not in p.stdout
+    # The kubelet's error is named once (issue 33): the gate's line points at the pods line.
+    assert sum(needles[0] in text for _, text in findings(p)) == 1, p.stdout
+    if outcome != "403":  # a 403 on /pods may still let /metrics answer
+        gate = [text for _, text in findings(p) if text.startswith("kubelet: cannot tell")]
+        assert gate and "/metrics did not answer either: see pods" in gate[0], p.stdout
 
 
 GATE_METRICS = ('kubernetes_build_info{git_version="v1.37.1",major="1",minor="37"} 1\n'
@@ -1272,7 +1312,7 @@ def test_reservations_above_the_node_are_exit_2_naming_the_file_in_human_units(n
     for command in ("apply", "status"):
         line = one_error_line(node.cli(command, config=config), 2)
         assert line.startswith(f"memqos-systemd: error: {config}: allocatable memory is negative: capacity "), line
-        assert " - kubeReserved 65536Ti - " in line, line
+        assert " - kubeReserved 64Pi - " in line, line
     assert node.fake.writes == []
 
 

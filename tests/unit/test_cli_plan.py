@@ -55,7 +55,7 @@ def cli(*args: str, stdin: bytes | None | object = None, timeout: float = 30, en
         stdout: int = subprocess.PIPE, cwd: Path = CODE_ROOT) -> subprocess.CompletedProcess:
     """Run the command line as an operator would; stdout/stderr as bytes, stdin a pipe, /dev/null
     or closed."""
-    env = dict(os.environ, COLUMNS="100", **(env or {}),
+    env = dict(os.environ, **{"COLUMNS": "100", **(env or {})},
                PYTHONPATH=os.pathsep.join(filter(None, [str(CODE_ROOT), os.environ.get("PYTHONPATH")])))
     closed = stdin is CLOSED
     if args and args[0] == "plan" and "--config" not in args and "--help" not in args:
@@ -342,9 +342,10 @@ def test_a_pending_resize_is_marked_on_the_pods_row_of_the_table():
     assert p.returncode == 0, p.stderr
     rows = p.stdout.decode().splitlines()
     for key, reason in PENDING.items():
-        marked = [r for r in rows if f"{key} (resize pending: {reason})" in r]
+        # the name may be cut in the middle to keep the row in 100 columns (issue 33); the mark never is
+        marked = [r for r in rows if f" (resize pending: {reason})" in r and f" {key[:10]}" in r and f"{key[-8:]} (" in r]
         assert len(marked) == 1 and " pod " in marked[0], key  # the pod slice's row, not its containers'
-        assert sum(f" {key} " in r for r in rows) >= 1  # its containers, unmarked
+        assert sum(f" {key[:10]}" in r for r in rows) >= 1  # its containers, unmarked
     assert not any("resize pending" in r for r in rows if "resize/running" in r or "resize/in-progress" in r)
     assert sum("resize pending (" in r for r in rows[rows.index("warnings:"):]) == len(PENDING)
 
@@ -518,7 +519,7 @@ def _bad_cases(tmp_path: Path) -> dict:
                             ["--node-memory", "'12Q' is not a memory quantity"]),
         # A quantity, but too large: the message says so, not "is not a memory quantity" (issue 26).
         "node memory 99999999Ei": (["--pods", pods, "--node-memory", "99999999Ei", "--page-size", "4096"],
-                                   ["--node-memory: '99999999Ei' is larger than 8Ei"]),
+                                   ["--node-memory: '99999999Ei' is larger than the largest memory quantity"]),
         "node memory 0": (["--pods", pods, "--node-memory", "0", "--page-size", "4096"], ["--node-memory", "'0'"]),
         "node memory -16Gi": (["--pods", pods, "--node-memory", "-16Gi", "--page-size", "4096"],
                               ["--node-memory", "'-16Gi'", "positive"]),
@@ -747,3 +748,108 @@ def test_one_quoting_style_for_pod_names_in_warnings(tmp_path):
     path.write_text(json.dumps({"kind": "PodList", "items": [refused, over]}))
     warnings = ok_json("--pods", str(path), *NODE)["warnings"]
     assert [w.split(":")[0].split(" container")[0] for w in warnings] == ["pod ns/refused", "pod ns/over"], warnings
+
+
+# issue 33, item 8: usage errors.
+@pytest.mark.parametrize("command", ["plan", "apply", "run", "status", "reset", "check"])
+def test_an_unknown_option_is_said_with_the_commands_own_usage(command):
+    extra = ("--pods", "-") if command == "plan" else ()
+    p = cli(command, *extra, "--frob", "--config", "/nonexistent")
+    err = p.stderr.decode()
+    assert p.returncode == 2, err
+    assert err.startswith(f"usage: memqos-systemd {command} [-h]"), err
+    assert err.splitlines()[-1] == f"memqos-systemd {command}: error: unrecognized arguments: --frob", err
+
+
+@pytest.mark.parametrize("argv", [
+    ("plan", "--pods", "-", "--frob"),  # argparse's own usage error
+    ("plan",),  # a required option missing
+    ("plan", "--pods", "-", "--node-memory", "lots"),  # ours
+    ("frob",),
+])
+@pytest.mark.parametrize("stderr", ["/dev/full", "closed"])
+def test_a_usage_error_exits_2_when_standard_error_cannot_be_written(argv, stderr):
+    with open(os.devnull, "rb") as stdin:
+        cmd = [sys.executable, "-m", "memqos_systemd", *argv]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(CODE_ROOT), os.environ.get("PYTHONPATH")])))
+        if stderr == "closed":
+            p = subprocess.run(["/bin/sh", "-c", 'exec "$@" 2>&-', "sh", *cmd], stdin=stdin,
+                               stdout=subprocess.PIPE, env=env, timeout=30, cwd=str(CODE_ROOT))
+        else:
+            with open("/dev/full", "w") as full:
+                p = subprocess.run(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=full, env=env, timeout=30,
+                                   cwd=str(CODE_ROOT))
+    assert p.returncode == 2
+    assert p.stdout == b""
+
+
+def test_status_help_has_no_broken_line():
+    """Each paragraph of the description runs to the width of its neighbours: no line cut short
+    in the middle of one (`name): QoS class, request,`)."""
+    out = cli("status", "--help").stdout.decode()
+    description = out.split("\n\n")[1].splitlines()
+    assert all(len(line) > 60 for line in description[:-1]), description
+
+
+def test_plan_warns_of_ceiling_values_that_make_no_sense_in_json_and_in_the_table(tmp_path):
+    (tmp_path / "c.yaml").write_text("bestEffortCeiling: {enabled: true, headroom: 100Gi}\n")
+    (tmp_path / "pods.json").write_text('{"kind": "PodList", "items": []}')
+    want = ("bestEffortCeiling.headroom: 100Gi leaves less than bestEffortCeiling.minimum 64Mi of allocatable 7.9Gi"
+            " even with no requests: every BestEffort pod together gets the minimum, whatever the others request")
+    common = ("plan", "--pods", str(tmp_path / "pods.json"), "--config", str(tmp_path / "c.yaml"), "--node-memory", "8Gi")
+    p = cli(*common, "--output", "json")
+    assert p.returncode == 0 and json.loads(p.stdout)["warnings"] == [want]
+    table = cli(*common, "--output", "table").stdout.decode()
+    assert f"  - {want}" in table.splitlines()
+
+
+# issue 33, item 7: the table fits 100 columns with the longest names Kubernetes allows.
+def _longest_names_pods(tmp_path: Path, pod_name: str = "p" * 253, container: str = "c" * 63) -> Path:
+    pod = _odd_pod(pod_name, "1Gi", "2Gi")
+    pod["metadata"]["namespace"] = "n" * 63
+    pod["spec"]["containers"][0]["name"] = container
+    pod["status"]["containerStatuses"][0].update(name=container, state={"running": {}})
+    path = tmp_path / "pods.json"
+    path.write_text(json.dumps({"kind": "PodList", "items": [pod]}))
+    return path
+
+
+@pytest.mark.parametrize("ceiling", [False, True])
+def test_the_table_fits_100_columns_with_the_longest_names_json_keeps_them_whole(tmp_path, ceiling):
+    pods = _longest_names_pods(tmp_path)
+    config = tmp_path / "c.yaml"
+    config.write_text(f"bestEffortCeiling: {{enabled: {str(ceiling).lower()}}}\n")
+    for columns_env in ("40", "300"):  # the terminal's width plays no part
+        p = cli("plan", "--pods", str(pods), *NODE, "--config", str(config), "--output", "table",
+                env={"COLUMNS": columns_env})
+        assert p.returncode == 0, p.stderr
+        table = p.stdout.decode().split("\n\n")[1].splitlines()
+        assert max(len(line) for line in table) <= 100, "\n".join(table)
+        # cut in the middle: the namespace's head, the name's tail
+        assert any(line.startswith(f"      {'c' * 10}") and f"…{'c' * 10}" in line for line in table), table
+        assert any(line.startswith(f"    {'n' * 10}") and "n…p" in line and f"{'p' * 10}  pod" in line
+                   for line in table), table
+        assert "names cut to fit 100 columns" in p.stdout.decode()
+    doc = json.loads(cli("plan", "--pods", str(pods), *NODE, "--config", str(config), "--output", "json").stdout)
+    assert {u.get("pod") for u in doc["units"]} >= {f"{'n' * 63}/{'p' * 253}"}
+    assert {u.get("container") for u in doc["units"]} >= {"c" * 63}
+
+
+@pytest.mark.parametrize("env", [ASCII, {"PYTHONIOENCODING": "latin-1"}], ids=["LANG=C", "latin-1"])
+def test_escaped_names_stay_in_their_columns(env, tmp_path):
+    """A name the output's encoding cannot hold is printed as escapes (\\u4e2d): the columns are
+    measured on what is printed, and a cut name ends in "..." there, not in an escaped "…"."""
+    pods = tmp_path / "pods.json"
+    short = _odd_pod("中文-pod", "1Gi", "2Gi")
+    long = _odd_pod("中文" * 40, "1Gi", "2Gi")
+    long["metadata"]["uid"] = "1b6a3c2e-1f4d-4e8a-9b7c-5d6e7f8a9b0c"
+    long["status"]["containerStatuses"][0]["containerID"] = "containerd://" + "cd" * 32
+    pods.write_text(json.dumps({"kind": "PodList", "items": [short, long]}))
+    p = cli("plan", "--pods", str(pods), *NODE, "--output", "table", env=env)
+    assert p.returncode == 0, p.stderr
+    table = p.stdout.decode("latin-1").split("\n\n")[1].splitlines()
+    level_at = {line.index(" pod ") for line in table if " pod " in line}
+    assert len(level_at) == 1, "\n".join(table)  # the LEVEL column starts at one place on every pod row
+    assert max(len(line) for line in table) <= 100
+    assert any("\\u4e2d\\u6587-pod" in line for line in table)
+    assert any("..." in line for line in table if "\\u4e2d\\u6587\\u4e2d" in line)  # "…" would print as \\u2026

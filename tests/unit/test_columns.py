@@ -77,7 +77,8 @@ def test_plan_columns_line_up_with_double_width_and_combining_characters(wide):
 
 def test_plan_table_cuts_a_long_name_and_wide_shows_it_whole():
     assert not any(f"ns/{LONG}" in line for line in _plan_table(wide=False))
-    assert any(f"ns/{LONG[:150]}" in line and "…" in line for line in _plan_table(wide=False))
+    # cut in the middle, to the 100 columns the other columns leave it (issue 33)
+    assert any(f"ns/{LONG[:20]}" in line and f"…{LONG[-20:]}" in line for line in _plan_table(wide=False))
     assert any(f"ns/{LONG}" in line for line in _plan_table(wide=True))
 
 
@@ -109,3 +110,30 @@ def test_status_columns_line_up_with_double_width_characters(wide):
     assert any(CJK_POD in line for line in lines) and any(CJK_CONTAINER in line for line in lines)
     assert len(_column_starts(lines, "QOS|Burstable|container")) == 1, lines
     assert len({drawn(line) for line in lines if "container" not in line}) == 1, lines
+
+
+@pytest.mark.parametrize("text, columns_, expected", [
+    ("warn  a b c", 100, ["warn  a b c"]),
+    ("warn  aaaa bbbb cccc", 10, ["warn  aaaa", "      bbbb", "      cccc"]),
+    # a word longer than a line is never split: it takes a line of its own
+    ("error pods: http://127.0.0.1:10250/pods-and-more ok", 20,
+     ["error pods:", "      http://127.0.0.1:10250/pods-and-more", "      ok"]),
+    # measured as drawn: a CJK character takes two columns
+    ("ok    中文 中文 中文", 12, ["ok    中文", "      中文", "      中文"]),
+])
+def test_wrap_at_display_width(text, columns_, expected):
+    from memqos_systemd.columns import wrap
+    assert wrap(text, columns_, indent=" " * 6) == expected
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "ascii"])
+def test_status_rows_stay_in_line_where_names_are_printed_as_escapes(encoding):
+    """issue 33: under LANG=C or a Latin-1 locale a CJK name is printed as escapes (cli._tolerant);
+    measured on the name itself, its row drifted out of line."""
+    table = status_lines(_status_doc(), encoding=encoding)
+    assert all(line == columns.as_printed(line, encoding) for line in table)  # nothing left to escape
+    pods = [line for line in table if " Burstable " in line]
+    assert len({line.index(" Burstable ") for line in pods}) == 1, "\n".join(table)
+    assert all(len(line) <= WIDTH for line in table), max(table, key=len)
+    assert any("\\u6570\\u636e" in line for line in pods)
+    assert any("..." in line for line in pods) and not any("…" in line for line in table)

@@ -106,7 +106,6 @@ def test_a_file_that_sets_a_key_or_is_absent_has_nothing_to_note(tmp_path):
     ("kubeReserved: {}", "kube_reserved", 0),
     ("kubeReserved: {memory: 1073741824}", "kube_reserved", Gi),
     ("systemReserved: {memory: 1.5Gi}", "system_reserved", 3 * Gi // 2),
-    ("systemReserved: {memory: 500m}", "system_reserved", 1),
     ("enforceNodeAllocatable: [pods]", "enforce_node_allocatable", ("pods",)),
     ("enforceNodeAllocatable: []", "enforce_node_allocatable", ()),
     ("enforceNodeAllocatable: [none]", "enforce_node_allocatable", ()),
@@ -180,7 +179,7 @@ def test_factor_message_is_exactly_the_issue_example():
     ("memoryThrottlingFactor: 1.0000001", "memoryThrottlingFactor", "1.0000001"),
     ("memoryThrottlingFactor: 90", "memoryThrottlingFactor", "90"),
     ("memoryThrottlingFactor: '0.9'", "memoryThrottlingFactor", "0.9"),
-    ("memoryThrottlingFactor: true", "memoryThrottlingFactor", "True"),
+    ("memoryThrottlingFactor: true", "memoryThrottlingFactor", "true"),
     ("memoryThrottlingFactor: .nan", "memoryThrottlingFactor", "nan"),
     ("memoryThrottlingFactor: .inf", "memoryThrottlingFactor", "inf"),
     ("memoryThrottlingFactor: [0.9]", "memoryThrottlingFactor", "0.9"),
@@ -188,7 +187,7 @@ def test_factor_message_is_exactly_the_issue_example():
     ("hierarchy: Effective", "hierarchy", "Effective"),
     ("hierarchy: kep", "hierarchy", "kep"),
     ("hierarchy: 0", "hierarchy", "0"),
-    ("hierarchy: null", "hierarchy", "None"),
+    ("hierarchy: null", "hierarchy", "null"),
     # cgroupRoot
     ("cgroupRoot: foo", "cgroupRoot", "foo"),
     ("cgroupRoot: ''", "cgroupRoot", "''"),
@@ -199,7 +198,7 @@ def test_factor_message_is_exactly_the_issue_example():
     ("kubeReserved: [memory]", "kubeReserved", "memory"),
     ("kubeReserved: {memory: 1Gb}", "kubeReserved.memory", "1Gb"),
     ("kubeReserved: {memory: -1Gi}", "kubeReserved.memory", "-1Gi"),
-    ("kubeReserved: {memory: true}", "kubeReserved.memory", "True"),
+    ("kubeReserved: {memory: true}", "kubeReserved.memory", "true"),
     ("kubeReserved: {memory: [1Gi]}", "kubeReserved.memory", "1Gi"),
     ("kubeReserved: {cpu: abc}", "kubeReserved.cpu", "abc"),
     ("kubeReserved: {memroy: 1Gi}", "kubeReserved.memroy", "1Gi"),  # a typo must not reserve nothing
@@ -216,7 +215,7 @@ def test_factor_message_is_exactly_the_issue_example():
     ("evictionHard: {memory.available: '%'}", "evictionHard.memory.available", "%"),
     ("evictionHard: {memory.available: '1/2%'}", "evictionHard.memory.available", "1/2%"),
     ("evictionHard: {memory.available: '1e99999999999%'}", "evictionHard.memory.available", "1e99999999999%"),
-    ("evictionHard: {memory.available: true}", "evictionHard.memory.available", "True"),
+    ("evictionHard: {memory.available: true}", "evictionHard.memory.available", "true"),
     ("evictionHard: {memory.available: -100Mi}", "evictionHard.memory.available", "-100Mi"),
     ("evictionHard: {memory.available: '<100Mi'}", "evictionHard.memory.available", "<100Mi"),
     ("evictionHard: {memory.availble: 500Mi}", "evictionHard.memory.availble", "500Mi"),  # typo: not silently 0
@@ -244,7 +243,7 @@ def test_factor_message_is_exactly_the_issue_example():
     ("podsFile: pods.json", "podsFile", "pods.json"),
     ("kubeletConfigFile: kubelet.yaml", "kubeletConfigFile", "kubelet.yaml"),
     ("resyncInterval: 5x", "resyncInterval", "5x"),
-    ("resyncInterval: true", "resyncInterval", "True"),
+    ("resyncInterval: true", "resyncInterval", "true"),
     ("kubelet: http://x", "kubelet", "http://x"),
     ("kubelet: {url: 'ftp://x/pods'}", "kubelet.url", "ftp://x/pods"),
     # Every URL the kubelet source could not take apart (issue 26: "[::1" passed, then killed a reload)
@@ -273,16 +272,16 @@ def test_factor_message_is_exactly_the_issue_example():
     ("metrics: 9759", "metrics", "9759"),
     ("metrics: {perPod: 'no'}", "metrics.perPod", "no"),
     ("metrics: {perUnit: 1}", "metrics.perUnit", "1"),
-    ("metrics: {perPod: false, perUnit: true}", "metrics.perUnit", "True"),
+    ("metrics: {perPod: false, perUnit: true}", "metrics.perUnit", "true"),
     # bestEffortCeiling
-    ("bestEffortCeiling: true", "bestEffortCeiling", "True"),
+    ("bestEffortCeiling: true", "bestEffortCeiling", "true"),
     ("bestEffortCeiling: {enabled: on please}", "bestEffortCeiling.enabled", "on please"),
-    ("bestEffortCeiling: {headroom: 10%}", "bestEffortCeiling.headroom", "10%"),
+    ("bestEffortCeiling: {headroom: 100%}", "bestEffortCeiling.headroom", "100%"),
     ("bestEffortCeiling: {headroom: -1Gi}", "bestEffortCeiling.headroom", "-1Gi"),
     ("bestEffortCeiling: {minimum: lots}", "bestEffortCeiling.minimum", "lots"),
     ("bestEffortCeiling: {minimum: 512Ki}", "bestEffortCeiling.minimum", "512Ki"),
     ("bestEffortCeiling: {minimum: 0}", "bestEffortCeiling.minimum", "0"),
-    ("bestEffortCeiling: {enable: true}", "bestEffortCeiling.enable", "True"),
+    ("bestEffortCeiling: {enable: true}", "bestEffortCeiling.enable", "true"),
 ])
 def test_invalid_values_name_key_and_value(text, key, shown):
     msg = error(text)
@@ -318,9 +317,9 @@ def test_config_must_be_a_map(text):
     ("-1Gi", "'-1Gi' is negative: a memory quantity is 0 or more"),
     ("-1", "'-1' is negative"),
     ("-1e99", "'-1e99' is negative"),
-    ("99999999Ei", "'99999999Ei' is larger than 8Ei (9223372036854775807 bytes)"),
-    ("9223372036854775808", "'9223372036854775808' is larger than 8Ei"),
-    ("1e31", "'1e31' is larger than 8Ei"),
+    ("99999999Ei", "'99999999Ei' is larger than the largest memory quantity, 9223372036854775807 bytes (8Ei - 1)"),
+    ("9223372036854775808", "'9223372036854775808' is larger than the largest memory quantity"),
+    ("1e31", "'1e31' is larger than the largest memory quantity"),
     ("1Gb", "'1Gb' is not a memory quantity (e.g. 512Mi"),
 ])
 @pytest.mark.parametrize("key", ["kubeReserved", "systemReserved"])
@@ -681,10 +680,13 @@ def test_unit_names_config_of_garbage_is_the_defaults(tmp_path, text):
 def test_best_effort_ceiling_is_off_by_default_and_every_number_is_a_key():
     from memqos_systemd.config import CeilingSettings
     assert parse_config({}).best_effort_ceiling == CeilingSettings() and not CeilingSettings().enabled
-    assert CeilingSettings() == CeilingSettings(False, 256 * Mi, 64 * Mi)  # measured: docs/DESIGN.md
+    assert CeilingSettings() == CeilingSettings(False, Reserve(256 * Mi), 64 * Mi)  # measured: docs/DESIGN.md
     cfg = parse_config({"bestEffortCeiling": {"enabled": True, "headroom": "1Gi", "minimum": "128Mi"}})
-    assert cfg.best_effort_ceiling == CeilingSettings(True, 1 * Gi, 128 * Mi)
-    assert parse_config({"bestEffortCeiling": {"enabled": True, "headroom": 0}}).best_effort_ceiling.headroom == 0
+    assert cfg.best_effort_ceiling == CeilingSettings(True, Reserve(1 * Gi), 128 * Mi)
+    assert parse_config({"bestEffortCeiling": {"enabled": True, "headroom": 0}}).best_effort_ceiling.headroom == Reserve()
+    # issue 33: a percentage, as protectionHeadroom takes, of allocatable (plan.py resolves it).
+    assert parse_config({"bestEffortCeiling": {"headroom": "5%"}}).best_effort_ceiling.headroom == Reserve(
+        fraction=Fraction(5, 100))
     assert parse_config({"bestEffortCeiling": None}).best_effort_ceiling == CeilingSettings()
 
 
@@ -711,3 +713,32 @@ def test_the_removed_pressure_guard_says_what_replaced_it(text):
                    " (bestEffortCeiling: {enabled: true}, a MemoryMax the kernel enforces, docs/DESIGN.md):"
                    " delete pressureGuard"), msg
     assert "\n" not in msg
+
+
+# issue 33, item 8: the values as YAML spells them, and the words a bad quantity gets.
+@pytest.mark.parametrize("text, expected", [
+    ("metrics: {perPod: null}", "config.yaml: metrics.perPod: null must be true or false"),
+    ("bestEffortCeiling: {enabled: ~}", "config.yaml: bestEffortCeiling.enabled: null must be true or false"),
+    ("resyncInterval: false", "config.yaml: resyncInterval: false is not a duration (e.g. 5s, 500ms, 1m)"),
+    # 8Ei is 2**63, one byte past the largest: never "'8Ei' is larger than 8Ei".
+    ("kubeReserved: {memory: 8Ei}", "config.yaml: kubeReserved.memory: '8Ei' is larger than the largest memory"
+                                    " quantity, 9223372036854775807 bytes (8Ei - 1)"),
+    # resource.ParseQuantity refuses space around a quantity; so do we.
+    ('kubeReserved: {memory: "1Gi\\t"}', "config.yaml: kubeReserved.memory: '1Gi\\t' is not a memory quantity"
+                                         " (e.g. 512Mi, 1.5Gi, 1073741824)"),
+    ('kubeReserved: {memory: " 1Gi"}', "config.yaml: kubeReserved.memory: ' 1Gi' is not a memory quantity"
+                                       " (e.g. 512Mi, 1.5Gi, 1073741824)"),
+    # A fraction of a byte in the config is a slip, refused rather than rounded up to 1.
+    ("systemReserved: {memory: 500m}", "config.yaml: systemReserved.memory: '500m' is not a whole number of bytes"
+                                       " (Kubernetes would round it up to 1; did you mean 500Mi?)"),
+    ("systemReserved: {memory: 0.1Ki}", "config.yaml: systemReserved.memory: '0.1Ki' is not a whole number of bytes"
+                                        " (Kubernetes would round it up to 103; did you mean a whole number of bytes,"
+                                        " or a unit such as Mi or Gi?)"),
+])
+def test_bad_values_read_as_the_user_wrote_them(text, expected):
+    assert error(text) == expected
+
+
+def test_the_largest_memory_quantity_is_taken():
+    assert cfg("kubeReserved: {memory: 9223372036854775807}").kube_reserved == 2**63 - 1
+    assert cfg("systemReserved: {memory: 1.5Ki}").system_reserved == 1536  # a fraction of a unit, whole bytes

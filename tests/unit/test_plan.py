@@ -753,3 +753,42 @@ def test_ceiling_is_left_to_a_kubelet_whose_config_turns_on_qosreserved_for_memo
             assert p.warnings == ("bestEffortCeiling: not planned: the kubelet's QOSReserved is on with qosReserved.memory"
                                   " 100% (/var/lib/kubelet/config.yaml), and it sets kubepods-besteffort.slice's"
                                   " MemoryMax itself every minute; turn one of the two off",)
+
+
+# ---- ceiling values that make no sense for the node (issue 33) ------------------------------------
+# capacity 8Gi - evictionHard 100Mi = allocatable 8092Mi ("7.9Gi").
+HEADROOM_SQUEEZES = ("bestEffortCeiling.headroom: {h} leaves less than bestEffortCeiling.minimum {m} of allocatable"
+                     " 7.9Gi even with no requests: every BestEffort pod together gets the minimum, whatever the"
+                     " others request")
+MINIMUM_IDLE = ("bestEffortCeiling.minimum: {m} is at or above allocatable 7.9Gi: the ceiling never caps BestEffort"
+                " pods below what the node has, so it does nothing")
+
+
+@pytest.mark.parametrize("ceiling, warning, memory_max", [
+    ({}, None, 8092 * Mi - 256 * Mi),  # the defaults: fine
+    ({"headroom": "100Gi"}, HEADROOM_SQUEEZES.format(h="100Gi", m="64Mi"), 64 * Mi),
+    ({"headroom": "8092Mi"}, HEADROOM_SQUEEZES.format(h="7.9Gi", m="64Mi"), 64 * Mi),  # all of allocatable
+    ({"headroom": "8028Mi"}, None, 64 * Mi),  # leaves exactly the minimum: the formula still decides
+    ({"headroom": "8029Mi"}, HEADROOM_SQUEEZES.format(h="7.84Gi", m="64Mi"), 64 * Mi),
+    ({"headroom": "1Gi", "minimum": "7.5Gi"}, HEADROOM_SQUEEZES.format(h="1Gi", m="7.5Gi"), 7.5 * Gi),
+    ({"minimum": "100Gi"}, MINIMUM_IDLE.format(m="100Gi"), 100 * Gi),
+    ({"minimum": "8092Mi"}, MINIMUM_IDLE.format(m="7.9Gi"), 8092 * Mi),  # allocatable itself caps nothing
+    ({"minimum": "100Gi", "headroom": "100Gi"}, MINIMUM_IDLE.format(m="100Gi"), 100 * Gi),  # one line, the worse
+    # headroom as a percentage of allocatable (as protectionHeadroom takes one, of capacity)
+    ({"headroom": "50%"}, None, 4046 * Mi),
+    ({"headroom": "99.5%"}, HEADROOM_SQUEEZES.format(h="99.5% (7.86Gi)", m="64Mi"), 64 * Mi),
+])
+def test_ceiling_values_that_make_no_sense_for_the_node_are_warned(ceiling, warning, memory_max):
+    p = run([], capacity=8 * Gi, bestEffortCeiling={"enabled": True, **ceiling})
+    ours = [w for w in p.warnings if w.startswith("bestEffortCeiling.")]
+    assert ours == ([warning] if warning else [])
+    assert p.ceiling.memory_max == memory_max
+
+
+def test_ceiling_warnings_do_not_depend_on_the_pods():
+    """Requests filling the node pin the ceiling to its minimum too: that is the ceiling at work,
+    not a misfit of its values, and no warning of ours."""
+    pods = [P("g", "Guaranteed", 1, C("c", 8000 * Mi, 8000 * Mi, 1))]
+    p = run(pods, capacity=8 * Gi, bestEffortCeiling={"enabled": True})
+    assert p.ceiling.memory_max == 64 * Mi
+    assert not [w for w in p.warnings if w.startswith("bestEffortCeiling.")]

@@ -208,3 +208,28 @@ def test_anything_is_a_quantity_or_a_quantity_error(text):
                                      (0, "0"), (2 * Ti, "2Ti")])
 def test_format_bytes(n, text):
     assert format_bytes(n) == text
+
+
+@pytest.mark.parametrize("text", ["1Gi\t", " 1Gi", "1Gi ", "\n1Gi", "1 Gi"])
+def test_space_around_a_quantity_is_refused_as_resource_parsequantity_does(text):
+    with pytest.raises(QuantityError, match="is not a quantity"):
+        parse_bytes(text)
+
+
+@pytest.mark.parametrize("n, shown", [
+    (2**63 - 1, "9223372036854775807"),  # not "8Ei", the value past the largest, nor 8388608Ti
+    (2**60, "1Ei"), (3 * 2**59, "1.5Ei"), (64 * 2**50, "64Pi"), (2**50 + 2**40, "1Pi"), (2**50 + 1, "1125899906842625"),
+    (5 * 2**40, "5Ti"), (1536 * Mi, "1.5Gi"), (100, "100"),
+])
+def test_format_bytes_never_names_a_value_it_is_not(n, shown):
+    assert format_bytes(n) == shown
+
+
+def test_a_fraction_of_a_byte_given_by_an_operator_is_refused_a_pods_is_rounded_up():
+    from memqos_systemd.quantity import parse_whole_bytes
+
+    assert parse_bytes("500m") == 1  # a pod's request: the kubelet rounds up
+    with pytest.raises(QuantityError, match=r"'500m' is not a whole number of bytes \(Kubernetes would round it up"
+                                            r" to 1; did you mean 500Mi\?\)"):
+        parse_whole_bytes("500m")
+    assert parse_whole_bytes("1.5Gi") == 1536 * Mi

@@ -321,35 +321,50 @@ def test_redact(text, expect):
 
 
 PACKAGED = ([(bytes([127, 0, 0, 0]), 8), (bytes(15) + b"\x01", 128)], [(bytes(4), 0), (bytes(16), 0)])
+RUNNING = "the running service's unit lets it reach only 127.0.0.0/8 ::1/128"
+NOT_RUNNING = ("the packaged unit (IPAddressDeny=any, IPAddressAllow=localhost; the service does not run here, so"
+               " drop-ins are not known) lets it reach only 127.0.0.0/8 ::1/128")
 
 
-@pytest.mark.parametrize("url, resolved, access, blocked", [
-    ("https://127.0.0.1:10250/pods", None, PACKAGED, None),
-    ("https://[::1]:10250/pods", None, PACKAGED, None),
-    ("https://10.0.0.5:10250/pods", None, PACKAGED, "10.0.0.5"),
-    ("http://[fd00::5]:10255/pods", None, PACKAGED, "fd00::5"),
-    ("https://node-1:10250/pods", ["10.0.0.5"], PACKAGED, "10.0.0.5"),
-    ("https://node-1:10250/pods", ["127.0.1.1"], PACKAGED, None),  # Debian's /etc/hosts for the hostname
-    ("https://node-1:10250/pods", ["10.0.0.5", "127.0.1.1"], PACKAGED, None),  # one address gets through
-    ("https://node-1:10250/pods", OSError("no such name"), PACKAGED, None),  # the fetch says it
-    ("https://10.0.0.5:10250/pods", None, None, None),  # no such service (the DaemonSet, pip)
-    ("https://10.0.0.5:10250/pods", None, ([(bytes([10, 0, 0, 0]), 8)], PACKAGED[1]), None),  # a drop-in allows it
-    ("https://10.0.0.5:10250/pods", None, ([], []), None),  # no sandbox
+@pytest.mark.parametrize("url, access, verdict", [
+    # the running service's own lists (drop-ins included): an error
+    ("https://127.0.0.1:10250/pods", PACKAGED, None),
+    ("https://127.0.0.2:10250/pods", PACKAGED, None),  # 127.0.0.0/8
+    ("https://[::1]:10250/pods", PACKAGED, None),
+    ("https://localhost:10250/pods", PACKAGED, None),
+    ("https://10.0.0.5:10250/pods", PACKAGED, ("error", RUNNING, "10.0.0.5")),
+    ("http://10.1.2.3:10255/pods", PACKAGED, ("error", RUNNING, "10.1.2.3")),
+    ("http://[fd00::5]:10255/pods", PACKAGED, ("error", RUNNING, "fd00::5")),
+    ("https://localhost:10250/pods", (PACKAGED[0][1:], PACKAGED[1]), None),  # ::1 gets through
+    ("https://127.0.0.1:10250/pods", (PACKAGED[0][1:], PACKAGED[1]), ("error", "reach only ::1/128", "127.0.0.1")),
+    ("https://10.0.0.5:10250/pods", ([(bytes([10, 0, 0, 0]), 8)], PACKAGED[1]), None),  # a drop-in allows it
+    ("https://10.0.0.5:10250/pods", ([], []), None),  # no sandbox
+    # no service running: the packaged unit's, a warning (a DaemonSet's pod has no such sandbox)
+    ("https://10.0.0.5:10250/pods", None, ("warn", NOT_RUNNING, "10.0.0.5")),
+    ("https://127.0.0.1:10250/pods", None, None),
+    # a name other than localhost is not resolved here: it cannot be known to be loopback
+    ("https://node-1:10250/pods", PACKAGED, ("warn", "its host 'node-1' is a name, which check does not resolve", None)),
+    ("https://node-1:10250/pods", None, ("warn", "its host 'node-1' is a name", None)),
+    ("https://node-1:10250/pods", ([], []), None),
 ])
-def test_a_kubelet_address_the_services_sandbox_leaves_out_is_named(url, resolved, access, blocked):
+def test_a_kubelet_address_the_services_sandbox_leaves_out_is_named(url, access, verdict, monkeypatch):
+    import socket
+
     from memqos_systemd.sources.kubelet import unreachable_in_service
 
-    def resolve(host, port, type):
-        if isinstance(resolved, Exception):
-            raise resolved
-        return [(0, type, 0, "", (a, port)) for a in (resolved or [host])]
-    why = unreachable_in_service(url, access, resolve=resolve)
-    if blocked is None:
-        assert why is None, why
-    else:
-        assert why.startswith("its unit lets it reach only 127.0.0.0/8 ::1/128 (IPAddressAllow=; IPAddressDeny=0.0.0.0/0"
-                              f" ::/0), not {blocked}: use https://127.0.0.1:10250/pods"), why
-        assert why.endswith(f"[Service] IPAddressAllow={blocked}")
+    def no_lookup(*args, **kwargs):
+        raise AssertionError("nothing is resolved")
+    monkeypatch.setattr(socket, "getaddrinfo", no_lookup)
+    got = unreachable_in_service(url, access)
+    if verdict is None:
+        assert got is None, got
+        return
+    level, says, blocked = verdict
+    assert got[0] == level and says in got[1], got
+    assert got[1].startswith(f"kubelet.url {url!r}"), got
+    if blocked:
+        assert f", not {blocked}: use https://127.0.0.1:10250/pods" in got[1], got
+        assert got[1].endswith(f"[Service] IPAddressAllow={blocked}"), got
 
 
 def test_a_connect_the_sandbox_refuses_says_where_to_look(monkeypatch):

@@ -80,3 +80,14 @@ def test_the_docs_quote_the_units_protection(doc):
     assert f"MemoryMin={SERVICE['Service']['MemoryMin']}" in text
     assert f"OOMScoreAdjust={SERVICE['Service']['OOMScoreAdjust']}" in text
     assert "memqos.slice" in text
+
+
+def test_check_judges_the_kubelet_url_by_the_packaged_sandbox():
+    """check names a kubelet URL the service's sandbox blocks by the packaged unit's settings
+    when the service does not run (sources.kubelet.PACKAGED_ACCESS): they must be the unit's."""
+    from memqos_systemd.sources.kubelet import PACKAGED_ACCESS, PACKAGED_SETTINGS
+
+    said = dict(kv.split("=", 1) for kv in PACKAGED_SETTINGS.split(", "))
+    assert {k: SERVICE["Service"][k] for k in said} == said == {"IPAddressDeny": "any", "IPAddressAllow": "localhost"}
+    localhost = [(bytes([127, 0, 0, 0]), 8), (bytes(15) + b"\x01", 128)]  # systemd's `localhost`
+    assert PACKAGED_ACCESS == (localhost, [(bytes(4), 0), (bytes(16), 0)])  # and its `any`

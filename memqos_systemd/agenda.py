@@ -176,6 +176,7 @@ class Agenda:
         self._started: set[str] = set()  # JobRemoved: read the state again
         # When each tick is due next: the heartbeat at once, the others after their interval.
         self._ticks = {Tick.HEARTBEAT: now, Tick.WATCH: now + self.watch_interval(now)}
+        self._ticks_moved = False  # a tick was brought forward (take_ticks_moved)
         self._ceiling_at = float("inf")  # when to look at the BestEffort slice's usage again
         # Ask the kubelet whether its own Memory QoS is on (companion mode) at the next fetch that
         # succeeds: at start, after a config reload, after the kubelet (re)started.
@@ -266,7 +267,15 @@ class Agenda:
         """Look every KERNEL_WATCH_INTERVAL for `how_long` from `now`, starting within one interval
         (not at the idle look already due, up to KERNEL_WATCH_IDLE away)."""
         self._close_until = max(self._close_until, now + how_long)
-        self._ticks[Tick.WATCH] = min(self._ticks[Tick.WATCH], now + KERNEL_WATCH_INTERVAL)
+        if now + KERNEL_WATCH_INTERVAL < self._ticks[Tick.WATCH]:
+            self._ticks[Tick.WATCH] = now + KERNEL_WATCH_INTERVAL
+            self._ticks_moved = True
+
+    def take_ticks_moved(self) -> bool:
+        """Whether a tick was brought forward since this was last asked: the tick loop, asleep until
+        the tick due before, is to be woken."""
+        moved, self._ticks_moved = self._ticks_moved, False
+        return moved
 
     def ceiling_following(self, now: float, following: bool, moved: bool) -> None:
         """A round put the BestEffort ceiling where the slice's usage lets it (ceiling.step):

@@ -145,7 +145,7 @@ class Daemon:
         self.foreign = ForeignWrites()  # writes behind our back: when to log them, which units are fought over
         self._oom_group = OomGroupJournal(outside.metrics.oom_group_restored)  # memory.oom.group put back
         self._wake = asyncio.Event()
-        self._ticks_moved = asyncio.Event()  # an event may have brought a tick forward (Agenda._watch_closely)
+        self._ticks_moved = asyncio.Event()  # an event brought a tick forward (Agenda.take_ticks_moved)
         self._stop_event = asyncio.Event()
         # Every periodic task beside the rounds, on the agenda's schedule (Tick).
         self._ticks: dict[Tick, Callable[[], None]] = {
@@ -164,7 +164,8 @@ class Daemon:
     # ------------------------------------------------------------ events: one transition each
     def wake(self) -> None:
         self._wake.set()
-        self._ticks_moved.set()
+        if self.agenda.take_ticks_moved():  # (an event that brought the close watch forward)
+            self._ticks_moved.set()
 
     def on_unit_new(self, name: str) -> None:
         ref = self.naming.parse_unit(name)
@@ -490,7 +491,8 @@ class Daemon:
         self.out.metrics.foreign_write(level, writer)
         clock = self.out.clock()
         self.agenda.foreign_write(clock)
-        self._ticks_moved.set()  # the close watch begins within a second
+        if self.agenda.take_ticks_moved():  # the close watch begins within a second
+            self._ticks_moved.set()
         if self.ceiling.stand_down(unit, before, now, self.config):  # the ceiling's: said there, once
             before, now = ({p: v for p, v in d.items() if p != "MemoryMax"} for d in (before, now))
             if before == now:

@@ -381,9 +381,13 @@ def test_the_watch_tick_follows_the_watch_interval():
     a = Agenda(resync_interval=RESYNC, poll_interval=POLL)
     idle = [t for t, tick in ticks_over(a, 11.0) if tick == "watch"]
     assert idle == [agenda_mod.KERNEL_WATCH_IDLE, 2 * agenda_mod.KERNEL_WATCH_IDLE]
+    assert not a.take_ticks_moved()
     a.kernel_drift(11.0)  # a writer about: every second from now on, not from the idle look due at 15
+    assert a.take_ticks_moved() and not a.take_ticks_moved()  # the tick loop is woken once
     watched = [t for t, tick in ticks_over(a, 20.0) if tick == "watch" and t > 11.0]
     assert watched[:4] == [12.0, 13.0, 14.0, 15.0]
+    a.kernel_drift(20.5)  # already close (the next look at 21): no tick moves, nothing to wake
+    assert not a.take_ticks_moved()
 
 
 def test_the_tick_loop_sleeps_until_the_next_tick():

@@ -650,17 +650,18 @@ QOS_RESERVED_FIX = ("turn one of the two off: bestEffortCeiling: {enabled: false
 
 
 def _check_kubelet_gate(cfg: Config, ask: bool = True, pods_failed: bool = False) -> list[tuple[str, str]]:
-    """The kubelet's own Memory QoS: off (ok), on (error: the fight, the fix, what keeping it means),
-    or not known (warn: how to find out); its QOSReserved beside the BestEffort ceiling; and the
-    fight as the service has seen it."""
+    """The kubelet's own Memory QoS and the mode it makes: companion (ok: who writes what), every
+    value ours beside a gate that is on (error: the fight, the fix), the gate off (ok), or not known
+    (warn: how to find out); its QOSReserved beside the BestEffort ceiling; and the fight as the
+    service has seen it."""
     gate, reserved, unasked = kubelet_gates(cfg, ask=ask, pods_failed=pods_failed)
     mode = companion_mode(cfg.companion, gate)
     out = []
     if mode.companion:
         # The informed choice: the kubelet's values are its own, ours are what it lacks.
         out.append(("ok", f"kubelet: companion mode ({mode.why}): the kubelet writes MemoryMin, MemoryLow and"
-                          f" MemoryHigh of kubepods.slice, the QoS slices, pod slices, container scopes and the enforced reserved slices, and the"
-                          f" service writes none of them; it adds {COMPANION_ADDS}"))
+                          f" MemoryHigh of kubepods.slice, the QoS slices, pod slices, container scopes and the"
+                          f" enforced reserved slices, and the service writes none of them; it adds {COMPANION_ADDS}"))
         if gate.on is False:
             out.append(("warn", f"kubelet: its own Memory QoS is off ({gate.how}), yet companion: on leaves it every"
                                 f" value: nobody protects the pods; set companion: auto"))

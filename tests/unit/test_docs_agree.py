@@ -82,3 +82,64 @@ def test_documented_result_labels_are_the_ones_the_code_sets():
         documented = set(re.findall(rf'{name}\{{[^}}]*result="([^"]*)"', text))
         assert documented <= values, (name, documented - values)
     assert re.search(r'memqos_oom_group_restores_total\{result="error"\}', text)
+
+
+# Issue 33: a message or the conffile that names a document names it where the package puts it.
+_DOC_DIR = "/usr/share/doc/memqos-systemd/"
+_CITED = re.compile(r"(/usr/share/(?:doc/)?memqos-systemd/[\w./-]+\w)")
+
+
+def _installed_by_the_package() -> dict[str, str]:
+    """Installed path -> source path, from debian/memqos-systemd.{docs,examples,install}
+    (dh_compress leaves *.md alone: debian/rules)."""
+    out = {}
+
+    def lines(name):
+        text = repo_file("debian", f"memqos-systemd.{name}").read_text(encoding="utf-8")
+        return [line.split() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    for (src,) in lines("docs"):
+        out[_DOC_DIR + src.rsplit("/", 1)[-1]] = src
+    for (src,) in lines("examples"):
+        out[_DOC_DIR + "examples/" + src.rsplit("/", 1)[-1]] = src
+    for src, dest in lines("install"):
+        if "*" not in src:
+            out["/" + dest.rstrip("/") + "/" + src.rsplit("/", 1)[-1]] = src
+    return out
+
+
+def _product_texts() -> dict[str, str]:
+    """What an operator reads from the package: the code's strings, the conffile, the units, the man page."""
+    import ast
+    texts = {}
+    for path in sorted(repo_file("memqos_systemd").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+        texts[path.name] = "\n".join(n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                                     and isinstance(n.value, str) and id(n) not in docstrings)
+    texts["etc/config.yaml"] = repo_file("etc", "config.yaml").read_text(encoding="utf-8")
+    for unit in sorted(repo_file("units").iterdir()):
+        texts[f"units/{unit.name}"] = unit.read_text(encoding="utf-8")
+    texts["man page"] = man_text()
+    return texts
+
+
+def test_every_document_the_product_cites_is_installed_by_the_package():
+    installed = _installed_by_the_package()
+    cited = {(where, path) for where, text in _product_texts().items() for path in _CITED.findall(text)
+             if path.startswith(_DOC_DIR) or path.endswith(".md")}
+    assert cited
+    for where, path in sorted(cited):
+        assert path in installed, (where, path, "not in debian/memqos-systemd.{docs,examples,install}")
+        assert repo_file(*installed[path].split("/")).is_file(), (where, path)
+
+
+def test_no_message_or_conffile_cites_a_document_by_its_place_in_the_source_tree():
+    """README, docs/DESIGN.md: not where an operator of the .deb finds them."""
+    texts = _product_texts()
+    texts = {w: t for w, t in texts.items() if w != "man page" and not w.startswith("units/")}
+    bare = re.compile(r"(?<![/\w])(?:docs/)?(?:README|DESIGN|DEPLOY|PACKAGING|RELIABILITY|BENCHMARKS)\b(?:\.md)?")
+    for where, text in texts.items():
+        for line in text.splitlines():
+            if where == "etc/config.yaml" and not line.startswith("#"):
+                continue
+            assert not bare.search(line), (where, line)

@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 EXAMPLE_ARGS := --pods examples/pods.json --config examples/config.yaml --node-memory 16Gi
 
-.PHONY: demo test test-unit test-integration test-e2e deb image bench clean deps-runtime deps-test
+.PHONY: demo test test-unit test-integration test-e2e deb autopkgtest image bench clean deps-runtime deps-test
 
 # The main job: show the plan for an example node.
 demo: $(VENV)/.installed
@@ -39,6 +39,14 @@ test-e2e: $(VENV)/.installed deps-test
 deb:
 	scripts/install-deps.sh deb
 	scripts/build-deb.sh
+
+# debian/tests/ (autopkgtest) against the .deb `make deb` built, on this machine: the null
+# server installs the package and its test Depends here (root). Not part of `make test`.
+autopkgtest:
+	scripts/install-deps.sh autopkgtest
+	@deb=$$(ls build/deb/memqos-systemd_*_all.deb 2>/dev/null | tail -n1); \
+	  [ -n "$$deb" ] || { echo "autopkgtest: no .deb in build/deb/: run make deb first" >&2; exit 1; }; \
+	  autopkgtest "$$deb" . -- null
 
 # The DaemonSet's OCI image (deploy/kubernetes/, docs/DEPLOY.md), built from the .deb:
 # build/image/memqos-systemd_<version>.oci.tar.

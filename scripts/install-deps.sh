@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages a job needs, only those missing, so a fresh
 # Debian bookworm machine can run `make demo` / `make test` / `make deb`.
-#   scripts/install-deps.sh runtime|test|deb|e2e|image ...
+#   scripts/install-deps.sh runtime|test|deb|e2e|image|autopkgtest ...
 set -euo pipefail
 
 runtime=(python3 python3-venv python3-setuptools python3-dbus-next python3-pyudev python3-yaml python3-prometheus-client)
@@ -10,6 +10,8 @@ test=(python3-pytest python3-hypothesis python3-jsonpatch dbus openssl prometheu
 deb=(build-essential debhelper dh-python pybuild-plugin-pyproject python3-all lintian fakeroot)
 e2e=(qemu-system-x86 qemu-utils debootstrap e2fsprogs)
 image=(mmdebstrap umoci)
+# `make autopkgtest`: debian/tests/ run on this machine (autopkgtest's null server).
+autopkgtest=(autopkgtest)
 
 want=()
 for group in "$@"; do
@@ -19,7 +21,8 @@ for group in "$@"; do
     deb) want+=("${runtime[@]}" "${test[@]}" "${deb[@]}") ;;
     e2e) want+=("${e2e[@]}") ;;
     image) want+=("${image[@]}") ;;
-    *) echo "install-deps: unknown group '$group' (runtime, test, deb, e2e, image)" >&2; exit 2 ;;
+    autopkgtest) want+=("${autopkgtest[@]}") ;;
+    *) echo "install-deps: unknown group '$group' (runtime, test, deb, e2e, image, autopkgtest)" >&2; exit 2 ;;
   esac
 done
 

@@ -5,7 +5,8 @@
 set -euo pipefail
 
 runtime=(python3 python3-venv python3-setuptools python3-dbus-next python3-pyudev python3-yaml python3-prometheus-client)
-# prometheus: promtool checks and tests the rules in monitoring/ (tests/unit/test_monitoring.py)
+# prometheus: promtool checks and tests the rules in monitoring/ (tests/unit/test_monitoring.py);
+# bookworm has promtool only in the server's package, installed below without starting the server.
 test=(python3-pytest python3-hypothesis python3-jsonpatch dbus openssl prometheus)
 deb=(build-essential debhelper dh-python pybuild-plugin-pyproject python3-all lintian fakeroot)
 e2e=(qemu-system-x86 qemu-utils debootstrap e2fsprogs)
@@ -39,4 +40,18 @@ fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
+# No service starts during the install (invoke-rc.d asks /usr/sbin/policy-rc.d; 101: forbidden):
+# prometheus is here for promtool alone, and its prometheus.service would otherwise serve :9090.
+policy=""
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  policy=/usr/sbin/policy-rc.d
+  printf '#!/bin/sh\n# scripts/install-deps.sh: no service starts while it installs test tools\nexit 101\n' > "$policy"
+  chmod 0755 "$policy"
+  trap 'rm -f "$policy"' EXIT
+fi
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# ... nor at the next boot.
+if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+  systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+  echo "install-deps: prometheus installed for promtool only; prometheus.service disabled and not started"
+fi

@@ -143,3 +143,37 @@ def test_no_message_or_conffile_cites_a_document_by_its_place_in_the_source_tree
             if where == "etc/config.yaml" and not line.startswith("#"):
                 continue
             assert not bare.search(line), (where, line)
+
+
+def _build_depends() -> set[str]:
+    control = repo_file("debian", "control").read_text(encoding="utf-8")
+    block = re.search(r"^Build-Depends:\n((?: .*\n)+)", control, re.M).group(1)
+    return {line.strip().rstrip(",").split()[0] for line in block.splitlines() if line.strip()}
+
+
+def test_the_build_depends_have_every_package_the_tests_need_and_packaging_md_names_them():
+    """Issue 33: openssl (the TLS tests) was in install-deps.sh's test list but not a Build-Depends,
+    and docs/PACKAGING.md's rows named neither jsonpatch nor prometheus."""
+    script = repo_file("scripts", "install-deps.sh").read_text(encoding="utf-8")
+    runtime, test = (re.search(rf"^{name}=\(([^)]*)\)", script, re.M).group(1).split() for name in ("runtime", "test"))
+    needed = set(test) | (set(runtime) - {"python3", "python3-venv"})
+    assert needed <= _build_depends(), needed - _build_depends()
+    row = next(line for line in repo_file("docs", "PACKAGING.md").read_text(encoding="utf-8").splitlines()
+               if line.startswith("| `control` |"))
+    for pkg in set(test) - {"python3-pytest", "python3-hypothesis", "python3-jsonpatch"}:
+        assert f"`{pkg}`" in row, pkg
+    for word in ("pytest", "hypothesis", "jsonpatch"):
+        assert word in row, word
+
+
+def test_packaging_md_names_every_file_pybuild_copies_for_the_tests():
+    files = [line.strip() for line in repo_file("debian", "pybuild.testfiles").read_text(encoding="utf-8").splitlines()
+             if line.strip() and not line.startswith("#")]
+    row = next(line for line in repo_file("docs", "PACKAGING.md").read_text(encoding="utf-8").splitlines()
+               if line.startswith("| `pybuild.testfiles` |"))
+    assert files
+    for name in files:
+        assert f"`{name}`" in row, name
+    rules = repo_file("debian", "rules").read_text(encoding="utf-8")
+    for deselected in re.findall(r"--deselect \S+::(\w+)", rules):
+        assert deselected in repo_file("docs", "PACKAGING.md").read_text(encoding="utf-8"), deselected

@@ -123,3 +123,20 @@ def test_readme_says_what_the_test_set_up_installs():
     for name in names:
         assert f"`{name}`" in text, name
     assert "promtool" in text and "neither started nor enabled" in text
+
+
+def test_benchmarks_md_counts_its_benchmarks():
+    """Issue 33: "Three benchmarks" over four sections."""
+    text = _find("docs/BENCHMARKS.md").read_text(encoding="utf-8")
+    words = {"Two": 2, "Three": 3, "Four": 4, "Five": 5, "Six": 6}
+    count = re.match(r"# Benchmarks\s+(\w+) benchmarks", text).group(1)
+    assert words[count] == len(re.findall(r"^<!-- [\w-]+:start -->$", text, re.M)), count
+
+
+def test_the_man_page_names_each_config_key_once_in_its_list():
+    """Issue 33: resyncInterval twice in the list of the daemon's keys."""
+    man = _find("man/memqos-systemd.8").read_text(encoding="utf-8")
+    start = man.index("the daemon's keys are")
+    listing = man[start:man.index("The installed file lists every key")]
+    keys = re.findall(r"^\.B[R]? (\w+)", listing, re.M) + re.findall(r"^\.RB \( ?(\w+)", listing, re.M)
+    assert keys and len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)

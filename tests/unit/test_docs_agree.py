@@ -177,3 +177,28 @@ def test_packaging_md_names_every_file_pybuild_copies_for_the_tests():
     rules = repo_file("debian", "rules").read_text(encoding="utf-8")
     for deselected in re.findall(r"--deselect \S+::(\w+)", rules):
         assert deselected in repo_file("docs", "PACKAGING.md").read_text(encoding="utf-8"), deselected
+
+
+def test_every_metric_the_docs_name_with_labels_has_those_labels():
+    """Issue 33: DESIGN named memqos_foreign_writes_total{unit=...}; its labels are level and writer."""
+    from prometheus_client import CollectorRegistry
+
+    from memqos_systemd.metrics import Metrics
+    registry = CollectorRegistry()
+    Metrics(registry)
+    labels = {}
+    for collector in registry._collector_to_names:
+        for name in registry._collector_to_names[collector]:
+            labels[name] = set(getattr(collector, "_labelnames", ()))
+    docs = [("README.md",), ("docs", "DESIGN.md"), ("docs", "DEPLOY.md"), ("docs", "runbook.md"),
+            ("monitoring", "README.md")]
+    seen = 0
+    for parts in docs:
+        text = repo_file(*parts).read_text(encoding="utf-8")
+        for metric, inside in re.findall(r"\b(memqos_\w+)\{([^}]*)\}", text):
+            if metric not in labels:
+                continue
+            named = {re.split(r"[=!~]", item.strip())[0] for item in inside.split(",") if item.strip()}
+            assert named <= labels[metric], ("/".join(parts), metric, named - labels[metric])
+            seen += 1
+    assert seen

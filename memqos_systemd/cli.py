@@ -476,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
             "  curl -fsS --cacert /var/lib/kubelet/pki/kubelet.crt --resolve \"$(hostname):10250:127.0.0.1\" \\\n"
             "    -H \"Authorization: Bearer $(cat /etc/memqos-systemd/kubelet-token)\" \\\n"
             "    \"https://$(hostname):10250/pods\" | memqos-systemd plan --pods -\n"
-            "  (the kubelet's authenticated port, as the packaged config reads it; README, \"On a kubeadm node\";\n"
+            "  (the kubelet's authenticated port, as the packaged config reads it; /usr/share/doc/memqos-systemd/README.md, \"On a kubeadm node\";\n"
             "  -f: an answer other than 200, such as 401 for a wrong token, is curl's error, not plan's input)"
             % DEFAULT_CONFIG_PATH)
     p.add_argument("--pods", required=True, metavar="PODS",

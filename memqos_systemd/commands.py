@@ -746,7 +746,7 @@ def run(args, cfg: Config) -> int:
         run_lock = hold_run_lock(RUN_LOCK_PATH)  # held until this function returns
     except RunLockHeld as e:
         log.error("another memqos-systemd runs on this node (%s; %s): run the service or the DaemonSet, never"
-                  " both (docs/DEPLOY.md)", e, RUN_LOCK_PATH)
+                  " both (/usr/share/doc/memqos-systemd/DEPLOY.md)", e, RUN_LOCK_PATH)
         return EXIT_NOT_HERE
     except OSError as e:
         run_lock = None

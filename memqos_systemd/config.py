@@ -515,7 +515,7 @@ _DAEMON = {
 # Keys that are gone, and what took their place: a clear error rather than "not a known key".
 _REPLACED = {
     "pressureGuard": "the pressure guard was removed; the BestEffort ceiling replaced it (bestEffortCeiling:"
-                     " {enabled: true}, a MemoryMax the kernel enforces, docs/DESIGN.md): delete pressureGuard",
+                     " {enabled: true}, a MemoryMax the kernel enforces, /usr/share/doc/memqos-systemd/DESIGN.md): delete pressureGuard",
 }
 _KUBELET_KEYS = tuple(k for k in _PLANNER if k not in ("hierarchy", "protectionHeadroom"))
 

@@ -69,7 +69,7 @@ KUBELET_CA_HINT = ("/var/lib/kubelet/pki/kubelet.crt when the kubelet signed its
                    " default), the cluster CA (/etc/kubernetes/pki/ca.crt on kubeadm) when serverTLSBootstrap"
                    " is on")
 _TOKEN_HINT = ("put the token of ServiceAccount memqos-system/memqos-systemd there, mode 0600"
-               " (README, 'On a kubeadm node')")
+               " (/usr/share/doc/memqos-systemd/README.md, 'On a kubeadm node')")
 # Where the RBAC is: the source's deploy/rbac/, installed by the package in /usr/share/memqos-systemd/rbac/.
 _RBAC_HINT = ("bind it to ClusterRole memqos-systemd-pod-reader (get on nodes/pods, deploy/rbac/ or"
               " /usr/share/memqos-systemd/rbac/); a kubelet before v1.33 checks only nodes/proxy"
@@ -312,8 +312,8 @@ class KubeletSource:
             if not self._https:
                 return SourceError(f"{name}: connection refused: nothing listens there; if it is the"
                                    f" kubelet's read-only port, it is off (kubeadm and most distributions turn it"
-                                   f" off): use https://127.0.0.1:10250/pods with tokenFile and caFile (README,"
-                                   f" 'On a kubeadm node')", "connect")
+                                   f" off): use https://127.0.0.1:10250/pods with tokenFile and caFile"
+                                   f" (/usr/share/doc/memqos-systemd/README.md, 'On a kubeadm node')", "connect")
             return SourceError(f"{name}: connection refused (is the kubelet running, is the port right?)",
                                "connect")
         # A TLS server that gets plain HTTP resets the connection, closes it, or answers with TLS

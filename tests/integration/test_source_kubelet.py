@@ -275,7 +275,7 @@ def test_401_says_the_token_is_missing_expired_or_wrong(serve, pki, tmp_path, to
     if token:
         assert str(e.value) == (f"kubelet {s.url()}: HTTP 401 Unauthorized: the kubelet did not accept the token in"
                                 f" {kw['token_file']} (missing, expired or wrong): put the token of ServiceAccount"
-                                f" memqos-system/memqos-systemd there, mode 0600 (README, 'On a kubeadm node')")
+                                f" memqos-system/memqos-systemd there, mode 0600 (/usr/share/doc/memqos-systemd/README.md, 'On a kubeadm node')")
     else:
         assert str(e.value) == (f"kubelet {s.url()}: HTTP 401 Unauthorized: the kubelet wants credentials: set"
                                 f" kubelet.tokenFile (or clientCertFile and clientKeyFile)")
@@ -301,7 +301,7 @@ def test_a_missing_token_file_says_where_the_token_comes_from(serve, pki, tmp_pa
     assert e.value.kind == "auth" and s.requests == []
     assert str(e.value) == (f"kubelet {s.url()}: tokenFile {tmp_path / 'kubelet-token'}: cannot read: No such file or"
                             f" directory: put the token of ServiceAccount memqos-system/memqos-systemd there, mode"
-                            f" 0600 (README, 'On a kubeadm node')")
+                            f" 0600 (/usr/share/doc/memqos-systemd/README.md, 'On a kubeadm node')")
 
 
 # ---------------------------------------------------------------- credentials refused

@@ -710,7 +710,7 @@ def test_the_removed_pressure_guard_says_what_replaced_it(text):
     what to write instead, whatever its value."""
     msg = error(text)
     assert msg == ("config.yaml: pressureGuard: the pressure guard was removed; the BestEffort ceiling replaced it"
-                   " (bestEffortCeiling: {enabled: true}, a MemoryMax the kernel enforces, docs/DESIGN.md):"
+                   " (bestEffortCeiling: {enabled: true}, a MemoryMax the kernel enforces, /usr/share/doc/memqos-systemd/DESIGN.md):"
                    " delete pressureGuard"), msg
     assert "\n" not in msg
 

@@ -104,3 +104,39 @@ def test_series_a_pod_as_quoted(where, pattern):
     per_pod = sum(len(s.keys) for s in SIGNALS if s.level == "pod") + 2
     for number in _all(pattern, _text(where), where):
         assert int(number) == per_pod, (where, pattern)
+
+
+def test_readme_and_the_makefile_quote_one_size_for_the_e2e_guest_image():
+    """Issue 33: README said 1.1 GB, the Makefile 750 MB (du -sh measured 1.1G)."""
+    readme = re.findall(r"/var/cache/memqos-e2e` \(([\d.]+ [GM]B) on disk", _find("README.md").read_text(encoding="utf-8"))
+    make = re.findall(r"guest images \(about ([\d.]+ [GM]B) on disk", _find("Makefile").read_text(encoding="utf-8"))
+    assert readme and readme == make, (readme, make)
+
+
+def test_readme_says_what_the_test_set_up_installs():
+    """Issue 33: "Debian packages" only, while test-unit also pip-installs kubernetes-validate."""
+    text = " ".join(_find("README.md").read_text(encoding="utf-8").split())
+    pypi = _find("tests/requirements-pypi.txt").read_text(encoding="utf-8")
+    names = [line.split("=")[0].split(">")[0].split("<")[0].strip() for line in pypi.splitlines()
+             if line.strip() and not line.startswith("#")]
+    assert names
+    for name in names:
+        assert f"`{name}`" in text, name
+    assert "promtool" in text and "neither started nor enabled" in text
+
+
+def test_benchmarks_md_counts_its_benchmarks():
+    """Issue 33: "Three benchmarks" over four sections."""
+    text = _find("docs/BENCHMARKS.md").read_text(encoding="utf-8")
+    words = {"Two": 2, "Three": 3, "Four": 4, "Five": 5, "Six": 6}
+    count = re.match(r"# Benchmarks\s+(\w+) benchmarks", text).group(1)
+    assert words[count] == len(re.findall(r"^<!-- [\w-]+:start -->$", text, re.M)), count
+
+
+def test_the_man_page_names_each_config_key_once_in_its_list():
+    """Issue 33: resyncInterval twice in the list of the daemon's keys."""
+    man = _find("man/memqos-systemd.8").read_text(encoding="utf-8")
+    start = man.index("the daemon's keys are")
+    listing = man[start:man.index("The installed file lists every key")]
+    keys = re.findall(r"^\.B[R]? (\w+)", listing, re.M) + re.findall(r"^\.RB \( ?(\w+)", listing, re.M)
+    assert keys and len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)

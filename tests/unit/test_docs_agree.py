@@ -82,3 +82,123 @@ def test_documented_result_labels_are_the_ones_the_code_sets():
         documented = set(re.findall(rf'{name}\{{[^}}]*result="([^"]*)"', text))
         assert documented <= values, (name, documented - values)
     assert re.search(r'memqos_oom_group_restores_total\{result="error"\}', text)
+
+
+# Issue 33: a message or the conffile that names a document names it where the package puts it.
+_DOC_DIR = "/usr/share/doc/memqos-systemd/"
+_CITED = re.compile(r"(/usr/share/(?:doc/)?memqos-systemd/[\w./-]+\w)")
+
+
+def _installed_by_the_package() -> dict[str, str]:
+    """Installed path -> source path, from debian/memqos-systemd.{docs,examples,install}
+    (dh_compress leaves *.md alone: debian/rules)."""
+    out = {}
+
+    def lines(name):
+        text = repo_file("debian", f"memqos-systemd.{name}").read_text(encoding="utf-8")
+        return [line.split() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    for (src,) in lines("docs"):
+        out[_DOC_DIR + src.rsplit("/", 1)[-1]] = src
+    for (src,) in lines("examples"):
+        out[_DOC_DIR + "examples/" + src.rsplit("/", 1)[-1]] = src
+    for src, dest in lines("install"):
+        if "*" not in src:
+            out["/" + dest.rstrip("/") + "/" + src.rsplit("/", 1)[-1]] = src
+    return out
+
+
+def _product_texts() -> dict[str, str]:
+    """What an operator reads from the package: the code's strings, the conffile, the units, the man page."""
+    import ast
+    texts = {}
+    for path in sorted(repo_file("memqos_systemd").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+        texts[path.name] = "\n".join(n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                                     and isinstance(n.value, str) and id(n) not in docstrings)
+    texts["etc/config.yaml"] = repo_file("etc", "config.yaml").read_text(encoding="utf-8")
+    for unit in sorted(repo_file("units").iterdir()):
+        texts[f"units/{unit.name}"] = unit.read_text(encoding="utf-8")
+    texts["man page"] = man_text()
+    return texts
+
+
+def test_every_document_the_product_cites_is_installed_by_the_package():
+    installed = _installed_by_the_package()
+    cited = {(where, path) for where, text in _product_texts().items() for path in _CITED.findall(text)
+             if path.startswith(_DOC_DIR) or path.endswith(".md")}
+    assert cited
+    for where, path in sorted(cited):
+        assert path in installed, (where, path, "not in debian/memqos-systemd.{docs,examples,install}")
+        assert repo_file(*installed[path].split("/")).is_file(), (where, path)
+
+
+def test_no_message_or_conffile_cites_a_document_by_its_place_in_the_source_tree():
+    """README, docs/DESIGN.md: not where an operator of the .deb finds them."""
+    texts = _product_texts()
+    texts = {w: t for w, t in texts.items() if w != "man page" and not w.startswith("units/")}
+    bare = re.compile(r"(?<![/\w])(?:docs/)?(?:README|DESIGN|DEPLOY|PACKAGING|RELIABILITY|BENCHMARKS)\b(?:\.md)?")
+    for where, text in texts.items():
+        for line in text.splitlines():
+            if where == "etc/config.yaml" and not line.startswith("#"):
+                continue
+            assert not bare.search(line), (where, line)
+
+
+def _build_depends() -> set[str]:
+    control = repo_file("debian", "control").read_text(encoding="utf-8")
+    block = re.search(r"^Build-Depends:\n((?: .*\n)+)", control, re.M).group(1)
+    return {line.strip().rstrip(",").split()[0] for line in block.splitlines() if line.strip()}
+
+
+def test_the_build_depends_have_every_package_the_tests_need_and_packaging_md_names_them():
+    """Issue 33: openssl (the TLS tests) was in install-deps.sh's test list but not a Build-Depends,
+    and docs/PACKAGING.md's rows named neither jsonpatch nor prometheus."""
+    script = repo_file("scripts", "install-deps.sh").read_text(encoding="utf-8")
+    runtime, test = (re.search(rf"^{name}=\(([^)]*)\)", script, re.M).group(1).split() for name in ("runtime", "test"))
+    needed = set(test) | (set(runtime) - {"python3", "python3-venv"})
+    assert needed <= _build_depends(), needed - _build_depends()
+    row = next(line for line in repo_file("docs", "PACKAGING.md").read_text(encoding="utf-8").splitlines()
+               if line.startswith("| `control` |"))
+    for pkg in set(test) - {"python3-pytest", "python3-hypothesis", "python3-jsonpatch"}:
+        assert f"`{pkg}`" in row, pkg
+    for word in ("pytest", "hypothesis", "jsonpatch"):
+        assert word in row, word
+
+
+def test_packaging_md_names_every_file_pybuild_copies_for_the_tests():
+    files = [line.strip() for line in repo_file("debian", "pybuild.testfiles").read_text(encoding="utf-8").splitlines()
+             if line.strip() and not line.startswith("#")]
+    row = next(line for line in repo_file("docs", "PACKAGING.md").read_text(encoding="utf-8").splitlines()
+               if line.startswith("| `pybuild.testfiles` |"))
+    assert files
+    for name in files:
+        assert f"`{name}`" in row, name
+    rules = repo_file("debian", "rules").read_text(encoding="utf-8")
+    for deselected in re.findall(r"--deselect \S+::(\w+)", rules):
+        assert deselected in repo_file("docs", "PACKAGING.md").read_text(encoding="utf-8"), deselected
+
+
+def test_every_metric_the_docs_name_with_labels_has_those_labels():
+    """Issue 33: DESIGN named memqos_foreign_writes_total{unit=...}; its labels are level and writer."""
+    from prometheus_client import CollectorRegistry
+
+    from memqos_systemd.metrics import Metrics
+    registry = CollectorRegistry()
+    Metrics(registry)
+    labels = {}
+    for collector in registry._collector_to_names:
+        for name in registry._collector_to_names[collector]:
+            labels[name] = set(getattr(collector, "_labelnames", ()))
+    docs = [("README.md",), ("docs", "DESIGN.md"), ("docs", "DEPLOY.md"), ("docs", "runbook.md"),
+            ("monitoring", "README.md")]
+    seen = 0
+    for parts in docs:
+        text = repo_file(*parts).read_text(encoding="utf-8")
+        for metric, inside in re.findall(r"\b(memqos_\w+)\{([^}]*)\}", text):
+            if metric not in labels:
+                continue
+            named = {re.split(r"[=!~]", item.strip())[0] for item in inside.split(",") if item.strip()}
+            assert named <= labels[metric], ("/".join(parts), metric, named - labels[metric])
+            seen += 1
+    assert seen

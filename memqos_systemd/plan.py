@@ -113,11 +113,19 @@ class Lever:
     floored: bool  # the room was not above the request: held at request + a page
 
     def formula(self, alloc: int) -> str:
-        """"MemoryHigh X = allocatable A - others' requests Y - headroom H" (bytes in IEC units)."""
+        """"MemoryHigh X = allocatable A - others' requests Y - headroom H" (bytes in IEC units; the
+        headroom only when set). A floored value is not that difference: `held` says so."""
         text = (f"MemoryHigh {format_bytes(self.memory_high)} = allocatable {format_bytes(alloc)}"
                 f" - others' requests {format_bytes(self.others)}")
-        text += f" - headroom {format_bytes(self.headroom)}" if self.headroom else ""
-        return text + (f" (held at request {format_bytes(self.request)} + a page)" if self.floored else "")
+        return text + (f" - headroom {format_bytes(self.headroom)}" if self.headroom else "")
+
+    def held(self) -> str:
+        """Why the value is above the formula's, when it is ("" when not)."""
+        return f"held at its request {format_bytes(self.request)} + a page" if self.floored else ""
+
+    def describe(self, alloc: int) -> str:
+        """The formula, and why the value is above it when it is: one line."""
+        return self.formula(alloc) + (f" ({self.held()})" if self.floored else "")
 
 
 @dataclass(frozen=True)

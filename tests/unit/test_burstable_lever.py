@@ -121,7 +121,7 @@ def test_a_pod_whose_request_exceeds_the_room_is_held_at_request_plus_a_page():
     b = P("b", "Burstable", 2, C("a", Gi, id_=2))  # room 16284 - 15360 = 924Mi < its 1024Mi
     p = run([g, b], **ON)
     assert highs(p)[pod_unit(2)] == Gi + 4096
-    assert p.levers[0].floored and p.levers[0].formula(p.allocatable).endswith("(held at request 1Gi + a page)")
+    assert p.levers[0].floored and p.levers[0].describe(p.allocatable).endswith("(held at its request 1Gi + a page)")
     assert [w for w in p.warnings if w.startswith("burstableHigh:")] == [
         "burstableHigh: the Guaranteed and Burstable pods request 16Gi, not less than allocatable 15.9Gi:"
         " every Burstable pod without a limit is held at its request + a page"]
@@ -235,3 +235,42 @@ def test_config_errors_name_field_and_value(value, message):
     with pytest.raises(ConfigError) as e:
         parse_config({"burstableHigh": value})
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+# ---- how `plan` shows it -------------------------------------------------------------------------
+
+def test_plan_table_says_how_each_pod_was_lowered_within_100_columns():
+    from memqos_systemd.cli import plan_to_table
+    keys = {"burstableHigh": {"enabled": True, "headroom": "100Mi"}}
+    long = P("x" * 120, "Burstable", 9, C("a", Gi, id_=9), ns="n" * 60)
+    p = run([*NODE, long], **keys)
+    text = plan_to_table(p, parse_config(keys))
+    # (the tree's rows are as wide as its longest name: `plan` fits 100 columns for ordinary names)
+    at = text.splitlines().index("Burstable lever (burstableHigh) on 3 pod slice(s): none may grow into the"
+                                 " others' requests")
+    legend = next(i for i, line in enumerate(text.splitlines()) if line.startswith("legend:"))
+    assert legend < at and max(len(line) for line in text.splitlines()[legend:]) <= 100
+    assert "        a Burstable pod's MemoryHigh may be burstableHigh's: what the others' requests leave" in text
+    lines = text.splitlines()
+    at = lines.index("Burstable lever (burstableHigh) on 3 pod slice(s): none may grow into the others' requests")
+    assert lines[at + 1:at + 3] == ["  default/b1", "      " + p.lever_of(pod_unit(2)).formula(p.allocatable)]
+    # off: no word of it
+    assert "burstableHigh" not in plan_to_table(run(NODE), parse_config({}))
+
+
+def test_plan_table_says_when_a_pod_is_held_at_its_request():
+    from memqos_systemd.cli import plan_to_table
+    pods = [P("g", "Guaranteed", 1, C("a", 15 * Gi, 15 * Gi, id_=1)), P("b", "Burstable", 2, C("a", Gi, id_=2))]
+    text = plan_to_table(run(pods, **ON), parse_config(ON))
+    assert "      held at its request 1Gi + a page: the others' requests leave less" in text.splitlines()
+
+
+def test_plan_json_says_how_on_the_pods_it_lowered():
+    from memqos_systemd.cli import plan_to_json
+    doc = plan_to_json(run(NODE, burstableHigh={"enabled": True, "headroom": "100Mi"}))
+    by = {u["unit"]: u for u in doc["units"]}
+    assert by[pod_unit(2)]["MemoryHigh"] == 13524 * Mi
+    assert by[pod_unit(2)]["burstableHigh"] == {"othersRequestsBytes": 2660 * Mi, "headroomBytes": 100 * Mi,
+                                                "requestBytes": Gi, "heldAtRequest": False}
+    assert "burstableHigh" not in by[pod_unit(4)] and "burstableHigh" not in by[scope(2)]
+    assert not any("burstableHigh" in u for u in plan_to_json(run(NODE))["units"])

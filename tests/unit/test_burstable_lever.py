@@ -274,3 +274,49 @@ def test_plan_json_says_how_on_the_pods_it_lowered():
                                                 "requestBytes": Gi, "heldAtRequest": False}
     assert "burstableHigh" not in by[pod_unit(4)] and "burstableHigh" not in by[scope(2)]
     assert not any("burstableHigh" in u for u in plan_to_json(run(NODE))["units"])
+
+
+# ---- how `status` shows it -----------------------------------------------------------------------
+
+def _status_doc(p, keys, name="b1"):
+    from memqos_systemd.commands import _lever_doc, _lever_of
+    unit = pod_unit(2)
+    pod = {"namespace": "default", "pod": name, "qosClass": "Burstable", "unit": unit, "requestBytes": Gi,
+           "MemoryMin": 0, "MemoryLow": Gi, "MemoryHigh": p.by_unit()[unit].memory_high,
+           "burstableHigh": _lever_of(p, unit), "usageBytes": Gi // 2, "events": {"low": 0, "oom_kill": 0},
+           "pressureFullAvg10": 0.0, "drift": None, "containers": []}
+    return {"node": {"capacityBytes": 16 * Gi, "allocatableBytes": p.allocatable, "MemoryMin": 0, "MemoryLow": 0},
+            "holding": None, "podSource": None, "drift": 0, "units": [], "pods": [pod],
+            "burstableHigh": _lever_doc(p, parse_config(keys))}
+
+
+def test_status_shows_the_lever_on_the_pods_it_lowers():
+    from memqos_systemd.commands import WIDTH, status_lines
+    keys = {"burstableHigh": {"enabled": True, "headroom": "100Mi"}}
+    p = run(NODE, **keys)
+    doc = _status_doc(p, keys)
+    assert doc["burstableHigh"] == {"enabled": True, "headroomBytes": 100 * Mi, "companion": False, "pods": 2}
+    assert doc["pods"][0]["burstableHigh"] == {
+        "MemoryHigh": 13524 * Mi, "othersRequestsBytes": 2660 * Mi, "headroomBytes": 100 * Mi, "heldAtRequest": False,
+        "formula": "MemoryHigh 13.21Gi = allocatable 15.9Gi - others' requests 2.6Gi - headroom 100Mi"}
+    lines = status_lines(doc)
+    at = lines.index("Burstable lever (burstableHigh): MemoryHigh on 2 pod slice(s), none grows into"
+                     " others' requests")
+    assert lines[at + 1:at + 3] == [
+        "  default/b1: MemoryHigh 13.21Gi = allocatable 15.9Gi - others' requests 2.6Gi - headroom 100Mi",
+        "  above it the kernel reclaims from that pod alone, then throttles it (never kills)"]
+    # a long name is cut, the formula kept whole
+    lines = status_lines(_status_doc(p, keys, name="x" * 200))
+    assert all(len(line) <= WIDTH for line in lines)
+    assert any(line.endswith("others' requests 2.6Gi - headroom 100Mi") and "xxx" in line for line in lines)
+    assert any("x" * 200 in line for line in status_lines(_status_doc(p, keys, name="x" * 200), wide=True))
+
+
+def test_status_says_nothing_of_it_when_off_and_why_in_companion_mode():
+    from memqos_systemd.commands import status_lines
+    doc = _status_doc(run(NODE), {})
+    assert doc["burstableHigh"] is None and doc["pods"][0]["burstableHigh"] is None
+    assert not any("burstableHigh" in line for line in status_lines(doc))
+    doc = _status_doc(run(NODE, companion=True, **ON), ON)
+    assert "Burstable lever (burstableHigh): not planned in companion mode (a pod's MemoryHigh is the kubelet's)" \
+        in status_lines(doc)

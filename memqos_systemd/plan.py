@@ -38,7 +38,7 @@ from fractions import Fraction
 from .config import Config
 from .kubelet_gate import kubelet_owns
 from .naming import Naming, NamingError, container_scope, reserved_slice
-from .pods import Pod, one_line
+from .pods import Pod, containers_peak, one_line
 from .quantity import MAX_BYTES, UINT64_MAX, format_bytes, page_up
 
 __all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "Ceiling", "Lever", "allocatable", "memory_high",
@@ -230,15 +230,7 @@ def _capped_at(pod: Pod) -> int | None:
         return pod.pod_limit + pod.overhead
     if not pod.containers or any(c.limit is None for c in pod.containers):
         return None
-    app = sum(c.limit for c in pod.containers if c.kind == "app")
-    sidecars = peak = 0
-    for c in pod.containers:
-        if c.kind == "sidecar":
-            sidecars += c.limit
-            peak = max(peak, sidecars)
-        elif c.kind == "init":
-            peak = max(peak, c.limit + sidecars)
-    return max(app + sidecars, peak) + pod.overhead
+    return containers_peak(pod, lambda c: c.limit) + pod.overhead
 
 
 def _protection(policy: str, qos: str) -> str | None:

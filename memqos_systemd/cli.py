@@ -236,6 +236,10 @@ def plan_to_json(p: Plan, pending: Mapping[str, str] | None = None) -> dict:
             entry["MemoryMax"] = "infinity" if u.memory_max == INFINITY else u.memory_max
         if p.companion:  # who writes each value: the kubelet's are shown, never sent
             entry["kubelet"] = sorted(u.kubelet)
+        lever = p.lever_of(u.unit) if p.levers and u.level == "pod" else None
+        if lever is not None:  # burstableHigh lowered this pod slice's MemoryHigh: how
+            entry["burstableHigh"] = {"othersRequestsBytes": lever.others, "headroomBytes": lever.headroom,
+                                      "requestBytes": lever.request, "heldAtRequest": lever.floored}
         units.append(entry)
     doc = {"node": {"capacityBytes": p.capacity, "allocatableBytes": p.allocatable},
            "units": units, "warnings": list(p.warnings)}
@@ -349,6 +353,8 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
         lines.append("  ".join(columns.ljust(c, w) if i in left else columns.rjust(c, w)
                                for i, (c, w) in enumerate(zip(r, widths))).rstrip())
     lines += ["", LEGEND] + (["        MemoryMax: above it the kernel OOM-kills in the slice (bestEffortCeiling)"] if ceiling else [])
+    if p.levers:
+        lines.append("        a Burstable pod's MemoryHigh may be burstableHigh's: what the others' requests leave")
     if p.companion:
         lines += ["companion mode: the kubelet writes MemoryMin, MemoryLow and MemoryHigh of every row (shown as it",
                   "        writes them: a reserved slice's MemoryMin as it enforces it); memqos-systemd only MemoryMax"]
@@ -366,6 +372,14 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
         lines += [f"BestEffort ceiling: MemoryMax {_show_bytes(c.memory_max)} on {c.unit}",
                   f"       = allocatable {format_bytes(p.allocatable)} - Guaranteed and Burstable requests"
                   f" {_show_bytes(c.requests)} - headroom {_show_bytes(c.headroom)}, at least {_show_bytes(c.minimum)}"]
+    if p.levers:
+        lines.append(f"Burstable lever (burstableHigh) on {len(p.levers)} pod slice(s): none may grow into the"
+                     f" others' requests")
+        for lever in p.levers:
+            name = f"  {one_line(lever.pod, limit)}"
+            lines += [name if wide else columns.fit(name, 100), f"      {lever.formula(p.allocatable)}"]
+            if lever.floored:
+                lines.append(f"      {lever.held()}: the others' requests leave less")
     if context.finished_pods:
         lines.append(f"skipped: {context.finished_pods} finished pod(s) (Succeeded or Failed), which hold no memory")
     if p.warnings:

@@ -268,6 +268,7 @@ async def _status(cfg: Config, output: str) -> int:
     doc = {"node": None, "holding": None if snapshot is None or intake.holding is None else str(intake.holding),
            "podSource": source_error, "pods": [], "units": rows, "drift": sum(r["drift"] for r in rows),
            "bestEffortCeiling": _ceiling_row(desired, applier.observed, naming, cfg),
+           "burstableHigh": _lever_doc(desired, cfg),
            "foughtOver": fights.current(FIGHTS_PATH, time.time()), "protection": None,
            "companion": {"on": mode.companion, "why": mode.why}}
     if desired is not None:
@@ -344,6 +345,24 @@ def _ceiling_row(desired: Plan | None, observed: dict, naming: Naming, cfg: Conf
             "events": {k: events.get(k) for k in ("max", "oom", "oom_kill")}}
 
 
+def _lever_doc(desired: Plan | None, cfg: Config) -> dict | None:
+    """The Burstable lever (burstableHigh): whether it is on and on how many pod slices the plan
+    lowers MemoryHigh (each pod's row says how); None when it is off and nothing of it is planned."""
+    if not cfg.burstable_high.enabled and not (desired and desired.levers):
+        return None
+    return {"enabled": cfg.burstable_high.enabled, "headroomBytes": cfg.burstable_high.headroom,
+            "companion": bool(desired and desired.companion),
+            "pods": None if desired is None else len(desired.levers)}
+
+
+def _lever_of(desired: Plan, unit: str) -> dict | None:
+    lever = desired.lever_of(unit) if desired.levers else None
+    if lever is None:
+        return None
+    return {"MemoryHigh": lever.memory_high, "othersRequestsBytes": lever.others, "headroomBytes": lever.headroom,
+            "heldAtRequest": lever.floored, "formula": lever.describe(desired.allocatable)}
+
+
 def _protection(desired: Plan) -> Protection | None:
     """What the kernel protects now of the kubepods tree (signals.ProtectionView, effective.py),
     read from the cgroups as a scrape reads them; None when kubepods.slice cannot be read."""
@@ -396,6 +415,7 @@ def _pod_rows(desired: Plan, pods, units: dict[str, dict], found: Protection | N
                                    "drift": units[u.unit]["why"] or None})
         out.append({"namespace": pod.namespace, "pod": pod.name, "qosClass": pod.qos, "unit": slice_.unit,
                     "requestBytes": pod.request, "MemoryMin": slice_.memory_min, "MemoryLow": slice_.memory_low,
+                    "MemoryHigh": slice_.memory_high, "burstableHigh": _lever_of(desired, slice_.unit),
                     "usageBytes": read_value(where / "memory.current"),
                     "events": {"low": events.get("low"), "oom_kill": events.get("oom_kill")},
                     "pressureFullAvg10": full.get("avg10"), "drift": units[slice_.unit]["why"] or None,
@@ -479,6 +499,8 @@ def status_lines(doc: dict, *, wide: bool = False, encoding: str | None = None) 
                         else ""))
     if doc.get("bestEffortCeiling"):
         lines += _ceiling_lines(doc["bestEffortCeiling"])
+    if doc.get("burstableHigh"):
+        lines += _lever_lines(doc["burstableHigh"], doc["pods"], wide)
     lines.append(_summary(doc))
     companion = doc.get("companion")
     if companion and companion["on"]:
@@ -533,6 +555,28 @@ def _ceiling_lines(c: dict) -> list[str]:
     ev = c["events"]
     return [columns.fit(first, WIDTH),
             columns.fit(f"  {how}; memory.events max {_count(ev['max'])}, oom_kill {_count(ev['oom_kill'])}", WIDTH)]
+
+
+def _lever_lines(lever: dict, pods: list[dict], wide: bool) -> list[str]:
+    """The Burstable lever for people: a line saying what it does, then per pod it lowers how its
+    MemoryHigh was planned; each line at most WIDTH columns unless `wide`."""
+    if not lever["enabled"]:
+        head = "Burstable lever (burstableHigh): off"
+    elif lever["companion"]:
+        head = "Burstable lever (burstableHigh): not planned in companion mode (a pod's MemoryHigh is the kubelet's)"
+    else:
+        head = (f"Burstable lever (burstableHigh): MemoryHigh on {_count(lever['pods'])} pod slice(s),"
+                f" none grows into others' requests")
+    lines = [head]
+    for p in pods:
+        if p.get("burstableHigh"):
+            formula, name = p["burstableHigh"]["formula"], one_line(f"{p['namespace']}/{p['pod']}")
+            # a long name is cut, not the formula
+            name = name if wide else columns.fit(name, max(12, WIDTH - 4 - columns.width(formula)))
+            lines.append(f"  {name}: {formula}")
+    if len(lines) > 1:
+        lines.append("  above it the kernel reclaims from that pod alone, then throttles it (never kills)")
+    return lines if wide else [columns.fit(line, WIDTH) for line in lines]
 
 
 def _count(n: int | None) -> str:

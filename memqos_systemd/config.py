@@ -32,9 +32,9 @@ from .naming import valid_slice_name
 from .quantity import NEGATIVE, NOT_A_QUANTITY, QuantityError, parse_quantity, parse_whole_bytes
 
 __all__ = [
-    "ConfigError", "Config", "CeilingSettings", "KubeletSettings", "MetricsConfig", "Reserve", "load_config",
-    "parse_config", "kubelet_config_subset", "config_present", "read_yaml", "shown_path", "POLICIES", "HIERARCHIES",
-    "COMPANION_SETTINGS", "DEFAULT_CONFIG_PATH",
+    "ConfigError", "Config", "CeilingSettings", "BurstableHighSettings", "KubeletSettings", "MetricsConfig", "Reserve",
+    "load_config", "parse_config", "kubelet_config_subset", "config_present", "read_yaml", "shown_path", "POLICIES",
+    "HIERARCHIES", "COMPANION_SETTINGS", "DEFAULT_CONFIG_PATH",
 ]
 
 DEFAULT_CONFIG_PATH = "/etc/memqos-systemd/config.yaml"
@@ -104,6 +104,17 @@ class CeilingSettings:
 
 
 @dataclass(frozen=True)
+class BurstableHighSettings:
+    """The `burstableHigh:` block: a planned MemoryHigh on each Burstable pod slice (plan.py's
+    `burstable_high`) that leaves every other pod's request alone, off unless `enabled`
+    (docs/DESIGN.md, "The Burstable lever")."""
+
+    enabled: bool = False
+    # Kept free below what the others' requests leave: MemoryHigh = allocatable - others - headroom.
+    headroom: int = 0
+
+
+@dataclass(frozen=True)
 class Config:
     # --- planner (KubeletConfiguration names) ---
     memory_reservation_policy: str = "None"
@@ -138,6 +149,8 @@ class Config:
     kubelet_qos_reserved_gate: bool | None = None
     # The planned BestEffort ceiling (plan.besteffort_ceiling), off unless `bestEffortCeiling: {enabled: true}`.
     best_effort_ceiling: CeilingSettings = CeilingSettings()
+    # The Burstable lever (plan.burstable_high), off unless `burstableHigh: {enabled: true}`.
+    burstable_high: BurstableHighSettings = BurstableHighSettings()
     # Where each planner value came from, for `check`/logs: key -> "default"|"kubelet"|"config".
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
     # What an operator must be told about the file that is not an error (load_config): one line each.
@@ -488,6 +501,17 @@ def _best_effort_ceiling(src, key, value) -> CeilingSettings:
     return CeilingSettings(**out)
 
 
+def _burstable_high(src, key, value) -> BurstableHighSettings:
+    if value is None:
+        return BurstableHighSettings()
+    if isinstance(value, bool):
+        # `burstableHigh: on` (YAML 1.1 reads a bare on/off/yes/no as a boolean): the defaults, on or off.
+        return BurstableHighSettings(enabled=value)
+    fields = {"enabled": ("enabled", _bool), "headroom": ("headroom", _bytes)}
+    return BurstableHighSettings(**_map_fields(src, key, value, fields,
+                                               "must be a map (enabled, headroom), true/false, or null"))
+
+
 # key -> (dataclass attribute, checker). Planner keys first; all are also
 # KubeletConfiguration fields except hierarchy and protectionHeadroom.
 _PLANNER = {
@@ -511,6 +535,7 @@ _DAEMON = {
     "resyncInterval": ("resync_interval", lambda s, k, v: _duration(s, k, v, minimum=1)),
     "companion": ("companion", lambda s, k, v: _companion(s, k, v)),
     "bestEffortCeiling": ("best_effort_ceiling", _best_effort_ceiling),
+    "burstableHigh": ("burstable_high", _burstable_high),
 }
 # Keys that are gone, and what took their place: a clear error rather than "not a known key".
 _REPLACED = {

@@ -21,6 +21,10 @@ so every number can be table-tested. Where the numbers come from:
 * `_capacity_guard` total hard protection never exceeds capacity minus the headroom.
 * `besteffort_ceiling` bestEffortCeiling: MemoryMax of the BestEffort QoS slice, from the requests
                   of the Guaranteed and Burstable pods (the one MemoryMax we plan).
+* `burstable_high` burstableHigh (the Burstable lever): MemoryHigh of a Burstable pod slice =
+                  allocatable - every other Guaranteed and Burstable pod's request - headroom, down
+                  to a page, never below its own request + a page; the pod's MemoryHigh is the
+                  lower of that and the KEP's. Only on pods no limit already caps below it.
 """
 
 from __future__ import annotations
@@ -34,11 +38,12 @@ from fractions import Fraction
 from .config import Config
 from .kubelet_gate import kubelet_owns
 from .naming import Naming, NamingError, container_scope, reserved_slice
-from .pods import Pod, one_line
+from .pods import Pod, containers_peak, one_line
 from .quantity import MAX_BYTES, UINT64_MAX, format_bytes, page_up
 
-__all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "Ceiling", "allocatable", "memory_high",
-           "kubelet_memory_high", "besteffort_ceiling", "ceiling_misfits", "qos_reserved_writer", "plan"]
+__all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "Ceiling", "Lever", "allocatable", "memory_high",
+           "kubelet_memory_high", "besteffort_ceiling", "ceiling_misfits", "burstable_high", "qos_reserved_writer",
+           "plan"]
 
 # systemd's `infinity` for MemoryHigh.
 INFINITY = UINT64_MAX
@@ -96,6 +101,35 @@ class Ceiling:
 
 
 @dataclass(frozen=True)
+class Lever:
+    """How the Burstable lever (burstableHigh) was planned on one pod slice, for people (`plan`,
+    `status`): MemoryHigh = allocatable - others - headroom, or the floor (request + a page)."""
+
+    unit: str  # the pod slice
+    pod: str  # "namespace/name"
+    memory_high: int
+    others: int  # every other Guaranteed and Burstable pod's request, summed
+    headroom: int
+    request: int  # the pod's own request (overhead included)
+    floored: bool  # the room was not above the request: held at request + a page
+
+    def formula(self, alloc: int) -> str:
+        """"MemoryHigh X = allocatable A - others' requests Y - headroom H" (bytes in IEC units; the
+        headroom only when set). A floored value is not that difference: `held` says so."""
+        text = (f"MemoryHigh {format_bytes(self.memory_high)} = allocatable {format_bytes(alloc)}"
+                f" - others' requests {format_bytes(self.others)}")
+        return text + (f" - headroom {format_bytes(self.headroom)}" if self.headroom else "")
+
+    def held(self) -> str:
+        """Why the value is above the formula's, when it is ("" when not)."""
+        return f"held at its request {format_bytes(self.request)} + a page" if self.floored else ""
+
+    def describe(self, alloc: int) -> str:
+        """The formula, and why the value is above it when it is: one line."""
+        return self.formula(alloc) + (f" ({self.held()})" if self.floored else "")
+
+
+@dataclass(frozen=True)
 class Plan:
     capacity: int
     allocatable: int
@@ -103,6 +137,10 @@ class Plan:
     warnings: tuple[str, ...] = ()
     ceiling: Ceiling | None = None  # bestEffortCeiling, when planned
     companion: bool = False  # beside the kubelet's own Memory QoS (NodeFacts.kubelet_writes)
+    levers: tuple[Lever, ...] = ()  # burstableHigh: every pod slice it lowers the MemoryHigh of
+
+    def lever_of(self, unit: str) -> Lever | None:
+        return next((lv for lv in self.levers if lv.unit == unit), None)
 
     def by_unit(self) -> dict[str, UnitPlan]:
         return {u.unit: u for u in self.units}
@@ -177,6 +215,25 @@ def besteffort_ceiling(alloc: int, requests: int, headroom: int, minimum: int, p
     return max(floor, (alloc - requests - headroom) // page_size * page_size)
 
 
+def burstable_high(alloc: int, others: int, headroom: int, request: int, page_size: int) -> int:
+    """MemoryHigh of a Burstable pod slice (the Burstable lever): what allocatable leaves after every
+    other Guaranteed and Burstable pod's request (`others`) and the `headroom`, down to a page; never
+    below the pod's own `request` + a page (down to a page), so it never throttles within its request."""
+    floor = (request // page_size + 1) * page_size
+    return max(floor, (alloc - others - headroom) // page_size * page_size)
+
+
+def _capped_at(pod: Pod) -> int | None:
+    """What a limit already caps the pod's memory at (overhead included), None when nothing does:
+    its pod-level limit, else its containers' limits when every container has one (summed as its
+    request is: app containers and sidecars, or an init container with the sidecars before it)."""
+    if pod.pod_limit is not None:
+        return pod.pod_limit + pod.overhead
+    if not pod.containers or any(c.limit is None for c in pod.containers):
+        return None
+    return containers_peak(pod, lambda c: c.limit) + pod.overhead
+
+
 def _protection(policy: str, qos: str) -> str | None:
     """Which property protects a pod of this QoS class: 'min', 'low' or None."""
     if policy == "TieredReservation":
@@ -226,6 +283,7 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
     requested = {"Guaranteed": 0, "Burstable": 0, "BestEffort": 0}
     seen_units: set[str] = set()
     pods_requests: list[tuple[str, int]] = []  # (pod, its request) of every planned pod
+    burstable: list[tuple[int, Pod]] = []  # (index in pod_units, pod) of every planned Burstable pod
 
     for pod in sorted(pods, key=lambda p: (p.namespace, p.name, p.uid)):
         try:
@@ -275,6 +333,8 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
                             f" {format_bytes(pod.pod_limit + pod.overhead)}; planned from the request")
         if pod.qos != "Guaranteed" and pod.pod_limit is not None:
             phigh = high_of(request, pod.pod_limit + pod.overhead, alloc, factor, node.page_size)
+        if pod.qos == "Burstable":
+            burstable.append((len(pod_units), pod))
         pod_units.append(UnitPlan(pod_unit, "pod", naming.qos_slice(pod.qos), pmin, plow, phigh, pod.key))
         container_units.extend(children)
         held[pod.qos][0] += pmin
@@ -291,6 +351,8 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
 
     ceiling = _ceiling(config, naming.qos_slice("BestEffort"), alloc,
                        requested["Guaranteed"] + requested["Burstable"], node.page_size, warnings)
+    levers = _levers(config, node, alloc, requested["Guaranteed"] + requested["Burstable"], pod_units, burstable,
+                     warnings)
     qos_units = [
         UnitPlan(naming.qos_slice("Burstable"), "qos", node_slice, *held["Burstable"]),
         UnitPlan(naming.qos_slice("BestEffort"), "qos", node_slice, *held["BestEffort"],
@@ -328,7 +390,7 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
     units = _fit((*root_units, node_unit, *reserved_units, *qos_units, *pod_units, *container_units))
     if node.kubelet_writes:
         units = tuple(dataclasses.replace(u, kubelet=kubelet_owns(u.level)) for u in units)
-    return Plan(node.capacity, alloc, units, tuple(warnings), ceiling, node.kubelet_writes)
+    return Plan(node.capacity, alloc, units, tuple(warnings), ceiling, node.kubelet_writes, levers)
 
 
 def qos_reserved_writer(config: Config) -> str | None:
@@ -375,6 +437,40 @@ def ceiling_misfits(alloc: int, headroom: int, minimum: int, page_size: int, sai
                 f" {format_bytes(minimum)} of allocatable {format_bytes(alloc)} even with no requests: every"
                 f" BestEffort pod together gets the minimum, whatever the others request"]
     return []
+
+
+def _levers(config: Config, node: NodeFacts, alloc: int, requests: int, pod_units: list[UnitPlan],
+            burstable: list[tuple[int, Pod]], warnings: list[str]) -> tuple[Lever, ...]:
+    """The Burstable lever when burstableHigh is on: lowers the MemoryHigh of each Burstable pod
+    slice in `pod_units` (in place) that no limit already caps at or below it; one Lever a pod
+    slice lowered. `requests`: every Guaranteed and Burstable pod's request, summed."""
+    s = config.burstable_high
+    if not s.enabled or not burstable:
+        return ()
+    if node.kubelet_writes:
+        # A pod slice's MemoryHigh is the kubelet's beside its own Memory QoS (KUBELET_OWNS): not
+        # written by us there yet (docs/DESIGN.md, "The Burstable lever").
+        warnings.append("burstableHigh: not planned beside the kubelet's own Memory QoS (companion mode): a pod"
+                        " slice's MemoryHigh is the kubelet's there; set companion: off to use it")
+        return ()
+    if requests + s.headroom >= alloc:
+        warnings.append(f"burstableHigh: the Guaranteed and Burstable pods request {format_bytes(requests)}"
+                        f"{f' (+ headroom {format_bytes(s.headroom)})' if s.headroom else ''}, not less than"
+                        f" allocatable {format_bytes(alloc)}: every Burstable pod without a limit is held at its"
+                        f" request + a page")
+    levers = []
+    for i, pod in burstable:
+        u = pod_units[i]
+        request = pod.request
+        others = requests - request
+        value = min(burstable_high(alloc, others, s.headroom, request, node.page_size), MAX_BYTES)
+        capped = _capped_at(pod)
+        if (capped is not None and capped <= value) or u.memory_high <= value:
+            continue  # a limit (or the KEP's MemoryHigh from it) already holds the pod there
+        pod_units[i] = dataclasses.replace(u, memory_high=value)
+        floored = alloc - others - s.headroom < value
+        levers.append(Lever(u.unit, pod.key, value, others, s.headroom, request, floored))
+    return tuple(levers)
 
 
 def _fit(units: tuple[UnitPlan, ...]) -> tuple[UnitPlan, ...]:

@@ -18,11 +18,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .quantity import QuantityError, format_bytes, parse_quantity, to_bytes
 
-__all__ = ["PodsError", "Container", "Pod", "parse_pods", "pod_request", "qos_class"]
+__all__ = ["PodsError", "Container", "Pod", "parse_pods", "pod_request", "containers_peak", "qos_class"]
 
 QOS_CLASSES = ("Guaranteed", "Burstable", "BestEffort")
 _DONE_PHASES = ("Succeeded", "Failed")
@@ -91,16 +91,22 @@ def pod_request(pod: Pod) -> int:
     """
     if pod.pod_request is not None:
         return pod.pod_request + pod.overhead
-    app = sum(c.request for c in pod.containers if c.kind == "app")
+    return containers_peak(pod, lambda c: c.request) + pod.overhead
+
+
+def containers_peak(pod: Pod, amount: Callable[[Container], int]) -> int:
+    """The most the pod's containers hold at once of `amount` (a request, a limit): app containers
+    and sidecars together, or an init container with the sidecars declared before it."""
+    app = sum(amount(c) for c in pod.containers if c.kind == "app")
     sidecars = 0
     init_peak = 0
     for c in pod.containers:
         if c.kind == "sidecar":
-            sidecars += c.request
+            sidecars += amount(c)
             init_peak = max(init_peak, sidecars)
         elif c.kind == "init":
-            init_peak = max(init_peak, c.request + sidecars)
-    return max(app + sidecars, init_peak) + pod.overhead
+            init_peak = max(init_peak, amount(c) + sidecars)
+    return max(app + sidecars, init_peak)
 
 
 def _get(obj: Any, key: str, kind: type | tuple, default: Any, where: str) -> Any:

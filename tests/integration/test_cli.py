@@ -724,8 +724,9 @@ def test_status_json_shows_desired_systemd_kernel_and_flags_drift(node):
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert set(doc) == {"node", "holding", "podSource", "pods", "units", "drift", "bestEffortCeiling", "foughtOver",
-                        "protection", "companion"}
+                        "protection", "companion", "burstableHigh"}
     assert doc["bestEffortCeiling"] is None  # off, and nothing of ours held
+    assert doc["burstableHigh"] is None and all(p["burstableHigh"] is None for p in doc["pods"])  # off
     assert doc["foughtOver"] == []  # no fight kept in /run (fights.py)
     assert doc["companion"]["on"] is False
     rows = {r["unit"]: r for r in doc["units"]}

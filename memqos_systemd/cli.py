@@ -385,7 +385,7 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
     if p.warnings:
         lines += ["", "warnings:"] + [f"  - {w}" for w in p.warnings]
     if not wide:
-        lines.append(f"names cut to fit {TABLE_WIDTH} columns; whole, and full unit names (for systemctl show): --output"
+        lines.append(f"names cut to fit {TABLE_WIDTH} columns; whole, with unit names (for systemctl show): --output"
                      f" wide, or json" if cut else "full unit names (for systemctl show): --output wide, or json")
     lines += ["", NEXT]
     return "\n".join(lines)

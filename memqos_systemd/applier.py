@@ -41,24 +41,24 @@ failure: the diff's order makes every prefix safe, and every subset of a group
 of siblings too, so stopping leaves no child above its parent. A pod or
 container unit that vanished under us is a normal race. A burst of new pods is
 then as many round trips as the tree has levels, not one per unit.
+
+What the runtime wrote to a unit's files alone and our write would make systemd undo (a
+container's memory.swap.max and memory.oom.group) is kept by runtime_keep.py (`Applier.keep`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Iterable, Mapping
 
 from .cgroupfs import Cgroupfs, kernel_shows
 from .kubelet_gate import kubelet_owns
 from .naming import Naming
-from .notify import WarnOnce
 from .reconcile import DEFAULTS, UNREAD, Change, kernel_lost
-from .quantity import UINT64_MAX, show_value
+from .quantity import show_value
+from .runtime_keep import RuntimeKeep
 from .systemd import NoSuchUnit, SystemdError, UnitStatus, describe_call
-
-log = logging.getLogger("memqos_systemd")
 
 # D-Bus calls sent at once (a round's reads, or the writes of one group of siblings): enough to
 # keep systemd busy, few enough to stay far below the bus's limit on a connection's pending calls.
@@ -111,7 +111,7 @@ class Applier:
         # - what the kernel shows (Cgroupfs.kernel_values, page-rounded by `page_size`): a timer
         #   resync reads over D-Bus only the units whose cgroup differs from the cache
         #   (refresh_all(trust_kernel=True)), and a unit read is compared with it (`lost`);
-        # - the runtime's settings our writes must keep (cgroupfs.py, "Why that file").
+        # - the runtime's settings our writes must keep (`keep`).
         self.cgroupfs = cgroupfs
         self.page_size = page_size
         # Units cached with values read from their cgroup (assume_started), not from systemd: read
@@ -138,13 +138,9 @@ class Applier:
         self._upper: tuple[Naming, tuple[str, ...]] | None = None  # see upper_values
         # New pod slices neither read nor written until their start job has ended (adopt_new_pod_slices).
         self.awaiting_start: set[str] = set()
-        # Units whose runtime set memory.oom.group=1 (seen in the file before a write of ours):
-        # put back after each write, and after each full re-read (a daemon-reload resets it too).
-        # Kept through forget(): a daemon-reload announces every unit removed, then new again;
-        # only a full re-read that no longer finds the unit drops it.
-        self.oom_group_kill: set[str] = set()
+        # The runtime's memory.swap.max and memory.oom.group, kept around our writes (runtime_keep.py);
         # on_restore(unit, None) after memory.oom.group was put back, (unit, why) when it could not be.
-        self._on_restore = on_restore or (lambda unit, error: None)
+        self.keep = RuntimeKeep(cgroupfs, on_restore)
         # What we wrote to units we may create (reserved slices, reconcile.MAY_CREATE): systemd keeps
         # it as drop-ins while such a slice is not loaded, and unloads a slice nothing runs in soon
         # after the write that loaded it. So there "not loaded" means "holds what we wrote", not
@@ -269,9 +265,7 @@ class Applier:
         self.unconfirmed &= fresh.keys() - read_set
         self.generation += 1
         if levels is None:
-            self.oom_group_kill &= {n for n, v in fresh.items() if v is not None}
-            for name in sorted(self.oom_group_kill):
-                self._keep_oom_group(name)
+            self.keep.after_full_read(n for n, v in fresh.items() if v is not None)
 
     def _compare(self, name: str, value: dict[str, int] | None,
                  kernel: dict[str, int] | None = None) -> dict[str, int] | None:
@@ -445,30 +439,6 @@ class Applier:
             del self.observed[unit]
             self.generation += 1
 
-    def _props_to_send(self, change: Change) -> dict[str, int]:
-        """The change's properties, and for a unit of the kubepods tree the runtime's file-only
-        memory.swap.max as MemorySwapMax beside them, so systemd keeps it when our write makes it
-        re-apply the unit's settings (cgroupfs.py, "Why that file"). Notes a memory.oom.group=1
-        to put back after the write. Read from the cgroup just before the write; "max" is the
-        default systemd would write anyway, so it is not sent."""
-        props = dict(change.props)
-        if not change.must_exist or self.cgroupfs is None:
-            return props
-        held = self.cgroupfs.runtime_settings(change.unit)
-        if held is None:
-            return props
-        if held.swap_max is not None and held.swap_max != UINT64_MAX:
-            props["MemorySwapMax"] = held.swap_max
-        if held.oom_group == 1:
-            self.oom_group_kill.add(change.unit)
-        return props
-
-    def _keep_oom_group(self, unit: str) -> None:
-        """memory.oom.group back to the runtime's 1 where a re-apply by systemd made it 0."""
-        if self.cgroupfs is None or unit not in self.oom_group_kill or self.cgroupfs.oom_group(unit) != 0:
-            return
-        self._on_restore(unit, self.cgroupfs.restore_oom_group(unit))
-
     async def apply(self, changes: list[Change], *, dry_run: bool = False,
                     echo: Callable[[str], None] | None = None) -> ApplyResult:
         """Send `changes` in their order, a group of siblings at a time (`sibling_groups`): the
@@ -481,7 +451,7 @@ class Applier:
         if dry_run:
             for change in changes:
                 if echo:
-                    echo(describe_call(change.unit, self._props_to_send(change), running_only=change.must_exist))
+                    echo(describe_call(change.unit, self.keep.props_to_send(change), running_only=change.must_exist))
                 result.applied.append(change)
             return result
 
@@ -493,7 +463,7 @@ class Applier:
                 return "vanished", None, mark
             try:
                 if change.must_exist:
-                    props = self._props_to_send(change)
+                    props = self.keep.props_to_send(change)
                     run = self.runs.get(change.unit)
                     if run is None and self.cgroupfs is not None:
                         run = self.cgroupfs.run_of(change.unit)
@@ -506,7 +476,7 @@ class Applier:
                         # The ID on the cgroup named a run that has ended: the unit has gone, or its
                         # cgroup still carries an older run's ID. Ask systemd (state, then its ID).
                         await self.systemd.set_memory_if_loaded(change.unit, props)
-                    self._keep_oom_group(change.unit)
+                    self.keep.after_write(change.unit)
                 else:
                     await self.systemd.set_memory(change.unit, dict(change.props))
             except NoSuchUnit as e:
@@ -559,27 +529,6 @@ class Applier:
             self.left.pop(change.unit, None)
             self.runs.pop(change.unit, None)
             self.generation += 1
-
-
-class OomGroupJournal:
-    """The service's `on_restore`: each memory.oom.group put back counted (`count(ok)`), the first
-    one said in the journal with why, a failure said once while it lasts."""
-
-    def __init__(self, count: Callable[[bool], None]):
-        self._count = count
-        self._noted = False
-        self._warn_once = WarnOnce(log)
-
-    def __call__(self, unit: str, error: str | None) -> None:
-        self._count(error is None)
-        if error is not None:
-            self._warn_once("oom-group", [f"cannot put memory.oom.group of {unit} back to the runtime's 1: {error};"
-                                          f" systemd reset it when it re-applied the unit's settings"])
-        elif not self._noted:
-            self._noted = True
-            log.info("memory.oom.group of %s put back to 1: systemd resets it to 0 whenever it re-applies a scope's"
-                     " settings (a write, a daemon-reload), and the runtime set it only in the file; done for every"
-                     " such container from now on (memqos_oom_group_restores_total)", unit)
 
 
 async def _in_flight(calls: list, *, return_exceptions: bool = False) -> list:

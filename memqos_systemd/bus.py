@@ -1,14 +1,14 @@
 """The D-Bus plumbing under systemd.py: one connection, calls with a timeout, typed errors.
 
-What systemd's calls and signals mean lives in systemd.py; this module knows only D-Bus: how
-to connect (and release the socket, which dbus-next 0.2.3 does not), how to send a call that
-cannot hang the daemon (`Bus.call` applies the call timeout), how D-Bus error names become our
-exception types (`ERRORS`; nothing above sees a D-Bus error name), when a reply was read
-relative to the signals read before it (`Bus.call(seen=...)`, for systemd.py's `UnitStatus`),
-and when the connection is lost (`on_disconnect`). Like Home Assistant's supervisor, which keeps
+What systemd's calls and signals mean lives in systemd.py and systemd_signals.py; this module
+knows only D-Bus: how to connect (and release the socket, which dbus-next 0.2.3 does not), how
+to send a call that cannot hang the daemon (`Bus.call` applies the call timeout), how D-Bus error
+names become our exception types (`ERRORS`; nothing above sees a D-Bus error name), when a reply
+was read relative to the signals read before it (`Bus.call(seen=...)`, for systemd.py's
+`UnitStatus`), and when the connection is lost (`on_disconnect`). Like Home Assistant's supervisor, which keeps
 `utils/dbus.py` apart from each service's meaning.
 
-Only this module and systemd.py import `dbus_next`.
+Only this module, systemd.py and systemd_signals.py import `dbus_next`.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class Bus:
     """One connection to a message bus. Make it with `await Bus.connect()`.
 
     `mark()` is read as each reply is read off the socket, for calls that ask for it
-    (`call(seen=...)`): systemd.py sets it to its count of unit signals read so far."""
+    (`call(seen=...)`): systemd_signals.py sets it to its count of unit signals read so far."""
 
     def __init__(self, bus: MessageBus, call_timeout: float):
         self._bus = bus

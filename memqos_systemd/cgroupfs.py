@@ -37,7 +37,7 @@ that wrote one of those only to the file loses it:
 - `memory.swap.max`: runc (1.1, Debian bookworm) sends `MemorySwapMax` to systemd only when the
   converted value is not 0; with swap = limit (an older kubelet's setting) it writes 0 to the file
   alone. systemd has a property for it, so we send the file's value as `MemorySwapMax` in the
-  same call as ours (`runtime_settings`, used by the Applier): systemd then holds it, and it also
+  same call as ours (`runtime_settings`, used by runtime_keep.py): systemd then holds it, and it also
   survives a daemon-reload, which it did not before us.
 - `memory.oom.group`: the kubelet asks for 1 (kill the whole container on OOM) since 1.28; runc
   1.1 writes it to the file only. systemd derives it from `OOMPolicy=`, which it accepts for a

@@ -42,7 +42,7 @@ from typing import Any, Callable
 
 from . import fights
 from .agenda import HEARTBEAT_INTERVAL, Agenda, Tick
-from .applier import Applier, OomGroupJournal
+from .applier import Applier
 from .ceiling_watch import CeilingWatch
 from .cgroupfs import Cgroupfs
 from .config import Config, ConfigError, load_config
@@ -56,6 +56,7 @@ from .plan import NodeFacts, PlanError
 from .pods import one_line
 from .reconcile import DEFAULTS
 from .round import Inputs, Round
+from .runtime_keep import OomGroupJournal
 from .sources import kubelet_gates
 from .systemd import SystemdError
 

@@ -1,11 +1,13 @@
 """The systemd adapter: MemoryMin/MemoryLow/MemoryHigh through systemd's D-Bus API.
 
 What systemd's calls and signals mean, and the order of its signals against our reads. The
-D-Bus plumbing under it (the connection, the call timeout, the map from D-Bus error names to the
-`SystemdError` family) is bus.py; only the two import `dbus_next`. Everything else sees
+calls are here; the signal feed (Subscribe, the signals counted as read and handed to their
+handlers) is systemd_signals.py, one `SignalFeed` that `Systemd` owns (`Systemd.signals`). The
+D-Bus plumbing under both (the connection, the call timeout, the map from D-Bus error names to the
+`SystemdError` family) is bus.py; only these three import `dbus_next`. Everything else sees
 `Systemd`, plain Python values, and the `SystemdError` family. Every call goes through
-`Systemd._call` and `Bus.call`, which applies `call_timeout` (a hung systemd must not hang the
-daemon) and maps errors.
+`Bus.call` (here by way of `Systemd._call`), which applies `call_timeout` (a hung systemd must
+not hang the daemon) and maps errors.
 
 What SetUnitProperties does to a unit that is not loaded
 --------------------------------------------------------
@@ -84,26 +86,22 @@ the `on_disconnect` callbacks run once. The caller then `close()`s this instance
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dbus_next import Message, MessageType, Variant
+from dbus_next import Variant
 
 from .bus import AccessDenied, Bus, BusClosed, CallTimeout, NoSuchUnit, SystemdError, variant_value
-
 from .quantity import UINT64_MAX, show_value
+from .systemd_signals import MANAGER as _MANAGER, MANAGER_PATH as _MANAGER_PATH, SYSTEMD as _SYSTEMD
+from .systemd_signals import Callback, SignalFeed
 
 __all__ = [
     "MEMORY_PROPERTIES", "CARRIED_PROPERTIES", "UINT64_MAX", "ACTIVE_STATES",
     "SystemdError", "NoSuchUnit", "AccessDenied", "CallTimeout", "BusClosed",
     "Systemd", "UnitStatus", "describe_call",
 ]
-
-log = logging.getLogger(__name__)
 
 MEMORY_PROPERTIES = ("MemoryMin", "MemoryLow", "MemoryHigh")
 # Planned on the BestEffort QoS slice alone (plan.besteffort_ceiling), and read only where it is ours.
@@ -115,34 +113,14 @@ CARRIED_PROPERTIES = ("MemorySwapMax",)
 # ActiveState values in which a unit exists and is not on its way out.
 ACTIVE_STATES = frozenset({"active", "activating", "reloading", "refreshing"})
 
-_SYSTEMD = "org.freedesktop.systemd1"
-_MANAGER_PATH = "/org/freedesktop/systemd1"
-_MANAGER = "org.freedesktop.systemd1.Manager"
 _UNIT = "org.freedesktop.systemd1.Unit"
 _SERVICE = "org.freedesktop.systemd1.Service"
 _PROPERTIES = "org.freedesktop.DBus.Properties"
 _UNIT_PATH_PREFIX = "/org/freedesktop/systemd1/unit/"
-_BUS_NAME = "org.freedesktop.DBus"
-_BUS_PATH = "/org/freedesktop/DBus"
-_MAX_REMOVALS_TRACKED = 10000
-# Unit signals waiting for their handlers, at most; past that they are dropped and the handlers
-# get one on_overflow() once the queue has drained (see subscribe).
-MAX_QUEUED_SIGNALS = 10000
-_UNIT_SIGNAL_HANDLERS = frozenset({"on_unit_new", "on_unit_removed", "on_job_removed"})
 _CGROUP_INTERFACE = {".slice": "org.freedesktop.systemd1.Slice", ".scope": "org.freedesktop.systemd1.Scope"}
 # A unit name with one of these would be a glob to ListUnitsByPatterns (valid unit names have
 # none of them but the backslash of \x2d escapes): such names are looked up one by one instead.
 _GLOB_CHARS = frozenset("*?[\\")
-
-# One rule per signal handled: the manager also sends JobNew, StartupFinished, UnitFilesChanged,
-# and a burst of pods brings a JobNew per unit, each decoded in Python for nothing otherwise.
-_SIGNAL_MATCHES = tuple(f"type='signal',sender='{_SYSTEMD}',path='{_MANAGER_PATH}',interface='{_MANAGER}',"
-                        f"member='{member}'" for member in ("UnitNew", "UnitRemoved", "JobRemoved", "Reloading"))
-_OWNER_MATCH = (f"type='signal',sender='{_BUS_NAME}',path='{_BUS_PATH}',interface='{_BUS_NAME}',"
-                f"member='NameOwnerChanged',arg0='{_SYSTEMD}'")
-
-
-_ALREADY_SUBSCRIBED = "org.freedesktop.systemd1.AlreadySubscribed"
 
 
 def _label_escape(text: str) -> str:
@@ -210,9 +188,6 @@ def describe_call(unit: str, props: dict[str, int], runtime: bool = True, *, run
     return f"{method} {unit} runtime={'true' if runtime else 'false'} {values}"
 
 
-Callback = Callable[..., Awaitable[None] | None]
-
-
 @dataclass(frozen=True)
 class UnitStatus:
     """A unit in memory as one read saw it.
@@ -238,21 +213,11 @@ class Systemd:
 
     def __init__(self, bus: Bus):
         self._bus = bus
-        self._handlers: dict[str, Callback | None] = {}
-        self._subscribed = False
-        self._systemd_owner: str | None = None
-        self._events: asyncio.Queue[tuple[str, tuple]] = asyncio.Queue()
-        self._overflowed = False  # unit signals were dropped since the queue last drained
-        self.overflows = 0  # how many times that happened
-        # Unit signals as read off the bus, counted (see set_memory_if_loaded and UnitStatus):
-        # unit -> the count at its last UnitRemoved, and at its last UnitNew/UnitRemoved/JobRemoved.
-        self._signal_seq = 0
-        self._removed_at: dict[str, int] = {}
-        self._changed_at: dict[str, int] = {}
         # unit -> its invocation path while no signal for it has been read; see _invocation_path.
         self._invocations: dict[str, str] = {}
-        self._dispatcher: asyncio.Task | None = None
-        bus.mark = lambda: self._signal_seq  # the count a call's reply was read at (UnitStatus.seen)
+        # systemd's signals on this connection, counted as read (UnitStatus.seen); a signal for a
+        # unit drops its invocation path: a new run of the unit, or none.
+        self.signals = SignalFeed(bus, on_signal=lambda unit: self._invocations.pop(unit, None))
 
     # ---- connection -------------------------------------------------------------------
 
@@ -271,7 +236,7 @@ class Systemd:
 
     async def close(self) -> None:
         """Disconnect. Safe to call twice, and after the connection was lost."""
-        await self._bus.close(*([self._dispatcher] if self._dispatcher is not None else []))
+        await self._bus.close(*self.signals.tasks)
 
     # ---- calls ------------------------------------------------------------------------
 
@@ -341,7 +306,7 @@ class Systemd:
         for name in names:
             if name in literal:
                 continue
-            seen = self._signal_seq  # taken before the reads: safe
+            seen = self.signals.signal_count  # taken before the reads: safe
             status = await self.unit_status(f"read the state of {name}", name)
             if status is not None:
                 out[name] = UnitStatus(status[1], status[2], status[0], seen)
@@ -349,20 +314,19 @@ class Systemd:
 
     @property
     def signal_count(self) -> int:
-        """How many unit signals have been read off the bus so far (see UnitStatus.seen)."""
-        return self._signal_seq
+        """How many unit signals have been read off the bus so far (SignalFeed.signal_count)."""
+        return self.signals.signal_count
 
     def removed_since(self, unit: str, seen: int) -> bool:
-        """Whether a UnitRemoved of `unit` was read after the signal count `seen`: whatever was
-        read of the unit before then may describe a unit that is gone."""
-        return self._removed_at.get(unit, -1) > seen
+        """Whether a UnitRemoved of `unit` was read after the signal count `seen` (SignalFeed)."""
+        return self.signals.removed_since(unit, seen)
 
     async def read_memory(self, unit: str, status: UnitStatus, *, with_max: bool = False) -> dict[str, int] | None:
         """MemoryMin/MemoryLow/MemoryHigh (and MemoryMax `with_max`) of a unit `unit_states` found
         loaded: one GetAll on its object path. None when it is not loaded, or has been removed since
         (reading through its path would load it again)."""
         _check_unit(unit, cgroup=True)
-        if status.load_state != "loaded" or self._removed_at.get(unit, -1) > status.seen:
+        if status.load_state != "loaded" or self.signals.removed_since(unit, status.seen):
             return None
         action = f"read memory properties of {unit}"
         interface = _CGROUP_INTERFACE[unit[unit.rindex("."):]]
@@ -452,14 +416,14 @@ class Systemd:
             target = invocation_path(invocation_id)
             await self._write_run(unit, target, runtime, pairs)
             return
-        fresh = status is not None and self._changed_at.get(unit, -1) <= status.seen
+        fresh = status is not None and not self.signals.changed_since(unit, status.seen)
         if fresh and not status.running:
             raise NoSuchUnit(f"{unit}: {status.load_state}, {status.active_state}; not setting properties on a"
                              " unit that is not running")
         if fresh:
             path, seen = status.path, status.seen
         else:
-            seen = self._signal_seq
+            seen = self.signals.signal_count
             checked = await self.unit_status(f"check {unit} before setting memory properties", unit)
             if checked is None:
                 raise NoSuchUnit(f"{unit}: not loaded; not setting properties (that would create it)")
@@ -483,11 +447,11 @@ class Systemd:
     async def _invocation_path(self, unit: str, path: str, seen: int) -> str:
         """The invocation path of the run of `unit` that was running at signal count `seen`,
         its by-name object path being `path`. Cached until a signal for the unit is read
-        (`_note` drops it)."""
+        (the feed's `on_signal` drops it)."""
         cached = self._invocations.get(unit)
         if cached is not None:
             return cached
-        if self._removed_at.get(unit, -1) > seen:
+        if self.signals.removed_since(unit, seen):
             # Reading through `path` would load the unit again.
             raise NoSuchUnit(f"{unit}: removed since it was checked; not setting properties")
         action = f"read the invocation ID of {unit}"
@@ -501,11 +465,11 @@ class Systemd:
             target = invocation_path(bytes(raw))
         except ValueError:
             raise SystemdError(f"{action}: systemd answered with an unexpected value {bytes(raw)!r}") from None
-        if self._removed_at.get(unit, -1) > seen:
+        if self.signals.removed_since(unit, seen):
             # The unit went away while we read: the ID read may be that of a new unit of that name
             # loaded by our read, or empty; either way not the run that was checked.
             raise NoSuchUnit(f"{unit}: removed while its invocation ID was read; not setting properties")
-        if self._changed_at.get(unit, -1) <= seen:
+        if not self.signals.changed_since(unit, seen):
             # No signal for the unit since it was checked (one read during the Get would have
             # found nothing to drop): the ID is that run's until the next signal.
             self._invocations[unit] = target
@@ -513,136 +477,7 @@ class Systemd:
 
     # ---- signals ----------------------------------------------------------------------
 
-    async def subscribe(self, *, on_unit_new: Callback | None = None, on_unit_removed: Callback | None = None,
-                        on_job_removed: Callback | None = None, on_reloading: Callback | None = None,
-                        on_returned: Callback | None = None, on_overflow: Callback | None = None) -> None:
-        """Manager.Subscribe() and deliver its signals to the given handlers.
-
-        on_unit_new(name), on_unit_removed(name), on_job_removed(unit, result),
-        on_reloading(active). Handlers may be plain functions or coroutine functions; they run
-        one at a time, in the order systemd sent the signals, so an async handler delays the
-        ones after it. An exception in a handler is logged and does not stop delivery.
-        Calling subscribe again replaces the handlers.
-
-        The queue of unit signals is bounded (MAX_QUEUED_SIGNALS): unit signals that come while
-        it is full are dropped (still counted for `UnitStatus`), and on_overflow() runs once
-        the queue has drained, so the caller re-reads what it may have missed. Reloading and
-        systemd's return are never dropped.
-        """
-        handlers = {"on_unit_new": on_unit_new, "on_unit_removed": on_unit_removed,
-                    "on_job_removed": on_job_removed, "on_reloading": on_reloading, "on_returned": on_returned,
-                    "on_overflow": on_overflow}
-        for name, handler in handlers.items():
-            if handler is not None and not callable(handler):
-                raise TypeError(f"{name} must be callable")
-        self._handlers = handlers
-        if self._subscribed:
-            return
-        action = "subscribe to systemd's unit signals"
-        # Match rules and our message handler first, so nothing sent after Subscribe is missed.
-        for rule in (*_SIGNAL_MATCHES, _OWNER_MATCH):
-            await self._call(action, "AddMatch", "s", [rule], path=_BUS_PATH, interface=_BUS_NAME,
-                             destination=_BUS_NAME, reply_signature="")
-        self._bus.add_message_handler(self._on_message)
-        if self._dispatcher is None:
-            self._dispatcher = asyncio.ensure_future(self._dispatch())
-        body = await self._call(action, "GetNameOwner", "s", [_SYSTEMD], path=_BUS_PATH, interface=_BUS_NAME,
-                                destination=_BUS_NAME, reply_signature="s")
-        self._systemd_owner = body[0]
-        await self._subscribe_call()
-        self._subscribed = True
-
-    async def _subscribe_call(self) -> None:
-        # A second Subscribe from the same client is answered with AlreadySubscribed: fine.
-        await self._call("subscribe to systemd's unit signals", "Subscribe", reply_signature="",
-                         ok_errors=frozenset({_ALREADY_SUBSCRIBED}))
-
-    def _note(self, table: dict[str, int], name: str) -> None:
-        table[name] = self._signal_seq
-        self._invocations.pop(name, None)  # a new run of the unit, or none: read its ID again
-        if len(table) > _MAX_REMOVALS_TRACKED:
-            # Only signals during a check or a round (milliseconds) matter: forget the older half.
-            keep = self._signal_seq - _MAX_REMOVALS_TRACKED // 2
-            recent = {n: q for n, q in table.items() if q > keep}
-            table.clear()
-            table.update(recent)
-
-    def _on_message(self, msg: Message) -> None:
-        # Called by dbus-next for every incoming message, before a reply reaches its caller
-        # (Bus._on_reply notes when replies are read); returns None so others still see it.
-        if msg.message_type != MessageType.SIGNAL:
-            return None
-        if (msg.member == "NameOwnerChanged" and msg.interface == _BUS_NAME and msg.sender == _BUS_NAME
-                and msg.signature == "sss" and msg.body[0] == _SYSTEMD):
-            new_owner = msg.body[2] or None
-            self._systemd_owner = new_owner
-            if new_owner is not None and self._subscribed and self.connected:
-                # A new systemd instance (re-exec) does not know us; subscribe again.
-                self._bus.spawn(self._resubscribe())
-            return None
-        if msg.path != _MANAGER_PATH or msg.interface != _MANAGER:
-            return None
-        # Signals can be sent to us directly by anyone on the bus: accept only systemd's.
-        if self._systemd_owner is None or msg.sender != self._systemd_owner:
-            return None
-        # Unit signals are counted as the message is read, before any handler runs:
-        # set_memory_if_loaded compares the counts around its check (see UnitStatus).
-        if msg.member == "UnitNew" and msg.signature == "so":
-            self._signal_seq += 1
-            self._note(self._changed_at, msg.body[0])
-            self._enqueue("on_unit_new", (msg.body[0],))
-        elif msg.member == "UnitRemoved" and msg.signature == "so":
-            name = msg.body[0]
-            self._signal_seq += 1
-            self._note(self._removed_at, name)
-            self._note(self._changed_at, name)
-            self._enqueue("on_unit_removed", (name,))
-        elif msg.member == "JobRemoved" and msg.signature == "uoss":
-            self._signal_seq += 1
-            self._note(self._changed_at, msg.body[2])
-            self._enqueue("on_job_removed", (msg.body[2], msg.body[3]))
-        elif msg.member == "Reloading" and msg.signature == "b":
-            self._events.put_nowait(("on_reloading", (bool(msg.body[0]),)))
-        return None
-
-    async def _resubscribe(self) -> None:
-        try:
-            await self._subscribe_call()
-        except SystemdError as err:
-            log.warning("%s", err)
-            return
-        # systemd re-executed (or restarted) and is back on the bus: whatever it holds now
-        # should be read again.
-        self._events.put_nowait(("on_returned", ()))
-
-    def _enqueue(self, name: str, args: tuple) -> None:
-        if name in _UNIT_SIGNAL_HANDLERS and self._events.qsize() >= MAX_QUEUED_SIGNALS:
-            if not self._overflowed:
-                self._overflowed = True
-                self.overflows += 1
-            return
-        self._events.put_nowait((name, args))
-
-    @property
-    def queued_signals(self) -> int:
-        """Signals read off the bus and not yet handed to their handler."""
-        return self._events.qsize()
-
-    async def _dispatch(self) -> None:
-        while True:
-            if self._overflowed and self._events.empty():
-                self._overflowed = False
-                name, args = "on_overflow", ()
-            else:
-                name, args = await self._events.get()
-            handler = self._handlers.get(name)
-            if handler is None:
-                continue
-            try:
-                result = handler(*args)
-                if inspect.isawaitable(result):
-                    await result
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("systemd signal handler %s%r failed", name, args)
+    async def subscribe(self, **handlers: Callback | None) -> None:
+        """Subscribe to systemd's signals and deliver them to `handlers` (on_unit_new, on_unit_removed,
+        on_job_removed, on_reloading, on_returned, on_overflow): SignalFeed.subscribe."""
+        await self.signals.subscribe(**handlers)

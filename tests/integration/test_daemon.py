@@ -109,9 +109,9 @@ def test_dropped_unit_signals_make_the_daemon_re_read_every_unit_and_the_pods(fa
     (the new pod below is written though its UnitNew was dropped), and the metric counts it."""
     import time
 
-    import memqos_systemd.systemd as systemd_module
+    import memqos_systemd.systemd_signals as signals_module
 
-    monkeypatch.setattr(systemd_module, "MAX_QUEUED_SIGNALS", 2)
+    monkeypatch.setattr(signals_module, "MAX_QUEUED_SIGNALS", 2)
     start_pods(fake_systemd, "kubepods.slice", "kubepods-burstable.slice", GPOD, GCTR)
 
     async def body():

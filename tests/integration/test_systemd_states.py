@@ -339,9 +339,9 @@ def test_unit_signals_past_the_bound_are_dropped_and_one_overflow_follows(fake_s
     never dropped."""
     import time
 
-    import memqos_systemd.systemd as systemd_module
+    import memqos_systemd.systemd_signals as signals_module
 
-    monkeypatch.setattr(systemd_module, "MAX_QUEUED_SIGNALS", 5)
+    monkeypatch.setattr(signals_module, "MAX_QUEUED_SIGNALS", 5)
     names = [f"kubepods-besteffort-pod{i:08x}_0000_4000_8000_000000000000.slice" for i in range(20)]
 
     async def body():
@@ -356,7 +356,7 @@ def test_unit_signals_past_the_bound_are_dropped_and_one_overflow_follows(fake_s
             fake_systemd.emit_reloading(True)
             time.sleep(0.5)  # the loop is held: everything arrives at once when it runs again
             await asyncio.sleep(0.5)
-            return got, sd.signal_count - seen, sd.overflows, sd.queued_signals
+            return got, sd.signal_count - seen, sd.signals.overflows, sd.signals.queued_signals
     got, counted, overflows, left = run(body())
     assert [g for g in got if g[0] == "new"] == [("new", n) for n in names[:5]]
     assert ("reloading", True) in got

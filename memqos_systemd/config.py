@@ -546,12 +546,20 @@ _KUBELET_KEYS = tuple(k for k in _PLANNER if k not in ("hierarchy", "protectionH
 
 
 def shown_path(path: str | Path) -> str:
-    """A file name as a message names it: as given when it reads plainly on one line, else its
-    repr cut to one readable line (an empty name, a 300-character one, control characters)."""
+    """A file name as a message names it: as given when it prints plainly (a path as long as the
+    kernel takes, PATH_MAX: a package's build tree can be 250 characters down, and a cut path
+    names no file), else its repr, cut in the middle past SHOWN_REPR_MAX so that the line stays
+    readable and still ends with the file's own name (an empty name, control characters, a name
+    longer than any path)."""
     text = str(path)
-    if text and text.isprintable() and len(text) <= 100:
+    if text and text.isprintable() and len(text) <= PATH_MAX:
         return text
-    return repr(text) if len(repr(text)) <= 100 else repr(text)[:99] + "…"
+    shown = repr(text)
+    return shown if len(shown) <= SHOWN_REPR_MAX else shown[:SHOWN_REPR_MAX - 61] + "…" + shown[-60:]
+
+
+PATH_MAX = 4096  # the longest path the kernel takes (linux/limits.h)
+SHOWN_REPR_MAX = 200
 
 
 _KINDS = ((stat.S_ISDIR, "it is a directory"), (stat.S_ISFIFO, "it is a FIFO (a named pipe)"),

@@ -834,6 +834,22 @@ __all__ += [
 ]
 
 
+def check_findings(text):
+    """`memqos-systemd check`'s output as [(level, text)]: a finding is wrapped at 100 columns, its
+    continuation lines indented under its text; joined here, whitespace runs as one space."""
+    found = []
+    for line in text.splitlines():
+        if line.startswith(" ") and found:
+            found[-1] = (found[-1][0], found[-1][1] + " " + " ".join(line.split()))
+        elif line.strip():
+            level, _, rest = line.partition(" ")
+            found.append((level, " ".join(rest.split())))
+    return found
+
+
+__all__ += ["check_findings"]
+
+
 def systemctl(*args, check=False):
     """Run systemctl; returns the CompletedProcess (text, stdout+stderr captured)."""
     return subprocess.run(["systemctl", *args], capture_output=True, text=True, check=check)

@@ -53,8 +53,7 @@ check(n_certs == 2 and san == f"DNS:{os.uname().nodename.lower()}",
 
 def run_check():
     p = subprocess.run(["memqos-systemd", "check"], capture_output=True, text=True)
-    lines = [" ".join(line.split()) for line in p.stdout.splitlines()]
-    errors = [line[len("error "):] for line in lines if line.startswith("error ")]
+    errors = [text for level, text in check_findings(p.stdout) if level == "error"]
     return p.returncode, errors, p.stderr
 
 

@@ -47,7 +47,8 @@ memqos_write_config(sample_config(companion="auto", bestEffortCeiling={"enabled"
 systemctl("restart", MEMQOS_UNIT)  # a fresh daemon asks the kubelet as it starts
 check(wait_for(lambda: metric("memqos_companion_mode") == 1, 30),
       "mode: the kubelet's /metrics says its Memory QoS is on: companion mode (memqos_companion_mode 1)")
-said = subprocess.run(["memqos-systemd", "check"], capture_output=True, text=True).stdout
+said = " ".join(text for _, text in check_findings(
+    subprocess.run(["memqos-systemd", "check"], capture_output=True, text=True).stdout))
 check("companion mode (the kubelet's own Memory QoS is on (the kubelet's /metrics" in said,
       "mode: check says companion mode, from the kubelet's /metrics")
 

@@ -192,7 +192,7 @@ check_eq((int(held["MemoryMin"]), int(held["MemoryLow"])), (plan[NODE]["min"], p
 lines = [m for m in journal_since(mark) if "changed without us" in m]
 through = [m for m in lines if "changed without us through systemd" in m]
 around = [m for m in lines if "in its cgroup file, around systemd" in m and "a cgroupfs writer" in m]
-named = [m for m in through if "kubelet's own Memory QoS" in m and "featureGates: {MemoryQoS: false}" in m]
+named = [m for m in through if "kubelet's own Memory QoS" in m and "companion: auto" in m]
 check(len(through) == 2 and len(named) == 2 and len(around) == 2,
       f"libct, file: the journal names each unit once per kind of writer ({len(lines)} lines: {len(named)} the"
       f" kubelet's pattern, {len(around)} a cgroupfs writer): {[m[:150] for m in lines]}")

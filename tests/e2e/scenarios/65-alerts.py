@@ -48,7 +48,7 @@ FILES = {"G": ("/var/tmp/alerts-g.dat", G_FILE), "B": ("/var/tmp/alerts-b.dat", 
 ACCOUNTING = dict(MemoryAccounting=True, CPUAccounting=True, IOAccounting=True, TasksAccounting=True)
 
 check(shutil.which("prometheus") is not None, "Debian's prometheus is in the image (image/packages.txt)")
-check(all(os.path.exists(p) for p in RULES + [WS, "/usr/share/doc/memqos-systemd/runbook.md.gz"]),
+check(all(os.path.exists(p) for p in RULES + [WS, "/usr/share/doc/memqos-systemd/runbook.md"]),
       "the package installed the rules and the runbook; the payload has bench/ws.py")
 with open("/proc/self/oom_score_adj", "w") as f:
     f.write("-900")  # the scenario itself must outlive the neighbour's OOM

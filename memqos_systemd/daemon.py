@@ -47,7 +47,7 @@ from .ceiling_watch import CeilingWatch
 from .cgroupfs import Cgroupfs
 from .config import Config, ConfigError, load_config
 from .intake import PodIntake
-from .kubelet_gate import FIGHT_WINDOW, ForeignWrites, Gate, Mode, companion_mode, fight_line, foreign_write_line
+from .kubelet_gate import FIGHT_WINDOW, ForeignWrites, Gate, companion_mode, fight_line, foreign_write_line
 from .ledger import ReservedSlices
 from .metrics import NoMetrics
 from .naming import Naming, NamingError
@@ -139,7 +139,10 @@ class Daemon:
         # Whether the kubelet's own Memory QoS is on: a node fact, as the capacity is, asked of the
         # kubelet at start, reload and its restarts (_ask_kubelet); with `companion:` it makes the mode.
         self.kubelet_gate = Gate(None, "not asked yet")
-        self._mode_shown: Mode | None = None
+        # The mode they make (kubelet_gate.companion_mode), decided again only when either changes
+        # (_decide_mode): the applier asks it for every unit it reads.
+        self.mode = companion_mode(config.companion, self.kubelet_gate)
+        self._mode_said = False
         self.capacity = outside.read_capacity()
         self.stopping = False
         self._warn_once = WarnOnce(log)
@@ -370,7 +373,7 @@ class Daemon:
                                    watch_source=hasattr(self.source, "changed"), source_changed=source_changed)
         log.info("config reloaded from %s: policy %s, hierarchy %s", self.config_path,
                  config.memory_reservation_policy, config.hierarchy)
-        self._mode_said()  # a mode `companion:` forces takes effect at once; "auto" asks at the next fetch
+        self._decide_mode()  # a mode `companion:` forces takes effect at once; "auto" asks at the next fetch
         for note in config.notes:  # e.g. an empty file: policy None (config.load_config)
             log.warning("config: %s", note)
         self.out.metrics.config_reload(True)
@@ -399,21 +402,18 @@ class Daemon:
         own (it does within a minute); from it, ours are written over what it left."""
         gate, _, unasked = await asyncio.to_thread(kubelet_gates, self.config, self.source)
         self.kubelet_gate = gate if gate.on is not None or not unasked else Gate(None, f"{gate.how}; {unasked}")
-        self._mode_said()
+        self._decide_mode()
 
-    @property
-    def mode(self) -> Mode:
-        return companion_mode(self.config.companion, self.kubelet_gate)
-
-    def _mode_said(self) -> None:
-        """The journal says the mode when it changes (kubelet_gate.companion_mode), and the metric shows it."""
-        mode = self.mode
-        if mode != self._mode_shown:
+    def _decide_mode(self) -> None:
+        """The mode from the config and the kubelet's gate (kubelet_gate.companion_mode): the journal
+        says it the first time and when it changes, and the metric shows it."""
+        mode = companion_mode(self.config.companion, self.kubelet_gate)
+        if mode != self.mode or not self._mode_said:
             log.info("%s: %s", "companion mode, beside the kubelet's own Memory QoS" if mode.companion
                      else "every value ours", mode.why)
-            if self._mode_shown is not None:
+            if mode.companion != self.mode.companion:
                 self.agenda.reread()  # what the cache holds is compared as the new mode has it
-            self._mode_shown = mode
+            self.mode, self._mode_said = mode, True
         self.out.metrics.companion(mode.companion)
 
     def _read_capacity(self) -> None:

@@ -11,7 +11,7 @@ file of the unit), never the file.
   fact     systemd 252 sends no PropertiesChanged for MemoryMin/MemoryLow on a slice (so the
            daemon reads the upper slices' cgroups, whenever one of their files is written)
   libct    kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow zeroed through systemd
-           then in the files, 6 times 10 s apart, the two files sampled every 20 ms: below the
+           then in the files, 4 times 10 s apart, the two files sampled every 20 ms: below the
            plan at most 10 % of the time, no stretch over 2 s; counted (writer="systemd"); the
            journal names the kubelet's pattern once per unit
   file     the same zeros in the files alone: every stretch below the plan at most 2 s, the first
@@ -34,7 +34,7 @@ from memqos_e2e import *
 
 need_deb()
 NODE, BURSTABLE = "kubepods.slice", "kubepods-burstable.slice"
-PERIOD, WRITES = 10.0, 6
+PERIOD, WRITES = 10.0, 4  # 4 writes: one more than the fight threshold (more than 3), in each kind
 FULL_RESYNC_EVERY = 15  # agenda.FULL_RESYNC_EVERY: with resyncInterval 1s, a full resync every 15 s
 
 pods = sample_pods()

@@ -38,7 +38,7 @@ __all__ = [
     "FAST_POLL_FIRST", "KUBELET_START_PATIENCE", "KUBELET_START_RETRY", "SOURCE_WATCH_INTERVAL",
     "KERNEL_WATCH_INTERVAL", "KERNEL_WATCH_IDLE", "KERNEL_WATCH_ALERT", "KERNEL_WATCH_AFTER_KUBELET_START",
     "KERNEL_WATCH_AFTER_DRIFT", "KERNEL_DRIFT_GAP", "HEARTBEAT_INTERVAL", "Tick",
-    "CEILING_FOLLOW_FIRST", "CEILING_FOLLOW_MAX",
+    "Look", "follow",
 ]
 
 # Every FULL_RESYNC_EVERY-th timer resync reads every unit, pod slices and container scopes
@@ -95,15 +95,30 @@ KERNEL_DRIFT_GAP = 0.5
 # How often the loop says it runs: to /livez (metrics.LIVENESS_WINDOW: a DaemonSet's liveness
 # probe) and, under WatchdogSec=, to systemd (half its timeout, if shorter: the daemon passes that).
 HEARTBEAT_INTERVAL = 10.0
-# The BestEffort ceiling steps down to the slice's usage, never below it (ceiling.py), and follows
-# it: the usage is looked at again CEILING_FOLLOW_FIRST after a step that moved, then twice as long
-# each time nothing moved, up to CEILING_FOLLOW_MAX. An allocating BestEffort process at the step is
-# OOM-killed in its own context within moments, and the next step follows within a second; a
-# BestEffort pod that holds what it has and does nothing costs a round every 30 s, not every second
-# (a round with nothing to send is most of an idle hour's CPU, bench/idle_profile.py). The
-# kubelet's QOSReserved looks every minute.
-CEILING_FOLLOW_FIRST = 1.0
-CEILING_FOLLOW_MAX = 30.0
+
+
+@dataclass(frozen=True)
+class Look:
+    """When a feature wants a round again (`at`; infinity: not at all) and how long it waited
+    last (`wait`): what `follow` keeps between rounds."""
+
+    at: float = float("inf")
+    wait: float = 0.0
+
+
+def follow(look: Look, now: float, following: bool, moved: bool, first: float, most: float) -> Look:
+    """A look again that backs off: `first` after a round that `moved` something (or the first
+    one `following`), twice as long each time a look found nothing moved, up to `most`; none once
+    no longer `following`. A round for another reason before the look is due leaves it standing.
+    Pure; a feature keeps the Look and hands its `at` to `Agenda.look_again`."""
+    if not following:
+        return Look()
+    if moved or look.at == float("inf"):
+        return Look(now + first, first)
+    if now >= look.at:
+        wait = min(look.wait * 2, most)
+        return Look(now + wait, wait)
+    return look
 
 
 class Tick(enum.StrEnum):
@@ -177,11 +192,10 @@ class Agenda:
         # When each tick is due next: the heartbeat at once, the others after their interval.
         self._ticks = {Tick.HEARTBEAT: now, Tick.WATCH: now + self.watch_interval(now)}
         self._ticks_moved = False  # a tick was brought forward (take_ticks_moved)
-        self._ceiling_at = float("inf")  # when to look at the BestEffort slice's usage again
+        self._looks: dict[str, float] = {}  # feature -> when it asked for a round again (look_again)
         # Ask the kubelet whether its own Memory QoS is on (companion mode) at the next fetch that
         # succeeds: at start, after a config reload, after the kubelet (re)started.
         self._ask_kubelet = True
-        self._ceiling_wait = CEILING_FOLLOW_FIRST
 
     # ---- events ---------------------------------------------------------------------------
     def unit_new(self, name: str, level: str, now: float, planned: bool) -> None:
@@ -277,20 +291,13 @@ class Agenda:
         moved, self._ticks_moved = self._ticks_moved, False
         return moved
 
-    def ceiling_following(self, now: float, following: bool, moved: bool) -> None:
-        """A round put the BestEffort ceiling where the slice's usage lets it (ceiling.step):
-        `following` while that is above the plan, `moved` when its value changed. Look again soon
-        after a move, later each time nothing moved (CEILING_FOLLOW_FIRST); not at all once there."""
-        if not following:
-            self._ceiling_at, self._ceiling_wait = float("inf"), CEILING_FOLLOW_FIRST
-            return
-        if moved or self._ceiling_at == float("inf"):
-            self._ceiling_wait = CEILING_FOLLOW_FIRST
-        elif now >= self._ceiling_at:
-            self._ceiling_wait = min(self._ceiling_wait * 2, CEILING_FOLLOW_MAX)
+    def look_again(self, feature: str, at: float) -> None:
+        """A feature (features.py) asks for a round at `at` (infinity: none): the last one it asked
+        for is replaced. A round may come earlier, for another reason."""
+        if at == float("inf"):
+            self._looks.pop(feature, None)
         else:
-            return  # a round for another reason: the look already due stands
-        self._ceiling_at = now + self._ceiling_wait
+            self._looks[feature] = at
 
     def resync_now(self) -> None:
         """The resync timer comes round at the next step (the next deadline counts from then)."""
@@ -360,8 +367,8 @@ class Agenda:
 
     def timeout(self, now: float) -> float:
         """How long the daemon may sleep before something is due (an event wakes it earlier)."""
-        wake = min(self._next_poll, self._next_resync, self._fast_poll_at(), self._retry_at(now), self._ceiling_at,
-                   self._drift_at)
+        wake = min(self._next_poll, self._next_resync, self._fast_poll_at(), self._retry_at(now), self._drift_at,
+                   *self._looks.values())
         if self.watch_source:
             wake = min(wake, now + SOURCE_WATCH_INTERVAL)
         if now < self._quiet_until:

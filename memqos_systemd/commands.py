@@ -35,6 +35,8 @@ from .reconcile import DEFAULTS, MAY_CREATE, reset_plan
 from .round import Inputs, Round
 from .ceiling import step
 from .ceiling_watch import CeilingWatch, ceiling_units
+from . import features
+from .feature import Context
 from .runfile import RunLockHeld, hold_run_lock
 from .signals import CLASSES, Protection, ProtectionView
 from .sources import SourceError, kubelet_gates, make_source
@@ -136,7 +138,7 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
             _warn("the pod source lists no pods but pod slices exist; not lowering anything")
         inputs = Inputs(intake.pods, NodeFacts(read_meminfo(), _page_size(), mode.companion), cfg, applier.naming,
                         intake.holding, retired)
-        rnd = Round(ceiling=ceiling)
+        rnd = Round(features=made)
         desired = rnd.plan(inputs)
         for w in desired.warnings:
             _warn(w)
@@ -154,8 +156,11 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
 
     # The BestEffort ceiling as the service steps it, its ledger written before a MemoryMax goes out.
     # A dry run reads the ledger (a ceiling turned off is taken back: shown) and writes nothing.
-    ceiling = CeilingWatch(Cgroupfs(CGROUP_ROOT), CEILING_LEDGER_PATH, _page_size(), write_ledger=not dry_run)
-    return await _send(cfg, one_round, dry_run=dry_run, label="", max_units=lambda naming: ceiling.units(naming, cfg),
+    made = features.make(Context(Cgroupfs(CGROUP_ROOT), _page_size(), state_dir=CEILING_LEDGER_PATH.parent,
+                                 write=not dry_run))
+    ceiling = features.by_name(made, CeilingWatch.name)
+    return await _send(cfg, one_round, dry_run=dry_run, label="",
+                       max_units=lambda naming: features.owned(made, "MemoryMax", naming, cfg),
                        companion=mode.companion)
 
 
@@ -800,7 +805,7 @@ def run(args, cfg: Config) -> int:
     outside = Outside(connect=lambda address: Systemd.connect(address, call_timeout=CALL_TIMEOUT),
                       make_source=make_source, read_capacity=read_meminfo, page_size=page_size(),
                       metrics=metrics, memory_watcher=_memory_watcher(log), ledger_path=LEDGER_PATH,
-                      ceiling_ledger_path=CEILING_LEDGER_PATH, last_pods_path=LAST_PODS_PATH, fights_path=FIGHTS_PATH)
+                      state_dir=CEILING_LEDGER_PATH.parent, last_pods_path=LAST_PODS_PATH, fights_path=FIGHTS_PATH)
     for note in cfg.notes:
         log.warning("config: %s", note)
     if cfg.kubelet_memory_qos_gate and cfg.companion == "off":

@@ -43,9 +43,10 @@ from typing import Any, Callable
 from . import fights
 from .agenda import HEARTBEAT_INTERVAL, Agenda, Tick
 from .applier import Applier
-from .ceiling_watch import CeilingWatch
 from .cgroupfs import Cgroupfs
+from . import features
 from .config import Config, ConfigError, load_config
+from .feature import Context
 from .intake import PodIntake
 from .kubelet_gate import FIGHT_WINDOW, ForeignWrites, Gate, companion_mode, fight_line, foreign_write_line
 from .ledger import ReservedSlices
@@ -80,7 +81,7 @@ class Outside:
     bus_address: str | None = None
     cgroupfs: Cgroupfs = field(default_factory=Cgroupfs)  # the cgroup2 mount (cgroupfs.py)
     ledger_path: Path | None = None  # reserved slices written (ledger.py); None: not kept
-    ceiling_ledger_path: Path | None = None  # slices whose MemoryMax we set (ledger.CeilingSlices); None: not kept
+    state_dir: Path | None = None  # where the features keep their files (feature.Context); None: not kept
     # The last snapshot's pods, for the first carry_over after a restart (last_pods.py); None: not kept.
     last_pods_path: Path | None = None
     # The units someone keeps writing behind our back, for status and check (fights.py); None: not kept.
@@ -131,9 +132,9 @@ class Daemon:
                              heartbeat_interval=min(watchdog_interval() or HEARTBEAT_INTERVAL, HEARTBEAT_INTERVAL))
         self.intake = PodIntake(outside.last_pods_path)  # the pods to act on, and whether we hold
         self.reserved = ReservedSlices(outside.ledger_path)
-        # The BestEffort ceiling's steps and ledger (its MemoryMax goes into the round's plan).
-        self.ceiling = CeilingWatch(outside.cgroupfs, outside.ceiling_ledger_path, outside.page_size, outside.metrics)
-        self.round = Round(outside.metrics, outside.clock, self.ceiling)
+        # What is laid on the round's plan (features.py), each with its state.
+        self.features = features.make(Context(outside.cgroupfs, outside.page_size, outside.metrics, outside.state_dir))
+        self.round = Round(outside.metrics, outside.clock, self.features)
         self.systemd = None
         self.applier: Applier | None = None
         # Whether the kubelet's own Memory QoS is on: a node fact, as the capacity is, asked of the
@@ -344,7 +345,7 @@ class Daemon:
         self.applier = Applier(systemd, self.naming, cgroupfs=self.out.cgroupfs, page_size=self.out.page_size,
                                on_call=self.out.metrics.dbus_call, on_restore=self._oom_group,
                                on_foreign=self._on_foreign_write,
-                               max_units=lambda: self.ceiling.units(self.naming, self.config),
+                               max_units=lambda: features.owned(self.features, "MemoryMax", self.naming, self.config),
                                companion=lambda: self.mode.companion)
         self.agenda.connected()
         log.info("connected to systemd %s", await systemd.version())
@@ -431,6 +432,11 @@ class Daemon:
         return Inputs(self.intake.pods, NodeFacts(self.capacity, self.out.page_size, self.mode.companion), self.config,
                       self.naming, self.intake.holding, frozenset(self.reserved.retired))
 
+    def _looks(self, planned: bool) -> None:
+        """When each feature wants a round again (feature.Feature.look_again)."""
+        for feature in self.features:
+            self.agenda.look_again(feature.name, feature.look_again(self.out.clock(), planned))
+
     async def _round(self) -> None:
         new, started = self.agenda.take_units()  # one announced while the round awaits stays queued
         inputs = self._inputs()
@@ -440,10 +446,10 @@ class Daemon:
                                            put_back=self.agenda.put_back_units)
         except PlanError as e:
             log.error("cannot plan, nothing changed: %s", e)
-            self.agenda.ceiling_following(self.out.clock(), False, False)  # else a past look: a spin
+            self._looks(planned=False)  # else a past look: a spin
             return
         self.agenda.planned(self.round.planned_units, self.out.clock())
-        self.agenda.ceiling_following(self.out.clock(), self.ceiling.following, self.ceiling.moved)
+        self._looks(planned=True)
         if outcome is None or outcome.settled:
             self.reserved.keep(self.naming.reserved_slices())  # a write that failed is tried again
             return
@@ -494,8 +500,9 @@ class Daemon:
         self.agenda.foreign_write(clock)
         if self.agenda.take_ticks_moved():  # the close watch begins within a second
             self._ticks_moved.set()
-        if self.ceiling.stand_down(unit, before, now, self.config):  # the ceiling's: said there, once
-            before, now = ({p: v for p, v in d.items() if p != "MemoryMax"} for d in (before, now))
+        taken = features.on_drift(self.features, unit, before, now, self.config)  # a feature's: said there
+        if taken:
+            before, now = ({p: v for p, v in d.items() if p not in taken} for d in (before, now))
             if before == now:
                 return
         logged, began = self.foreign.seen(unit, level, writer, before, now, clock)

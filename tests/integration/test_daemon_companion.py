@@ -63,7 +63,7 @@ def test_beside_the_kubelet_nothing_it_writes_is_written_nor_fought_over(fake_sy
 
     async def body():
         async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=COMPANION,
-                           ceiling_ledger_path=tmp_path / "ceiling-slices") as h:
+                           state_dir=tmp_path) as h:
             await h.settle()
             assert h.metrics.registry.get_sample_value("memqos_companion_mode") == 1
             assert ours_written(h) == []

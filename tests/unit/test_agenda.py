@@ -397,33 +397,65 @@ def test_the_tick_loop_sleeps_until_the_next_tick():
     assert a.tick_timeout(100.0) == min(agenda_mod.KERNEL_WATCH_IDLE, agenda_mod.HEARTBEAT_INTERVAL)
 
 
-# ---- the BestEffort ceiling's steps (issue 25) --------------------------------------------------
-def test_ceiling_following_looks_again_soon_after_a_move_and_backs_off_while_nothing_moves():
-    from memqos_systemd.agenda import CEILING_FOLLOW_FIRST, CEILING_FOLLOW_MAX
+# ---- a feature's look again (the BestEffort ceiling's steps, issue 25) ---------------------------
+def _follow(a, look, t, following, moved):
+    """What the daemon does after a round: the feature's Look, its `at` handed to the agenda."""
+    from memqos_systemd.ceiling import FOLLOW_FIRST, FOLLOW_MAX
+    look = agenda_mod.follow(look, t, following, moved, FOLLOW_FIRST, FOLLOW_MAX)
+    a.look_again("bestEffortCeiling", look.at)
+    return look
+
+
+def test_following_looks_again_soon_after_a_move_and_backs_off_while_nothing_moves():
+    from memqos_systemd.ceiling import FOLLOW_FIRST, FOLLOW_MAX
     s = steady(poll=1000.0, resync=1000.0)
     a = s.a
     assert a.timeout(10.0) == 990.0  # not following: only the timers
-    a.ceiling_following(10.0, following=True, moved=True)  # stepped to the usage
-    assert a.timeout(10.0) == CEILING_FOLLOW_FIRST == 1.0
-    a.ceiling_following(10.5, following=True, moved=False)  # a round for another reason: the look stands
+    look = _follow(a, agenda_mod.Look(), 10.0, following=True, moved=True)  # stepped to the usage
+    assert a.timeout(10.0) == FOLLOW_FIRST == 1.0
+    look = _follow(a, look, 10.5, following=True, moved=False)  # a round for another reason: the look stands
     assert a.timeout(10.5) == 0.5
     waits = []
     t = 11.0
     for _ in range(7):  # the looks, with nothing moving: 2, 4, 8, 16, 30, 30, 30
-        a.ceiling_following(t, following=True, moved=False)
+        look = _follow(a, look, t, following=True, moved=False)
         waits.append(a.timeout(t))
         t += waits[-1]
-    assert waits == [2.0, 4.0, 8.0, 16.0, CEILING_FOLLOW_MAX, 30.0, 30.0]
-    a.ceiling_following(t, following=True, moved=True)  # the usage fell: the next step goes, and soon again
+    assert waits == [2.0, 4.0, 8.0, 16.0, FOLLOW_MAX, 30.0, 30.0]
+    look = _follow(a, look, t, following=True, moved=True)  # the usage fell: the next step goes, and soon again
     assert a.timeout(t) == 1.0
-    a.ceiling_following(t + 1, following=False, moved=True)  # at the plan
+    look = _follow(a, look, t + 1, following=False, moved=True)  # at the plan
     assert a.timeout(t + 1) > 100
 
 
-def test_ceiling_following_from_a_round_that_did_not_step_starts_at_the_first_interval():
+def test_following_from_a_round_that_did_not_step_starts_at_the_first_interval():
     s = steady(poll=1000.0, resync=1000.0)
-    s.a.ceiling_following(5.0, following=True, moved=False)  # e.g. usage unreadable: nothing sent yet
+    _follow(s.a, agenda_mod.Look(), 5.0, following=True, moved=False)  # e.g. usage unreadable: nothing sent yet
     assert s.a.timeout(5.0) == 1.0
+
+
+@pytest.mark.parametrize("look, now, following, moved, expected", [
+    (agenda_mod.Look(), 0.0, False, False, agenda_mod.Look()),  # not following: no look
+    (agenda_mod.Look(5.0, 4.0), 3.0, False, True, agenda_mod.Look()),  # at the plan: the look is dropped
+    (agenda_mod.Look(), 3.0, True, False, agenda_mod.Look(4.0, 1.0)),  # the first: soon
+    (agenda_mod.Look(9.0, 8.0), 3.0, True, True, agenda_mod.Look(4.0, 1.0)),  # moved: soon again
+    (agenda_mod.Look(9.0, 8.0), 3.0, True, False, agenda_mod.Look(9.0, 8.0)),  # before it is due: it stands
+    (agenda_mod.Look(9.0, 8.0), 9.0, True, False, agenda_mod.Look(25.0, 16.0)),  # due, nothing moved: twice
+    (agenda_mod.Look(9.0, 20.0), 9.5, True, False, agenda_mod.Look(39.5, 30.0)),  # never longer than most
+])
+def test_follow_table(look, now, following, moved, expected):
+    assert agenda_mod.follow(look, now, following, moved, 1.0, 30.0) == expected
+
+
+def test_each_feature_has_its_own_look_and_infinity_drops_one():
+    s = steady(poll=1000.0, resync=1000.0)
+    s.a.look_again("one", 15.0)
+    s.a.look_again("two", 12.0)
+    assert s.a.timeout(10.0) == 2.0
+    s.a.look_again("two", float("inf"))
+    assert s.a.timeout(10.0) == 5.0
+    s.a.look_again("one", 20.0)  # replaces its last
+    assert s.a.timeout(10.0) == 10.0
 
 
 def test_a_drift_soon_after_another_is_re_read_after_the_gap_not_at_once():

@@ -85,6 +85,17 @@ class Outcome:
         done = {c.unit for c in self.result.applied} | {c.unit for c in self.result.vanished}
         return len(self.held | ({c.unit for c in self.changes} - done))
 
+    def held_note(self, holding: Holding) -> list[str]:
+        """What holding kept back, for the journal: one line, or none."""
+        return [f"holding ({holding}): changes of {len(self.held)} unit(s) that would lower a protection or move a"
+                f" MemoryHigh not sent"] if self.held else []
+
+    def status(self, inputs: Inputs) -> str:
+        """The service's status line (STATUS=, and `ready:` in the journal) after this round."""
+        node = self.plan.node_unit()
+        return (f"{len(inputs.pods)} pods, kubepods min {node.memory_min} low {node.memory_low}"
+                + (f", holding: {inputs.holding}" if inputs.holding else ""))
+
     def summary(self) -> str:
         """One line: what was applied (unit, property, old -> new), what had gone, where it stopped."""
         return summarize(self.result, name_changes(self.result.applied, self.was))

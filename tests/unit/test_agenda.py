@@ -336,13 +336,13 @@ def test_the_upper_slices_are_watched_closely_only_while_a_writer_is_about():
     """Every wake of the watch costs the loop; close (every second) only after a foreign write was
     found, or right after the kubelet started (it writes its zeros as it starts)."""
     s = steady()
-    assert s.a.watch_interval(10.0) == agenda_mod.KERNEL_WATCH_IDLE
+    assert s.a.ticks.watch_interval(10.0) == agenda_mod.KERNEL_WATCH_IDLE
     s.a.foreign_write(10.0)
-    assert s.a.watch_interval(11.0) == agenda_mod.KERNEL_WATCH_INTERVAL
-    assert s.a.watch_interval(10.0 + agenda_mod.KERNEL_WATCH_ALERT) == agenda_mod.KERNEL_WATCH_IDLE
+    assert s.a.ticks.watch_interval(11.0) == agenda_mod.KERNEL_WATCH_INTERVAL
+    assert s.a.ticks.watch_interval(10.0 + agenda_mod.KERNEL_WATCH_ALERT) == agenda_mod.KERNEL_WATCH_IDLE
     s.a.kubelet_started(5000.0)
-    assert s.a.watch_interval(5001.0) == agenda_mod.KERNEL_WATCH_INTERVAL
-    assert s.a.watch_interval(5000.0 + agenda_mod.KERNEL_WATCH_AFTER_KUBELET_START) == agenda_mod.KERNEL_WATCH_IDLE
+    assert s.a.ticks.watch_interval(5001.0) == agenda_mod.KERNEL_WATCH_INTERVAL
+    assert s.a.ticks.watch_interval(5000.0 + agenda_mod.KERNEL_WATCH_AFTER_KUBELET_START) == agenda_mod.KERNEL_WATCH_IDLE
 
 
 def test_a_drift_in_the_kernel_re_reads_the_slices_whose_cgroup_differs_and_watches_closely():
@@ -350,8 +350,8 @@ def test_a_drift_in_the_kernel_re_reads_the_slices_whose_cgroup_differs_and_watc
     s.a.kernel_drift(1.0)
     assert s.a.due(1.0) == Due(refresh=Refresh.TIMER_LIGHT)  # as the timer would: the same reads either way
     assert s.a.due(1.0).refresh.trust_kernel and s.a.due(1.0).refresh.levels == agenda_mod.LIGHT_LEVELS
-    assert s.a.watch_interval(2.0) == agenda_mod.KERNEL_WATCH_INTERVAL
-    assert s.a.watch_interval(1.0 + agenda_mod.KERNEL_WATCH_AFTER_DRIFT) == agenda_mod.KERNEL_WATCH_IDLE
+    assert s.a.ticks.watch_interval(2.0) == agenda_mod.KERNEL_WATCH_INTERVAL
+    assert s.a.ticks.watch_interval(1.0 + agenda_mod.KERNEL_WATCH_AFTER_DRIFT) == agenda_mod.KERNEL_WATCH_IDLE
 
 
 # ---- the ticks beside the rounds (issue 27: every periodic task on the agenda's schedule) --------
@@ -359,10 +359,10 @@ def ticks_over(a: Agenda, until: float) -> list[tuple[float, str]]:
     """Play the daemon's tick loop from 0 to `until`: (time, tick) of every tick carried out."""
     done, t = [], 0.0
     while t <= until:
-        for tick in a.ticks_due(t):
+        for tick in a.ticks.due(t):
             done.append((round(t, 3), str(tick)))
-            a.tick_done(tick, t)
-        t = t + a.tick_timeout(t) if a.tick_timeout(t) > 0 else t + 0.001
+            a.ticks.done(tick, t)
+        t = t + a.ticks.timeout(t) if a.ticks.timeout(t) > 0 else t + 0.001
     return done
 
 
@@ -381,20 +381,20 @@ def test_the_watch_tick_follows_the_watch_interval():
     a = Agenda(resync_interval=RESYNC, poll_interval=POLL)
     idle = [t for t, tick in ticks_over(a, 11.0) if tick == "watch"]
     assert idle == [agenda_mod.KERNEL_WATCH_IDLE, 2 * agenda_mod.KERNEL_WATCH_IDLE]
-    assert not a.take_ticks_moved()
+    assert not a.ticks.take_moved()
     a.kernel_drift(11.0)  # a writer about: every second from now on, not from the idle look due at 15
-    assert a.take_ticks_moved() and not a.take_ticks_moved()  # the tick loop is woken once
+    assert a.ticks.take_moved() and not a.ticks.take_moved()  # the tick loop is woken once
     watched = [t for t, tick in ticks_over(a, 20.0) if tick == "watch" and t > 11.0]
     assert watched[:4] == [12.0, 13.0, 14.0, 15.0]
     a.kernel_drift(20.5)  # already close (the next look at 21): no tick moves, nothing to wake
-    assert not a.take_ticks_moved()
+    assert not a.ticks.take_moved()
 
 
 def test_the_tick_loop_sleeps_until_the_next_tick():
     a = Agenda(resync_interval=RESYNC, poll_interval=POLL, now=100.0)
-    assert [str(t) for t in a.ticks_due(100.0)] == ["heartbeat"]
-    a.tick_done(agenda_mod.Tick.HEARTBEAT, 100.0)
-    assert a.tick_timeout(100.0) == min(agenda_mod.KERNEL_WATCH_IDLE, agenda_mod.HEARTBEAT_INTERVAL)
+    assert [str(t) for t in a.ticks.due(100.0)] == ["heartbeat"]
+    a.ticks.done(agenda_mod.Tick.HEARTBEAT, 100.0)
+    assert a.ticks.timeout(100.0) == min(agenda_mod.KERNEL_WATCH_IDLE, agenda_mod.HEARTBEAT_INTERVAL)
 
 
 # ---- a feature's look again (the BestEffort ceiling's steps, issue 25) ---------------------------

@@ -10,7 +10,7 @@ may lower it; this is the ceiling's side of a round, so that the round only call
   goes below the slice's usage (read through cgroupfs.py only then), or infinity where the ceiling
   is off and a MemoryMax of ours is left (a reload turned it off, or the service was stopped
   meanwhile). Before the first value other than infinity goes out, the slice enters the ledger
-  (ledger.CeilingSlices, in /run like systemd's runtime properties), so `reset`, `apt remove` and the
+  (CEILINGS_PATH, a ledger.OwnedSlices, in /run like systemd's runtime properties), so `reset`, `apt remove` and the
   DaemonSet's uninstall know to put infinity back, and leave a MemoryMax someone else set alone;
 * `settle`, after the apply, drops from the ledger what holds infinity again, says in the journal
   when a step-down starts and ends, and sets the ceiling's metric;
@@ -33,7 +33,7 @@ from .ceiling import FOLLOW_FIRST, FOLLOW_MAX, step
 from .cgroupfs import Cgroupfs
 from .config_schema import Config
 from .feature import Context
-from .ledger import CEILINGS_PATH, CeilingSlices
+from .ledger import DEFAULT_PATH, OwnedSlices
 from .metrics import NoMetrics
 from .naming import Naming
 from .plan import INFINITY, Plan, qos_reserved_writer
@@ -41,7 +41,11 @@ from .quantity import format_bytes
 from .reconcile import UNREAD
 from .quantity import show_value
 
-__all__ = ["CeilingWatch"]
+__all__ = ["CeilingWatch", "ceiling_units", "CEILINGS_PATH", "CEILING_LEDGER"]
+
+# The slices whose MemoryMax the daemon set (its ledger), beside the reserved slices' (ledger.py).
+CEILINGS_PATH = DEFAULT_PATH.with_name("ceiling-slices")
+CEILING_LEDGER = "ceiling ledger"  # what the journal calls it
 
 log = logging.getLogger("memqos_systemd")
 
@@ -68,7 +72,7 @@ class CeilingWatch:
     def __init__(self, cgroupfs: Cgroupfs, ledger_path: Path | None, page_size: int, metrics=None, *,
                  write_ledger: bool = True):
         self.cgroupfs = cgroupfs
-        self.ledger = CeilingSlices(ledger_path, write=write_ledger)  # read-only: a dry run
+        self.ledger = OwnedSlices(ledger_path, CEILING_LEDGER, write=write_ledger)  # read-only: a dry run
         self.page_size = page_size
         self.metrics = metrics or NoMetrics()
         self.following = False  # the last overlay stopped above the plan for the slice's usage

@@ -34,7 +34,7 @@ from .quantity import format_bytes
 from .reconcile import DEFAULTS, MAY_CREATE, reset_plan
 from .round import Inputs, Round
 from .ceiling import step
-from .ceiling_watch import CeilingWatch, ceiling_units
+from .ceiling_watch import CEILING_LEDGER, CEILINGS_PATH, CeilingWatch, ceiling_units
 from . import features
 from .feature import Context
 from .runfile import RunLockHeld, hold_run_lock
@@ -56,8 +56,8 @@ CGROUP_ROOT = Path(os.environ.get("MEMQOS_CGROUP_FS", "/sys/fs/cgroup"))
 LEDGER_PATH = Path(os.environ.get("MEMQOS_LEDGER", str(ledger.DEFAULT_PATH)))
 # The pods of the last run, for the first carry_over after a restart (last_pods.py): next to the ledger.
 LAST_PODS_PATH = Path(os.environ.get("MEMQOS_LAST_PODS", str(LEDGER_PATH.with_name(last_pods.DEFAULT_PATH.name))))
-# The slices whose MemoryMax the service set (the BestEffort ceiling, ledger.CeilingSlices): next to the ledger.
-CEILING_LEDGER_PATH = LEDGER_PATH.with_name(ledger.CEILINGS_PATH.name)
+# The slices whose MemoryMax the service set (the BestEffort ceiling, ledger.OwnedSlices): next to the ledger.
+CEILING_LEDGER_PATH = LEDGER_PATH.with_name(CEILINGS_PATH.name)
 # One daemon per node, of either route (runfile.hold_run_lock): beside the ledger, in the
 # directory the service and the DaemonSet's pod share.
 RUN_LOCK_PATH = LEDGER_PATH.with_name("run.lock")
@@ -170,7 +170,7 @@ def reset(args, cfg: Config) -> int:
 
 
 async def _reset(cfg: Config, *, dry_run: bool) -> int:
-    ceilings = ledger.CeilingSlices(CEILING_LEDGER_PATH)
+    ceilings = ledger.OwnedSlices(CEILING_LEDGER_PATH, CEILING_LEDGER)
     # Beside the kubelet's own Memory QoS, what it wrote is its own: a pod's it writes only once,
     # at the pod's creation, so taking it back would leave the pod unprotected for good.
     mode = await _mode(cfg)
@@ -184,7 +184,7 @@ async def _reset(cfg: Config, *, dry_run: bool) -> int:
         # Also the reserved slices the service wrote that the config no longer names (ledger.py).
         former = ledger.read(LEDGER_PATH) - set(applier.naming.reserved_slices())
         await applier.refresh_all(former)
-        found = reset_plan(applier.observed, applier.naming, also=former, ceilings=ours(applier.naming),
+        found = reset_plan(applier.observed, applier.naming, also=former, max_units=ours(applier.naming),
                            keep=kubelet_owns if mode.companion else lambda level: frozenset())
         return found, await applier.apply(found, dry_run=dry_run, echo=print)
 
@@ -252,7 +252,7 @@ async def _status(cfg: Config, output: str) -> int:
         _err(f"cannot reach systemd: {e}")
         return EXIT_FAILURE
     naming = Naming.for_config(cfg)
-    ours = ceiling_units(ledger.CeilingSlices(CEILING_LEDGER_PATH).names, naming, cfg)
+    ours = ceiling_units(ledger.OwnedSlices(CEILING_LEDGER_PATH, CEILING_LEDGER).names, naming, cfg)
     try:
         applier = Applier(systemd, naming, max_units=lambda: ours)
         await applier.refresh_all(u.unit for u in desired.units) if desired else await applier.refresh_all()

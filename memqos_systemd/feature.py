@@ -1,11 +1,12 @@
 """The feature interface: what a feature laid on the plan does at each stage of a round.
 
 A feature is a value the plan alone cannot send as planned: it needs a state kept between rounds,
-a read of its own, or a step at a time (the BestEffort ceiling, ceiling_watch.py, is the first).
+a read of its own, or a step at a time (features.py lists them; docs/DESIGN.md, "The feature
+interface", walks through the first).
 Each one is a module with a class that has the members below, and one line of the table in
 features.py; the daemon and the round iterate the table and never name a feature.
 
-* `name`: its config key (e.g. "bestEffortCeiling"), the key of its look again in the agenda.
+* `name`: its config key, the key of its look again in the agenda.
 * `properties`, `units(naming, config)`: the properties it sets beyond the plan's three, and the
   units on which they are its own to read and write (the Applier reads them with the other three);
   a property it sets nowhere else is never read as ours nor taken back.

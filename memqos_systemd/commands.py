@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Collection
 
-from . import columns, fights, last_pods, ledger
+from . import columns, features, fights, last_pods, ledger
 from .applier import Applier, ApplyResult, summarize
 from .cgroupfs import (
     Cgroupfs, cgroup_path, kernel_shows, read_cgroup_memory, read_file, read_memory_events, read_pressure, read_value,
@@ -35,7 +35,6 @@ from .reconcile import DEFAULTS, MAY_CREATE, reset_plan
 from .round import Inputs, Round
 from .ceiling import step
 from .ceiling_watch import CEILING_LEDGER, CEILINGS_PATH, CeilingWatch, ceiling_units
-from . import features
 from .feature import Context
 from .runfile import RunLockHeld, hold_run_lock
 from .signals import CLASSES, Protection, ProtectionView

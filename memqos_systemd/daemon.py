@@ -41,11 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import fights
+from . import features, fights
 from .agenda import HEARTBEAT_INTERVAL, Agenda, Tick
 from .applier import Applier
 from .cgroupfs import Cgroupfs
-from . import features
 from .companion import Companion
 from .config import Config, ConfigError
 from .feature import Context
@@ -343,7 +342,8 @@ class Daemon:
                                    watch_source=hasattr(self.source, "changed"), source_changed=source_changed)
         log.info("config reloaded from %s: policy %s, hierarchy %s", self.config_path,
                  config.memory_reservation_policy, config.hierarchy)
-        if self.companion.decide(config):  # a mode `companion:` forces takes effect at once; "auto" asks at the next fetch
+        # A mode `companion:` forces takes effect at once; "auto" asks at the next fetch.
+        if self.companion.decide(config):
             self.agenda.reread()  # what the cache holds is compared as the new mode has it
         for note in config.notes:  # e.g. an empty file: policy None (config.load_config)
             log.warning("config: %s", note)
@@ -369,8 +369,9 @@ class Daemon:
 
     # ------------------------------------------------------------ one round (round.py)
     def _inputs(self) -> Inputs:
-        return Inputs(self.intake.pods, NodeFacts(self.capacity.bytes, self.out.page_size, self.companion.mode.companion), self.config,
-                      self.naming, self.intake.holding, frozenset(self.reserved.retired))
+        node = NodeFacts(self.capacity.bytes, self.out.page_size, self.companion.mode.companion)
+        return Inputs(self.intake.pods, node, self.config, self.naming, self.intake.holding,
+                      frozenset(self.reserved.retired))
 
     def _looks(self, planned: bool) -> None:
         """When each feature wants a round again (feature.Feature.look_again)."""

@@ -342,7 +342,8 @@ def test_the_upper_slices_are_watched_closely_only_while_a_writer_is_about():
     assert s.a.ticks.watch_interval(10.0 + agenda_mod.KERNEL_WATCH_ALERT) == agenda_mod.KERNEL_WATCH_IDLE
     s.a.kubelet_started(5000.0)
     assert s.a.ticks.watch_interval(5001.0) == agenda_mod.KERNEL_WATCH_INTERVAL
-    assert s.a.ticks.watch_interval(5000.0 + agenda_mod.KERNEL_WATCH_AFTER_KUBELET_START) == agenda_mod.KERNEL_WATCH_IDLE
+    after = 5000.0 + agenda_mod.KERNEL_WATCH_AFTER_KUBELET_START
+    assert s.a.ticks.watch_interval(after) == agenda_mod.KERNEL_WATCH_IDLE
 
 
 def test_a_drift_in_the_kernel_re_reads_the_slices_whose_cgroup_differs_and_watches_closely():

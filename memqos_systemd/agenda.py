@@ -8,7 +8,7 @@ what is due, `timeout(now)` how long it may sleep, takes the work it does (`take
 `put_back_units`). So every interleaving of events and timers is a table test
 (tests/unit/test_agenda.py), with no bus, threads or sleeps. The work beside the rounds (the
 heartbeat, the watch of the upper slices) is on the same
-schedule: each is a `Tick` (`ticks_due`, `tick_done`, `tick_timeout`).
+schedule: each is a `Tick` (`Ticks`: `due`, `done`, `timeout`).
 
 What is re-read from systemd first is one ordered value, `Refresh`: a merge of what is asked is
 the larger of the two, and its `levels` and `trust_kernel` follow from it.
@@ -37,8 +37,8 @@ __all__ = [
     "Agenda", "Due", "Refresh", "LIGHT_LEVELS", "FULL_RESYNC_EVERY", "SYSTEMD_SETTLE", "UNKNOWN_UNIT_PATIENCE",
     "FAST_POLL_FIRST", "KUBELET_START_PATIENCE", "KUBELET_START_RETRY", "SOURCE_WATCH_INTERVAL",
     "KERNEL_WATCH_INTERVAL", "KERNEL_WATCH_IDLE", "KERNEL_WATCH_ALERT", "KERNEL_WATCH_AFTER_KUBELET_START",
-    "KERNEL_WATCH_AFTER_DRIFT", "KERNEL_DRIFT_GAP", "HEARTBEAT_INTERVAL", "Tick",
-    "CEILING_FOLLOW_FIRST", "CEILING_FOLLOW_MAX",
+    "KERNEL_WATCH_AFTER_DRIFT", "KERNEL_DRIFT_GAP", "HEARTBEAT_INTERVAL", "Tick", "Ticks",
+    "Look", "follow",
 ]
 
 # Every FULL_RESYNC_EVERY-th timer resync reads every unit, pod slices and container scopes
@@ -95,23 +95,81 @@ KERNEL_DRIFT_GAP = 0.5
 # How often the loop says it runs: to /livez (metrics.LIVENESS_WINDOW: a DaemonSet's liveness
 # probe) and, under WatchdogSec=, to systemd (half its timeout, if shorter: the daemon passes that).
 HEARTBEAT_INTERVAL = 10.0
-# The BestEffort ceiling steps down to the slice's usage, never below it (ceiling.py), and follows
-# it: the usage is looked at again CEILING_FOLLOW_FIRST after a step that moved, then twice as long
-# each time nothing moved, up to CEILING_FOLLOW_MAX. An allocating BestEffort process at the step is
-# OOM-killed in its own context within moments, and the next step follows within a second; a
-# BestEffort pod that holds what it has and does nothing costs a round every 30 s, not every second
-# (a round with nothing to send is most of an idle hour's CPU, bench/idle_profile.py). The
-# kubelet's QOSReserved looks every minute.
-CEILING_FOLLOW_FIRST = 1.0
-CEILING_FOLLOW_MAX = 30.0
+
+
+@dataclass(frozen=True)
+class Look:
+    """When a feature wants a round again (`at`; infinity: not at all) and how long it waited
+    last (`wait`): what `follow` keeps between rounds."""
+
+    at: float = float("inf")
+    wait: float = 0.0
+
+
+def follow(look: Look, now: float, following: bool, moved: bool, first: float, most: float) -> Look:
+    """A look again that backs off: `first` after a round that `moved` something (or the first
+    one `following`), twice as long each time a look found nothing moved, up to `most`; none once
+    no longer `following`. A round for another reason before the look is due leaves it standing.
+    Pure; a feature keeps the Look and hands its `at` to `Agenda.look_again`."""
+    if not following:
+        return Look()
+    if moved or look.at == float("inf"):
+        return Look(now + first, first)
+    if now >= look.at:
+        wait = min(look.wait * 2, most)
+        return Look(now + wait, wait)
+    return look
 
 
 class Tick(enum.StrEnum):
-    """Work beside the rounds, each on the agenda's schedule (`ticks_due`, `tick_done`). A tick
+    """Work beside the rounds, each on the agenda's schedule (`Ticks.due`, `Ticks.done`). A tick
     never waits on systemd or the pod source, so a round that does never holds one up."""
 
     HEARTBEAT = "heartbeat"  # the loop runs: WATCHDOG=1 to systemd, /livez stays 200; at once, then every heartbeat interval
     WATCH = "watch"  # the node, QoS and reserved slices' cgroups read (Cgroupfs.watch): every watch_interval
+
+
+class Ticks:
+    """When each tick is due (pure; `Agenda.ticks`): the heartbeat at once, then every
+    `heartbeat_interval`; the watch every KERNEL_WATCH_IDLE, or KERNEL_WATCH_INTERVAL while it
+    watches closely (the agenda's events say when: `watch_closely`)."""
+
+    def __init__(self, now: float, heartbeat_interval: float = HEARTBEAT_INTERVAL) -> None:
+        self.heartbeat_interval = heartbeat_interval
+        self._close_until = float("-inf")  # the upper slices are watched closely until then
+        self._at = {Tick.HEARTBEAT: now, Tick.WATCH: now + self.watch_interval(now)}
+        self._moved = False  # a tick was brought forward (take_moved)
+
+    def watch_closely(self, now: float, how_long: float) -> None:
+        """Look every KERNEL_WATCH_INTERVAL for `how_long` from `now`, starting within one interval
+        (not at the idle look already due, up to KERNEL_WATCH_IDLE away)."""
+        self._close_until = max(self._close_until, now + how_long)
+        if now + KERNEL_WATCH_INTERVAL < self._at[Tick.WATCH]:
+            self._at[Tick.WATCH] = now + KERNEL_WATCH_INTERVAL
+            self._moved = True
+
+    def take_moved(self) -> bool:
+        """Whether a tick was brought forward since this was last asked: the tick loop, asleep until
+        the tick due before, is to be woken."""
+        moved, self._moved = self._moved, False
+        return moved
+
+    def watch_interval(self, now: float) -> float:
+        """How long until the upper slices' cgroups are read again (see KERNEL_WATCH_INTERVAL)."""
+        return KERNEL_WATCH_INTERVAL if now < self._close_until else KERNEL_WATCH_IDLE
+
+    def due(self, now: float) -> list[Tick]:
+        """The ticks whose time has come, in their order."""
+        return [t for t in Tick if now >= self._at[t]]
+
+    def done(self, tick: Tick, now: float) -> None:
+        """`tick` has been done: when it is due next."""
+        wait = self.heartbeat_interval if tick is Tick.HEARTBEAT else self.watch_interval(now)
+        self._at[tick] = now + wait
+
+    def timeout(self, now: float) -> float:
+        """How long until the next tick is due."""
+        return max(min(self._at.values()) - now, 0.0)
 
 
 class Refresh(enum.IntEnum):
@@ -151,7 +209,6 @@ class Agenda:
         self.resync_interval = resync_interval
         self.poll_interval = poll_interval
         self.watch_source = watch_source  # the pod source can say it changed (a pods file)
-        self.heartbeat_interval = heartbeat_interval
         self._reload = False
         self._reloading = False  # between systemd's Reloading(true) and Reloading(false)
         self._pending = Refresh.FULL  # at start, everything is read from systemd
@@ -166,7 +223,6 @@ class Agenda:
         self._fetch_failing = False
         self._fast_poll = FAST_POLL_FIRST
         self._kubelet_started = float("-inf")
-        self._close_until = float("-inf")  # the upper slices are watched closely until then
         self._drift_asked = float("-inf")  # when a drift the watch found was last re-read
         self._drift_at = float("inf")  # when a drift found since is due to be re-read
         # New pod/container units the pod source has not described yet -> when we stop asking.
@@ -174,14 +230,11 @@ class Agenda:
         self._unknown_new = False  # one came since the last fetch started
         self._new: set[str] = set()  # UnitNew: read state and properties
         self._started: set[str] = set()  # JobRemoved: read the state again
-        # When each tick is due next: the heartbeat at once, the others after their interval.
-        self._ticks = {Tick.HEARTBEAT: now, Tick.WATCH: now + self.watch_interval(now)}
-        self._ticks_moved = False  # a tick was brought forward (take_ticks_moved)
-        self._ceiling_at = float("inf")  # when to look at the BestEffort slice's usage again
+        self.ticks = Ticks(now, heartbeat_interval)  # the work beside the rounds
+        self._looks: dict[str, float] = {}  # feature -> when it asked for a round again (look_again)
         # Ask the kubelet whether its own Memory QoS is on (companion mode) at the next fetch that
         # succeeds: at start, after a config reload, after the kubelet (re)started.
         self._ask_kubelet = True
-        self._ceiling_wait = CEILING_FOLLOW_FIRST
 
     # ---- events ---------------------------------------------------------------------------
     def unit_new(self, name: str, level: str, now: float, planned: bool) -> None:
@@ -213,7 +266,7 @@ class Agenda:
         self._ask_kubelet = True  # it may have come back with its Memory QoS gate flipped
         self._pending = max(self._pending, Refresh.LIGHT)
         self._want_fetch = True
-        self._watch_closely(now, KERNEL_WATCH_AFTER_KUBELET_START)
+        self.ticks.watch_closely(now, KERNEL_WATCH_AFTER_KUBELET_START)
 
     def systemd_changing(self, active: bool, now: float) -> None:
         """systemd's Reloading(active). While it reloads, units read back half-loaded (defaults, or
@@ -246,7 +299,7 @@ class Agenda:
 
     def foreign_write(self, now: float) -> None:
         """A read found a unit holding what someone else wrote: watch closely for a while."""
-        self._watch_closely(now, KERNEL_WATCH_ALERT)
+        self.ticks.watch_closely(now, KERNEL_WATCH_ALERT)
 
     def kernel_drift(self, now: float) -> None:
         """A node, QoS or reserved slice's cgroup no longer shows what the cache holds for it:
@@ -261,36 +314,15 @@ class Agenda:
             self.reread(Refresh.TIMER_LIGHT)
         else:
             self._drift_at = min(self._drift_at, self._drift_asked + KERNEL_DRIFT_GAP)
-        self._watch_closely(now, KERNEL_WATCH_AFTER_DRIFT)
+        self.ticks.watch_closely(now, KERNEL_WATCH_AFTER_DRIFT)
 
-    def _watch_closely(self, now: float, how_long: float) -> None:
-        """Look every KERNEL_WATCH_INTERVAL for `how_long` from `now`, starting within one interval
-        (not at the idle look already due, up to KERNEL_WATCH_IDLE away)."""
-        self._close_until = max(self._close_until, now + how_long)
-        if now + KERNEL_WATCH_INTERVAL < self._ticks[Tick.WATCH]:
-            self._ticks[Tick.WATCH] = now + KERNEL_WATCH_INTERVAL
-            self._ticks_moved = True
-
-    def take_ticks_moved(self) -> bool:
-        """Whether a tick was brought forward since this was last asked: the tick loop, asleep until
-        the tick due before, is to be woken."""
-        moved, self._ticks_moved = self._ticks_moved, False
-        return moved
-
-    def ceiling_following(self, now: float, following: bool, moved: bool) -> None:
-        """A round put the BestEffort ceiling where the slice's usage lets it (ceiling.step):
-        `following` while that is above the plan, `moved` when its value changed. Look again soon
-        after a move, later each time nothing moved (CEILING_FOLLOW_FIRST); not at all once there."""
-        if not following:
-            self._ceiling_at, self._ceiling_wait = float("inf"), CEILING_FOLLOW_FIRST
-            return
-        if moved or self._ceiling_at == float("inf"):
-            self._ceiling_wait = CEILING_FOLLOW_FIRST
-        elif now >= self._ceiling_at:
-            self._ceiling_wait = min(self._ceiling_wait * 2, CEILING_FOLLOW_MAX)
+    def look_again(self, feature: str, at: float) -> None:
+        """A feature (features.py) asks for a round at `at` (infinity: none): the last one it asked
+        for is replaced. A round may come earlier, for another reason."""
+        if at == float("inf"):
+            self._looks.pop(feature, None)
         else:
-            return  # a round for another reason: the look already due stands
-        self._ceiling_at = now + self._ceiling_wait
+            self._looks[feature] = at
 
     def resync_now(self) -> None:
         """The resync timer comes round at the next step (the next deadline counts from then)."""
@@ -360,30 +392,13 @@ class Agenda:
 
     def timeout(self, now: float) -> float:
         """How long the daemon may sleep before something is due (an event wakes it earlier)."""
-        wake = min(self._next_poll, self._next_resync, self._fast_poll_at(), self._retry_at(now), self._ceiling_at,
-                   self._drift_at)
+        wake = min(self._next_poll, self._next_resync, self._fast_poll_at(), self._retry_at(now), self._drift_at,
+                   *self._looks.values())
         if self.watch_source:
             wake = min(wake, now + SOURCE_WATCH_INTERVAL)
         if now < self._quiet_until:
             wake = min(wake, self._quiet_until)
         return max(wake - now, 0.0)
-
-    def watch_interval(self, now: float) -> float:
-        """How long until the upper slices' cgroups are read again (see KERNEL_WATCH_INTERVAL)."""
-        return KERNEL_WATCH_INTERVAL if now < self._close_until else KERNEL_WATCH_IDLE
-
-    def ticks_due(self, now: float) -> list[Tick]:
-        """The ticks whose time has come, in their order."""
-        return [t for t in Tick if now >= self._ticks[t]]
-
-    def tick_done(self, tick: Tick, now: float) -> None:
-        """`tick` has been done: when it is due next."""
-        wait = self.heartbeat_interval if tick is Tick.HEARTBEAT else self.watch_interval(now)
-        self._ticks[tick] = now + wait
-
-    def tick_timeout(self, now: float) -> float:
-        """How long until the next tick is due."""
-        return max(min(self._ticks.values()) - now, 0.0)
 
     def in_doubt(self, now: float) -> bool:
         """Whether the cache may lack units systemd holds until the next full re-read: systemd is

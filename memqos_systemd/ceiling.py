@@ -8,7 +8,7 @@ systemd, PID 1: while it reclaims, every unit's start and stop on the node waits
 
 So MemoryMax is never lowered below the slice's usage in one write. `step` sends the plan when the
 slice's usage (memory.current, rounded up to a page) is at or below it; otherwise it steps down to
-the usage and follows it (the caller looks again: agenda.py's `ceiling_following`). At the step,
+the usage and follows it (the caller looks again: FOLLOW_FIRST, FOLLOW_MAX below). At the step,
 the slice cannot grow: a BestEffort process that allocates then reclaims its own cache and, with
 none left, is OOM-killed by the kernel in its own context, inside the slice; every page it frees
 lets the next step go lower, until the plan is reached. This is what the kubelet's QOSReserved
@@ -28,7 +28,16 @@ from dataclasses import dataclass
 
 from .quantity import UINT64_MAX as INFINITY, page_up
 
-__all__ = ["Step", "step"]
+__all__ = ["Step", "step", "FOLLOW_FIRST", "FOLLOW_MAX"]
+
+# The step follows the slice's usage, never below it: the usage is looked at again FOLLOW_FIRST
+# after a step that moved, then twice as long each time nothing moved, up to FOLLOW_MAX
+# (agenda.follow). An allocating BestEffort process at the step is OOM-killed in its own context
+# within moments, and the next step follows within a second; a BestEffort pod that holds what it
+# has and does nothing costs a round every 30 s, not every second (a round with nothing to send is
+# most of an idle hour's CPU, bench/idle_profile.py). The kubelet's QOSReserved looks every minute.
+FOLLOW_FIRST = 1.0
+FOLLOW_MAX = 30.0
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The BestEffort ceiling at work: its steps laid on the plan, its ledger kept, a rival writer heeded.
+"""The BestEffort ceiling at work, the first feature (feature.py, one line of features.py): its
+steps laid on the plan, its ledger kept, a rival writer heeded.
 
 plan.py plans the ceiling (`besteffort_ceiling`) and ceiling.py decides, purely, how far one write
 may lower it; this is the ceiling's side of a round, so that the round only calls it:
@@ -9,11 +10,13 @@ may lower it; this is the ceiling's side of a round, so that the round only call
   goes below the slice's usage (read through cgroupfs.py only then), or infinity where the ceiling
   is off and a MemoryMax of ours is left (a reload turned it off, or the service was stopped
   meanwhile). Before the first value other than infinity goes out, the slice enters the ledger
-  (ledger.CeilingSlices, in /run like systemd's runtime properties), so `reset`, `apt remove` and the
+  (CEILINGS_PATH, a ledger.OwnedSlices, in /run like systemd's runtime properties), so `reset`, `apt remove` and the
   DaemonSet's uninstall know to put infinity back, and leave a MemoryMax someone else set alone;
 * `settle`, after the apply, drops from the ledger what holds infinity again, says in the journal
   when a step-down starts and ends, and sets the ceiling's metric;
-* `stand_down`: someone else changed that MemoryMax (the kubelet's QOSReserved rewrites it every
+* `look_again`: while a step stopped above the plan for the usage, a round again soon after a
+  step that moved, later each time nothing moved (ceiling.FOLLOW_FIRST, agenda.follow);
+* `stand_down` (`on_drift`): someone else changed that MemoryMax (the kubelet's QOSReserved rewrites it every
   minute, kubelet_gate.py): the ceiling is left to them, said once, until the config is reloaded
   or the service restarted. Two writers are never left to fight.
 """
@@ -25,10 +28,12 @@ import logging
 from pathlib import Path
 from typing import Collection, Mapping
 
-from .ceiling import step
+from .agenda import Look, follow
+from .ceiling import FOLLOW_FIRST, FOLLOW_MAX, step
 from .cgroupfs import Cgroupfs
-from .config import Config
-from .ledger import CeilingSlices
+from .config_schema import Config
+from .feature import Context
+from .ledger import DEFAULT_PATH, OwnedSlices
 from .metrics import NoMetrics
 from .naming import Naming
 from .plan import INFINITY, Plan, qos_reserved_writer
@@ -36,7 +41,11 @@ from .quantity import format_bytes
 from .reconcile import UNREAD
 from .quantity import show_value
 
-__all__ = ["CeilingWatch"]
+__all__ = ["CeilingWatch", "ceiling_units", "CEILINGS_PATH", "CEILING_LEDGER"]
+
+# The slices whose MemoryMax the daemon set (its ledger), beside the reserved slices' (ledger.py).
+CEILINGS_PATH = DEFAULT_PATH.with_name("ceiling-slices")
+CEILING_LEDGER = "ceiling ledger"  # what the journal calls it
 
 log = logging.getLogger("memqos_systemd")
 
@@ -51,10 +60,19 @@ def ceiling_units(ledger: Collection[str], naming: Naming, config: Config) -> fr
 
 
 class CeilingWatch:
+    name = "bestEffortCeiling"
+    properties = ("MemoryMax",)
+
+    @classmethod
+    def made(cls, context: Context) -> CeilingWatch:
+        """The ceiling of the feature table (features.py): its ledger in `context.state_dir`."""
+        path = context.state_dir / CEILINGS_PATH.name if context.state_dir is not None else None
+        return cls(context.cgroupfs, path, context.page_size, context.metrics, write_ledger=context.write)
+
     def __init__(self, cgroupfs: Cgroupfs, ledger_path: Path | None, page_size: int, metrics=None, *,
                  write_ledger: bool = True):
         self.cgroupfs = cgroupfs
-        self.ledger = CeilingSlices(ledger_path, write=write_ledger)  # read-only: a dry run
+        self.ledger = OwnedSlices(ledger_path, CEILING_LEDGER, write=write_ledger)  # read-only: a dry run
         self.page_size = page_size
         self.metrics = metrics or NoMetrics()
         self.following = False  # the last overlay stopped above the plan for the slice's usage
@@ -63,6 +81,7 @@ class CeilingWatch:
         self._target: int | None = None  # the last overlay's aim (the plan's, or infinity to take ours back)
         self._stood_down: Config | None = None  # the config under which a rival writer was found
         self._overlaid: tuple[Plan, int | None, Plan] | None = None  # (plan, value, overlaid plan)
+        self._look = Look()  # when to look at the slice's usage again (look_again)
 
     def units(self, naming: Naming, config: Config) -> frozenset[str]:
         """The units whose MemoryMax is ours to read (`ceiling_units`)."""
@@ -127,6 +146,21 @@ class CeilingWatch:
             values = observed.get(desired.ceiling.unit)
             held = None if values is None or values is UNREAD else values.get("MemoryMax")
         self.metrics.besteffort_ceiling(planned, held)
+
+    @property
+    def pending(self) -> bool:
+        """The last overlay stopped above the plan for the slice's usage: look again (feature.py)."""
+        return self.following
+
+    def look_again(self, now: float, planned: bool = True) -> float:
+        """When to look at the slice's usage again (infinity: not following; `planned` False: the
+        round could not plan, and a past look would spin)."""
+        self._look = follow(self._look, now, planned and self.following, self.moved, FOLLOW_FIRST, FOLLOW_MAX)
+        return self._look.at
+
+    def on_drift(self, unit: str, before: Mapping[str, int], now: Mapping[str, int], config: Config) -> frozenset[str]:
+        """The feature's side of a change made without us (feature.py): MemoryMax, when `stand_down` takes it."""
+        return frozenset(self.properties) if self.stand_down(unit, before, now, config) else frozenset()
 
     def stand_down(self, unit: str, before: Mapping[str, int], now: Mapping[str, int], config: Config) -> bool:
         """A read found `unit`'s MemoryMax changed without us. True when that is the ceiling's

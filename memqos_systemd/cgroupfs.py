@@ -14,8 +14,8 @@ no plan (`reset`), a search of the kubepods tree finds. What is read there:
   `Cgroupfs.kernel_values`, `kernel_shows`): what systemd applied, page-rounded by the kernel; of
   the node, QoS and reserved slices also through descriptors kept open (`Cgroupfs.watch`), with an
   inotify watch on each file that says when anyone writes it (`Cgroupfs.watch_notifier`).
-* memory.current of the BestEffort QoS slice (`Cgroupfs.usage`): how far its ceiling may go down
-  in one write (ceiling.py).
+* memory.current of a slice (`Cgroupfs.usage`): how far a MemoryMax of ours may go down in one
+  write (a feature's step, features.py).
 * memory.events, memory.pressure and memory.current of the pod and QoS slices and the container
   scopes (`KeptFiles`, parsed by `flat_keyed` and `psi_totals`): read at each scrape, for the
   metrics (signals.py says which file goes into which metric), and by `status`
@@ -79,7 +79,7 @@ _MAX_FILE_BYTES = 64
 INVOCATION_XATTRS = ("user.invocation_id", "trusted.invocation_id")
 _HEX = frozenset("0123456789abcdef")
 _MEMORY_FILES = {"MemoryMin": "memory.min", "MemoryLow": "memory.low", "MemoryHigh": "memory.high"}
-# With MemoryMax where it is ours (the BestEffort ceiling: held values that carry it).
+# With MemoryMax where it is ours (a feature's, features.owned: held values that carry it).
 _WITH_MAX = {**_MEMORY_FILES, "MemoryMax": "memory.max"}
 
 
@@ -416,8 +416,8 @@ class Cgroupfs:
         return None if where is None else read_cgroup_memory(where, with_max=with_max)
 
     def usage(self, unit: str) -> int | None:
-        """memory.current of a slice (the BestEffort ceiling's steps, ceiling.py); None when it
-        cannot be read. Opened each time: read only while the ceiling is above or going down."""
+        """memory.current of a slice (a feature's steps down, features.py); None when it cannot be
+        read. Opened each time: read only while a MemoryMax of ours is above its plan or going down."""
         return read_value(self.root / cgroup_path(unit) / "memory.current") if unit.endswith(".slice") else None
 
     def recursive_protection(self) -> bool | None:

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Collection
 
-from . import columns, fights, last_pods, ledger
+from . import columns, features, fights, last_pods, ledger
 from .applier import Applier, ApplyResult, summarize
 from .cgroupfs import (
     Cgroupfs, cgroup_path, kernel_shows, read_cgroup_memory, read_file, read_memory_events, read_pressure, read_value,
@@ -34,7 +34,8 @@ from .quantity import format_bytes
 from .reconcile import DEFAULTS, MAY_CREATE, reset_plan
 from .round import Inputs, Round
 from .ceiling import step
-from .ceiling_watch import CeilingWatch, ceiling_units
+from .ceiling_watch import CEILING_LEDGER, CEILINGS_PATH, CeilingWatch, ceiling_units
+from .feature import Context
 from .runfile import RunLockHeld, hold_run_lock
 from .signals import CLASSES, Protection, ProtectionView
 from .sources import SourceError, kubelet_gates, make_source
@@ -54,8 +55,8 @@ CGROUP_ROOT = Path(os.environ.get("MEMQOS_CGROUP_FS", "/sys/fs/cgroup"))
 LEDGER_PATH = Path(os.environ.get("MEMQOS_LEDGER", str(ledger.DEFAULT_PATH)))
 # The pods of the last run, for the first carry_over after a restart (last_pods.py): next to the ledger.
 LAST_PODS_PATH = Path(os.environ.get("MEMQOS_LAST_PODS", str(LEDGER_PATH.with_name(last_pods.DEFAULT_PATH.name))))
-# The slices whose MemoryMax the service set (the BestEffort ceiling, ledger.CeilingSlices): next to the ledger.
-CEILING_LEDGER_PATH = LEDGER_PATH.with_name(ledger.CEILINGS_PATH.name)
+# The slices whose MemoryMax the service set (the BestEffort ceiling, ledger.OwnedSlices): next to the ledger.
+CEILING_LEDGER_PATH = LEDGER_PATH.with_name(CEILINGS_PATH.name)
 # One daemon per node, of either route (runfile.hold_run_lock): beside the ledger, in the
 # directory the service and the DaemonSet's pod share.
 RUN_LOCK_PATH = LEDGER_PATH.with_name("run.lock")
@@ -136,7 +137,7 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
             _warn("the pod source lists no pods but pod slices exist; not lowering anything")
         inputs = Inputs(intake.pods, NodeFacts(read_meminfo(), _page_size(), mode.companion), cfg, applier.naming,
                         intake.holding, retired)
-        rnd = Round(ceiling=ceiling)
+        rnd = Round(features=made)
         desired = rnd.plan(inputs)
         for w in desired.warnings:
             _warn(w)
@@ -154,8 +155,11 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
 
     # The BestEffort ceiling as the service steps it, its ledger written before a MemoryMax goes out.
     # A dry run reads the ledger (a ceiling turned off is taken back: shown) and writes nothing.
-    ceiling = CeilingWatch(Cgroupfs(CGROUP_ROOT), CEILING_LEDGER_PATH, _page_size(), write_ledger=not dry_run)
-    return await _send(cfg, one_round, dry_run=dry_run, label="", max_units=lambda naming: ceiling.units(naming, cfg),
+    made = features.make(Context(Cgroupfs(CGROUP_ROOT), _page_size(), state_dir=CEILING_LEDGER_PATH.parent,
+                                 write=not dry_run))
+    ceiling = features.by_name(made, CeilingWatch.name)
+    return await _send(cfg, one_round, dry_run=dry_run, label="",
+                       max_units=lambda naming: features.owned(made, "MemoryMax", naming, cfg),
                        companion=mode.companion)
 
 
@@ -165,7 +169,7 @@ def reset(args, cfg: Config) -> int:
 
 
 async def _reset(cfg: Config, *, dry_run: bool) -> int:
-    ceilings = ledger.CeilingSlices(CEILING_LEDGER_PATH)
+    ceilings = ledger.OwnedSlices(CEILING_LEDGER_PATH, CEILING_LEDGER)
     # Beside the kubelet's own Memory QoS, what it wrote is its own: a pod's it writes only once,
     # at the pod's creation, so taking it back would leave the pod unprotected for good.
     mode = await _mode(cfg)
@@ -179,7 +183,7 @@ async def _reset(cfg: Config, *, dry_run: bool) -> int:
         # Also the reserved slices the service wrote that the config no longer names (ledger.py).
         former = ledger.read(LEDGER_PATH) - set(applier.naming.reserved_slices())
         await applier.refresh_all(former)
-        found = reset_plan(applier.observed, applier.naming, also=former, ceilings=ours(applier.naming),
+        found = reset_plan(applier.observed, applier.naming, also=former, max_units=ours(applier.naming),
                            keep=kubelet_owns if mode.companion else lambda level: frozenset())
         return found, await applier.apply(found, dry_run=dry_run, echo=print)
 
@@ -247,7 +251,7 @@ async def _status(cfg: Config, output: str) -> int:
         _err(f"cannot reach systemd: {e}")
         return EXIT_FAILURE
     naming = Naming.for_config(cfg)
-    ours = ceiling_units(ledger.CeilingSlices(CEILING_LEDGER_PATH).names, naming, cfg)
+    ours = ceiling_units(ledger.OwnedSlices(CEILING_LEDGER_PATH, CEILING_LEDGER).names, naming, cfg)
     try:
         applier = Applier(systemd, naming, max_units=lambda: ours)
         await applier.refresh_all(u.unit for u in desired.units) if desired else await applier.refresh_all()
@@ -800,7 +804,7 @@ def run(args, cfg: Config) -> int:
     outside = Outside(connect=lambda address: Systemd.connect(address, call_timeout=CALL_TIMEOUT),
                       make_source=make_source, read_capacity=read_meminfo, page_size=page_size(),
                       metrics=metrics, memory_watcher=_memory_watcher(log), ledger_path=LEDGER_PATH,
-                      ceiling_ledger_path=CEILING_LEDGER_PATH, last_pods_path=LAST_PODS_PATH, fights_path=FIGHTS_PATH)
+                      state_dir=CEILING_LEDGER_PATH.parent, last_pods_path=LAST_PODS_PATH, fights_path=FIGHTS_PATH)
     for note in cfg.notes:
         log.warning("config: %s", note)
     if cfg.kubelet_memory_qos_gate and cfg.companion == "off":

@@ -16,6 +16,7 @@ Where things plug in:
 * a systemd signal: `Systemd.subscribe` (in `_connect`), a handler here, its agenda transition;
 * a file descriptor: `_readers`, one line each;
 * a periodic task: a `Tick` of the agenda (its schedule, table-tested) and a line of `_ticks`.
+* a feature laid on the plan: its module and a line of features.FEATURES, nothing here.
 
 Promises kept here:
 * Protections are never lowered because the pod source failed: the last good snapshot is kept,
@@ -40,24 +41,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import fights
+from . import features, fights
 from .agenda import HEARTBEAT_INTERVAL, Agenda, Tick
 from .applier import Applier
-from .ceiling_watch import CeilingWatch
 from .cgroupfs import Cgroupfs
-from .config import Config, ConfigError, load_config
+from .companion import Companion
+from .config import Config, ConfigError
+from .feature import Context
 from .intake import PodIntake
-from .kubelet_gate import FIGHT_WINDOW, ForeignWrites, Gate, companion_mode, fight_line, foreign_write_line
+from .in_force import made_from, reloaded
+from .kubelet_gate import FIGHT_WINDOW, ForeignWrites, fight_line, foreign_write_line
 from .ledger import ReservedSlices
 from .metrics import NoMetrics
-from .naming import Naming, NamingError
+from .node import Capacity
 from .notify import Notifier, WarnOnce, watchdog_interval
 from .plan import NodeFacts, PlanError
-from .pods import one_line
 from .reconcile import DEFAULTS
 from .round import Inputs, Round
 from .runtime_keep import OomGroupJournal
-from .sources import kubelet_gates
 from .systemd import SystemdError
 
 log = logging.getLogger("memqos_systemd")
@@ -80,7 +81,7 @@ class Outside:
     bus_address: str | None = None
     cgroupfs: Cgroupfs = field(default_factory=Cgroupfs)  # the cgroup2 mount (cgroupfs.py)
     ledger_path: Path | None = None  # reserved slices written (ledger.py); None: not kept
-    ceiling_ledger_path: Path | None = None  # slices whose MemoryMax we set (ledger.CeilingSlices); None: not kept
+    state_dir: Path | None = None  # where the features keep their files (feature.Context); None: not kept
     # The last snapshot's pods, for the first carry_over after a restart (last_pods.py); None: not kept.
     last_pods_path: Path | None = None
     # The units someone keeps writing behind our back, for status and check (fights.py); None: not kept.
@@ -92,31 +93,6 @@ async def until_set(event: asyncio.Event, timeout: float) -> None:
     """Wait until `event` is set, or for `timeout` seconds."""
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(event.wait(), timeout)
-
-
-def unexpected(error: BaseException) -> str:
-    """An exception of no type of ours, for one log line: its type says what broke."""
-    return f"{type(error).__name__}: {one_line(str(error), 300)}"
-
-
-def made_from(config: Config, path: str | None, make_source: Callable[[Config], Any],
-              previous: tuple[Config, Any] | None = None) -> tuple[Naming, Any]:
-    """The unit names and the pod source a config makes (`previous`: the config in force and its
-    source, kept when the new config has the same one). Whatever goes wrong is a ConfigError
-    naming it, in one line: at start the service exits 2 (the unit does not restart it:
-    RestartPreventExitStatus=2), on a reload the old config stays in force (issue 26: a URL the
-    config let through killed the daemon on reload, then at every restart)."""
-    try:
-        naming = Naming.for_config(config)
-        if previous is not None and (config.pods_file, config.kubelet) == (previous[0].pods_file, previous[0].kubelet):
-            return naming, previous[1]
-        return naming, make_source(config)
-    except ConfigError:
-        raise
-    except NamingError as e:
-        raise ConfigError(f"{path or 'the config'}: {e}") from None
-    except Exception as e:  # whatever a source's constructor raises
-        raise ConfigError(f"{path or 'the config'}: {unexpected(e)}") from None
 
 
 class Daemon:
@@ -131,25 +107,20 @@ class Daemon:
                              heartbeat_interval=min(watchdog_interval() or HEARTBEAT_INTERVAL, HEARTBEAT_INTERVAL))
         self.intake = PodIntake(outside.last_pods_path)  # the pods to act on, and whether we hold
         self.reserved = ReservedSlices(outside.ledger_path)
-        # The BestEffort ceiling's steps and ledger (its MemoryMax goes into the round's plan).
-        self.ceiling = CeilingWatch(outside.cgroupfs, outside.ceiling_ledger_path, outside.page_size, outside.metrics)
-        self.round = Round(outside.metrics, outside.clock, self.ceiling)
+        # What is laid on the round's plan (features.py), each with its state.
+        self.features = features.make(Context(outside.cgroupfs, outside.page_size, outside.metrics, outside.state_dir))
+        self.round = Round(outside.metrics, outside.clock, self.features)
         self.systemd = None
         self.applier: Applier | None = None
-        # Whether the kubelet's own Memory QoS is on: a node fact, as the capacity is, asked of the
-        # kubelet at start, reload and its restarts (_ask_kubelet); with `companion:` it makes the mode.
-        self.kubelet_gate = Gate(None, "not asked yet")
-        # The mode they make (kubelet_gate.companion_mode), decided again only when either changes
-        # (_decide_mode): the applier asks it for every unit it reads.
-        self.mode = companion_mode(config.companion, self.kubelet_gate)
-        self._mode_said = False
-        self.capacity = outside.read_capacity()
+        # Beside the kubelet's own Memory QoS or not (companion.py): the applier asks it for every unit.
+        self.companion = Companion(config, outside.metrics)
+        self.capacity = Capacity(outside.read_capacity)  # the node's memory (node.py)
         self.stopping = False
         self._warn_once = WarnOnce(log)
         self.foreign = ForeignWrites()  # writes behind our back: when to log them, which units are fought over
         self._oom_group = OomGroupJournal(outside.metrics.oom_group_restored)  # memory.oom.group put back
         self._wake = asyncio.Event()
-        self._ticks_moved = asyncio.Event()  # an event brought a tick forward (Agenda.take_ticks_moved)
+        self._ticks_moved = asyncio.Event()  # an event brought a tick forward (Ticks.take_moved)
         self._stop_event = asyncio.Event()
         # Every periodic task beside the rounds, on the agenda's schedule (Tick).
         self._ticks: dict[Tick, Callable[[], None]] = {
@@ -168,7 +139,7 @@ class Daemon:
     # ------------------------------------------------------------ events: one transition each
     def wake(self) -> None:
         self._wake.set()
-        if self.agenda.take_ticks_moved():  # (an event that brought the close watch forward)
+        if self.agenda.ticks.take_moved():  # (an event that brought the close watch forward)
             self._ticks_moved.set()
 
     def on_unit_new(self, name: str) -> None:
@@ -224,7 +195,7 @@ class Daemon:
         if self.out.memory_watcher is not None:
             for _ in self.out.memory_watcher.poll_events():
                 pass
-        self._read_capacity()
+        self.capacity.reread()
         self.wake()
 
     def request_reload(self) -> None:
@@ -285,7 +256,7 @@ class Daemon:
         if due.quiet:
             return  # systemd is reloading or has just come back
         if due.resync:
-            self._read_capacity()
+            self.capacity.reread()
         await self._refresh(now)
         if self.agenda.watch_source and self.source.changed():
             self.agenda.source_changed()
@@ -296,10 +267,10 @@ class Daemon:
     async def _tick_loop(self) -> None:
         """The agenda's ticks, each when it is due. A tick never waits on systemd or the pod source."""
         while not self.stopping:
-            for tick in self.agenda.ticks_due(self.out.clock()):
+            for tick in self.agenda.ticks.due(self.out.clock()):
                 self._ticks[tick]()
-                self.agenda.tick_done(tick, self.out.clock())
-            await until_set(self._ticks_moved, self.agenda.tick_timeout(self.out.clock()))  # (a stop cancels it)
+                self.agenda.ticks.done(tick, self.out.clock())
+            await until_set(self._ticks_moved, self.agenda.ticks.timeout(self.out.clock()))  # (a stop cancels it)
             self._ticks_moved.clear()
 
     async def _refresh(self, now: float) -> None:
@@ -344,8 +315,8 @@ class Daemon:
         self.applier = Applier(systemd, self.naming, cgroupfs=self.out.cgroupfs, page_size=self.out.page_size,
                                on_call=self.out.metrics.dbus_call, on_restore=self._oom_group,
                                on_foreign=self._on_foreign_write,
-                               max_units=lambda: self.ceiling.units(self.naming, self.config),
-                               companion=lambda: self.mode.companion)
+                               max_units=lambda: features.owned(self.features, "MemoryMax", self.naming, self.config),
+                               companion=lambda: self.companion.mode.companion)
         self.agenda.connected()
         log.info("connected to systemd %s", await systemd.version())
 
@@ -355,11 +326,9 @@ class Daemon:
         self.agenda.reload_taken()
         self.notifier.send("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
         try:
-            config = load_config(self.config_path, required=self.config_path is not None)
-            naming, source = made_from(config, self.config_path, self.out.make_source, previous=(self.config, self.source))
-        except Exception as e:  # ConfigError, and whatever else: the old config stays in force
-            log.error("reload refused, keeping the previous config: %s",
-                      e if isinstance(e, ConfigError) else unexpected(e))
+            config, naming, source = reloaded(self.config_path, self.out.make_source, (self.config, self.source))
+        except ConfigError as e:  # whatever went wrong: the old config stays in force
+            log.error("reload refused, keeping the previous config: %s", e)
             self.out.metrics.config_reload(False)
             self.notifier.send("READY=1")
             return
@@ -373,7 +342,9 @@ class Daemon:
                                    watch_source=hasattr(self.source, "changed"), source_changed=source_changed)
         log.info("config reloaded from %s: policy %s, hierarchy %s", self.config_path,
                  config.memory_reservation_policy, config.hierarchy)
-        self._decide_mode()  # a mode `companion:` forces takes effect at once; "auto" asks at the next fetch
+        # A mode `companion:` forces takes effect at once; "auto" asks at the next fetch.
+        if self.companion.decide(config):
+            self.agenda.reread()  # what the cache holds is compared as the new mode has it
         for note in config.notes:  # e.g. an empty file: policy None (config.load_config)
             log.warning("config: %s", note)
         self.out.metrics.config_reload(True)
@@ -390,46 +361,22 @@ class Daemon:
             # (carry_over asks the cache which slices run). Ask again after the re-read.
             self.agenda.fetch_now()
             return
-        if self.agenda.ask_kubelet():
-            await self._ask_kubelet()
+        if self.agenda.ask_kubelet() and await self.companion.ask(self.config, self.source):
+            self.agenda.reread()  # what the cache holds is compared as the new mode has it
         carried = self.intake.accept(snap, self.applier.live_pod_uids())
         self.intake.say("carried", [f"pod {p.display} is no longer listed by the pod source but its slice still"
                                     f" exists; keeping its protection until the slice is gone" for p in carried])
 
-    async def _ask_kubelet(self) -> None:
-        """Whether the kubelet writes its own Memory QoS values: companion mode, or not. A change
-        hands the values over at the next round: to the kubelet, ours stay until it writes its
-        own (it does within a minute); from it, ours are written over what it left."""
-        gate, _, unasked = await asyncio.to_thread(kubelet_gates, self.config, self.source)
-        self.kubelet_gate = gate if gate.on is not None or not unasked else Gate(None, f"{gate.how}; {unasked}")
-        self._decide_mode()
-
-    def _decide_mode(self) -> None:
-        """The mode from the config and the kubelet's gate (kubelet_gate.companion_mode): the journal
-        says it the first time and when it changes, and the metric shows it."""
-        mode = companion_mode(self.config.companion, self.kubelet_gate)
-        if mode != self.mode or not self._mode_said:
-            log.info("%s: %s", "companion mode, beside the kubelet's own Memory QoS" if mode.companion
-                     else "every value ours", mode.why)
-            if mode.companion != self.mode.companion:
-                self.agenda.reread()  # what the cache holds is compared as the new mode has it
-            self.mode, self._mode_said = mode, True
-        self.out.metrics.companion(mode.companion)
-
-    def _read_capacity(self) -> None:
-        try:
-            capacity = self.out.read_capacity()
-        except (OSError, ValueError) as e:
-            log.error("cannot read node memory, keeping %d bytes: %s", self.capacity, e)
-            return
-        if capacity != self.capacity:
-            log.info("node memory changed: %d -> %d bytes", self.capacity, capacity)
-            self.capacity = capacity
-
     # ------------------------------------------------------------ one round (round.py)
     def _inputs(self) -> Inputs:
-        return Inputs(self.intake.pods, NodeFacts(self.capacity, self.out.page_size, self.mode.companion), self.config,
-                      self.naming, self.intake.holding, frozenset(self.reserved.retired))
+        node = NodeFacts(self.capacity.bytes, self.out.page_size, self.companion.mode.companion)
+        return Inputs(self.intake.pods, node, self.config, self.naming, self.intake.holding,
+                      frozenset(self.reserved.retired))
+
+    def _looks(self, planned: bool) -> None:
+        """When each feature wants a round again (feature.Feature.look_again)."""
+        for feature in self.features:
+            self.agenda.look_again(feature.name, feature.look_again(self.out.clock(), planned))
 
     async def _round(self) -> None:
         new, started = self.agenda.take_units()  # one announced while the round awaits stays queued
@@ -440,17 +387,16 @@ class Daemon:
                                            put_back=self.agenda.put_back_units)
         except PlanError as e:
             log.error("cannot plan, nothing changed: %s", e)
-            self.agenda.ceiling_following(self.out.clock(), False, False)  # else a past look: a spin
+            self._looks(planned=False)  # else a past look: a spin
             return
         self.agenda.planned(self.round.planned_units, self.out.clock())
-        self.agenda.ceiling_following(self.out.clock(), self.ceiling.following, self.ceiling.moved)
+        self._looks(planned=True)
         if outcome is None or outcome.settled:
             self.reserved.keep(self.naming.reserved_slices())  # a write that failed is tried again
             return
         self._warn_once("plan", outcome.plan.warnings)
         if inputs.holding is not None:
-            self._warn_once("holding", [f"holding ({inputs.holding}): changes of {len(outcome.held)} unit(s) that"
-                                        f" would lower a protection or move a MemoryHigh not sent"] if outcome.held else [])
+            self._warn_once("holding", outcome.held_note(inputs.holding))
         self.reserved.settle(lambda name: self.applier.observed.get(name) in (None, DEFAULTS))
         self.reserved.keep(self.naming.reserved_slices())
         # The upper slices' cgroups as this round left them (the first round's opens them, and
@@ -458,9 +404,7 @@ class Daemon:
         self.watch_upper_slices()
         if not outcome.result.ok:
             raise SystemdError(f"apply stopped at {outcome.result.failed.unit}: {outcome.result.error}")
-        node = outcome.plan.node_unit()
-        status = (f"{len(inputs.pods)} pods, kubepods min {node.memory_min} low {node.memory_low}"
-                  + (f", holding: {inputs.holding}" if inputs.holding else ""))
+        status = outcome.status(inputs)
         if self.notifier.report(status):
             self.out.metrics.set_ready()
             log.info("ready: %s", status)
@@ -492,10 +436,11 @@ class Daemon:
         self.out.metrics.foreign_write(level, writer)
         clock = self.out.clock()
         self.agenda.foreign_write(clock)
-        if self.agenda.take_ticks_moved():  # the close watch begins within a second
+        if self.agenda.ticks.take_moved():  # the close watch begins within a second
             self._ticks_moved.set()
-        if self.ceiling.stand_down(unit, before, now, self.config):  # the ceiling's: said there, once
-            before, now = ({p: v for p, v in d.items() if p != "MemoryMax"} for d in (before, now))
+        taken = features.on_drift(self.features, unit, before, now, self.config)  # a feature's: said there
+        if taken:
+            before, now = ({p: v for p, v in d.items() if p not in taken} for d in (before, now))
             if before == now:
                 return
         logged, began = self.foreign.seen(unit, level, writer, before, now, clock)

@@ -22,7 +22,7 @@ not carry it, and the binary is not ours to run).
 The same goes for the kubelet's **QOSReserved** (`qos_reserved`): with that alpha gate on (off by
 default) and `qosReserved: {memory: N%}` in its config, the kubelet sets MemoryMax on
 kubepods-burstable.slice and kubepods-besteffort.slice itself every minute (its QoS manager's
-setMemoryReserve), the very MemoryMax of the BestEffort ceiling (plan.besteffort_ceiling). The gate
+setMemoryReserve), the very MemoryMax the plan may set on the BestEffort QoS slice (plan.py). The gate
 comes from the same /metrics, else its config file; the reserve only from its config file.
 
 A write found behind our back (Applier._compare) is one of two kinds (`WRITERS`): through systemd
@@ -114,8 +114,8 @@ def memory_qos_gate(*, reported: bool | None = None, version: str | None = None,
 # manager every minute, the pod's at creation and resize, the container's through the runtime's CRI
 # Unified map, an enforced reserved cgroup's memory.min as it enforces it; docs/DESIGN.md
 # "Companion mode"), by level: none of it is ours to write then, nor the MemoryLow and MemoryHigh
-# beside it, which ours would only pin to their defaults. A MemoryMax we plan (the BestEffort
-# ceiling) stays ours.
+# beside it, which ours would only pin to their defaults. A MemoryMax we plan (a feature's,
+# features.py) stays ours.
 KUBELET_OWNS: Mapping[str, frozenset[str]] = {
     level: frozenset({"MemoryMin", "MemoryLow", "MemoryHigh"})
     for level in ("node", "reserved", "qos", "pod", "container")}

@@ -8,13 +8,12 @@ neither the next start nor `memqos-systemd reset` (nor `apt remove`) would bring
 defaults. This file remembers, for exactly as long as those drop-ins live: it is under /run too
 (the unit's RuntimeDirectory, kept when the service stops).
 
-The BestEffort ceiling (plan.besteffort_ceiling) is the other such value: a MemoryMax the daemon
-set on the BestEffort QoS slice stays there when the ceiling is turned off while the service is
-stopped, or when the service is removed. `CeilingSlices` (its own file, CEILINGS_PATH) remembers
-the slices whose MemoryMax the daemon set, from before its first write there until systemd holds
-infinity again, so that the daemon (a reload or start with the ceiling off) and `reset` (and so
-`apt remove` and the DaemonSet's uninstall) put it back, and leave alone a MemoryMax someone else
-set (a kubelet with QOSReserved).
+A property a feature sets beyond the plan's three (features.py) is the other such value: it stays
+on the slice when the feature is turned off while the service is stopped, or when the service is
+removed. `OwnedSlices` (a file of the feature's own, in the same directory) remembers the slices
+where the daemon set it, from before its first write there until systemd holds the default
+again, so that the daemon (a reload or start with the feature off) and `reset` (and so `apt
+remove` and the DaemonSet's uninstall) put it back, and leave alone one someone else set.
 
 One slice name per line. A missing file is an empty ledger; a line that is not a valid slice
 name is ignored with a warning (it names nothing we could have written).
@@ -29,12 +28,11 @@ from typing import Callable, Iterable
 from . import runfile
 from .naming import valid_slice_name
 
-__all__ = ["DEFAULT_PATH", "CEILINGS_PATH", "ReservedSlices", "CeilingSlices", "read", "write"]
+__all__ = ["DEFAULT_PATH", "ReservedSlices", "OwnedSlices", "read", "write"]
 
 log = logging.getLogger("memqos_systemd")
 
 DEFAULT_PATH = Path("/run/memqos-systemd/reserved-slices")
-CEILINGS_PATH = DEFAULT_PATH.with_name("ceiling-slices")
 _MAX_BYTES = 64 * 1024
 
 
@@ -116,19 +114,17 @@ class ReservedSlices:
             self._written = names
 
 
-_CEILINGS = "ceiling ledger"
+class OwnedSlices:
+    """The slices on which the daemon set a feature's property, kept in the file at `path` (None:
+    in memory only; `what` names it in the journal): `add` before the first write of a value other
+    than the default, `discard` once systemd holds the default there again. A write of the file
+    that failed is tried again at the next call."""
 
-
-class CeilingSlices:
-    """The slices whose MemoryMax the daemon set (the BestEffort ceiling), kept in the file at
-    `path` (None: in memory only): `add` before the first write of a value other than infinity,
-    `discard` once systemd holds infinity there again. A write of the file that failed is tried
-    again at the next call."""
-
-    def __init__(self, path: Path | None, *, write: bool = True):
+    def __init__(self, path: Path | None, what: str, *, write: bool = True):
         self.path = path
+        self.what = what
         self._write = write  # False: read, never written (a dry run)
-        self.names: set[str] = read(path, _CEILINGS) if path is not None else set()
+        self.names: set[str] = read(path, what) if path is not None else set()
         self._written: frozenset[str] | None = frozenset(self.names)
 
     def add(self, name: str) -> None:
@@ -141,5 +137,5 @@ class CeilingSlices:
 
     def _keep(self) -> None:
         names = frozenset(self.names)
-        if self.path is not None and self._write and names != self._written and write(self.path, names, _CEILINGS):
+        if self.path is not None and self._write and names != self._written and write(self.path, names, self.what):
             self._written = names

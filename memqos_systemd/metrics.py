@@ -54,7 +54,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from . import __version__
 from .cgroupfs import Cgroupfs, KeptFiles
-from .config import MetricsConfig
+from .config_schema import MetricsConfig
 from .kubelet_gate import WRITERS
 from .plan import LEVELS, Plan
 from .quantity import UINT64_MAX

@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 __all__ = [
-    "NodeError", "Finding", "MemoryChange", "MemoryWatcher", "read_meminfo", "page_size", "check_node",
+    "NodeError", "Finding", "MemoryChange", "MemoryWatcher", "read_meminfo", "Capacity", "page_size", "check_node",
     "parse_mountinfo", "kernel_version", "systemd_version", "systemd_findings", "kubelet_config_findings",
     "MIN_KERNEL", "MIN_SYSTEMD", "MEMORY_ACTIONS", "SYSTEM_BUS_SOCKET", "KUBEADM_KUBELET_CONFIG",
 ]
 
 log = logging.getLogger(__name__)
+_service_log = logging.getLogger("memqos_systemd")  # the service's lines, as the daemon logs them
 
 MIN_KERNEL = (5, 9)   # memory.high throttling can livelock before 5.9
 MIN_SYSTEMD = 240     # MemoryMin= arrived in 240 (MemoryLow= in 237)
@@ -68,6 +69,25 @@ def read_meminfo(path: str | os.PathLike = "/proc/meminfo") -> int:
                 raise NodeError(f"{path}: MemTotal is {value}")
             return value
     raise NodeError(f"{path}: no MemTotal line")
+
+
+class Capacity:
+    """The node's memory as the service plans with it (`bytes`), read at start and again at a
+    resync or a memory hotplug (`reread`); one that cannot be read keeps the last, said in one line."""
+
+    def __init__(self, read: Callable[[], int]) -> None:
+        self.read = read  # read_meminfo, or a test's
+        self.bytes = read()
+
+    def reread(self) -> None:
+        try:
+            capacity = self.read()
+        except (OSError, ValueError) as e:
+            _service_log.error("cannot read node memory, keeping %d bytes: %s", self.bytes, e)
+            return
+        if capacity != self.bytes:
+            _service_log.info("node memory changed: %d -> %d bytes", self.bytes, capacity)
+            self.bytes = capacity
 
 
 def page_size() -> int:

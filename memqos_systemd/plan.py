@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .config import Config
+from .config_schema import Config
 from .kubelet_gate import kubelet_owns
 from .naming import Naming, NamingError, container_scope, reserved_slice
 from .pods import Pod, containers_peak, one_line

@@ -26,11 +26,11 @@ JobRemoved when the kubelet makes them.
 Reserved slices dropped from the config (`retired`) are brought back to the
 defaults once, so nothing of ours is left on a slice we no longer manage.
 
-MemoryMax is planned on one unit only, the BestEffort QoS slice, when bestEffortCeiling is on
-(plan.besteffort_ceiling); a unit whose planned properties have no MemoryMax keeps whatever
-MemoryMax it holds (the runtime's limits on container scopes, the kubelet's on kubepods.slice).
-Like MemoryHigh, it grows in the grow pass and shrinks in the shrink pass; how far it may shrink
-in one write is ceiling.py's to say, before the diff.
+MemoryMax is planned on the units a feature sets it on (features.py; plan.py plans it); a unit
+whose planned properties have no MemoryMax keeps whatever MemoryMax it holds (the runtime's limits
+on container scopes, the kubelet's on kubepods.slice). Like MemoryHigh, it grows in the grow pass
+and shrinks in the shrink pass; how far it may shrink in one write is the feature's to say, laid
+on the plan before the diff (its `overlay`).
 
 A unit whose cgroup shows less than systemd holds for it (`kernel_lost`: someone wrote the
 cgroup file behind systemd's back; the kernel, not systemd's view, is what protects) gets the
@@ -209,11 +209,11 @@ def one_write_per_container(changes: list[Change]) -> list[Change]:
 
 
 def reset_plan(observed: Mapping[str, Mapping[str, int] | None], naming: Naming,
-               also: Iterable[str] = (), ceilings: Iterable[str] = (),
+               also: Iterable[str] = (), max_units: Iterable[str] = (),
                keep: Callable[[str], Collection[str]] = lambda level: ()) -> list[Change]:
     """Changes that bring every unit of ours back to the defaults, children first. `also`: more
     reserved slices (ones the config no longer names but the service wrote; ledger.py).
-    `ceilings`: the units whose MemoryMax the service set (ledger.py): back to infinity too.
+    `max_units`: the units whose MemoryMax the service set (features.owned): back to infinity too.
     `keep`: the properties left as they are at a level (companion mode: the kubelet's,
     kubelet_gate.kubelet_owns)."""
     order = {"node": 0, "reserved": 0, "qos": 1, "pod": 2, "container": 3}
@@ -227,10 +227,10 @@ def reset_plan(observed: Mapping[str, Mapping[str, int] | None], naming: Naming,
         # Root slices above kubepods come before it; kubepods itself is "node" too.
         rank = order[level] - (1 if level == "node" and name != naming.node_slice() else 0)
         ours.append((rank, name, level))
-    ceilings = set(ceilings)
+    max_units = set(max_units)
     changes = []
     for _, name, level in sorted(ours, reverse=True):
-        defaults = _UNSET if name in ceilings else DEFAULTS
+        defaults = _UNSET if name in max_units else DEFAULTS
         kept = keep(level)
         down = {k: v for k, v in defaults.items() if observed[name].get(k, v) != v and k not in kept}
         if down:

@@ -21,10 +21,10 @@ service runs.
   (`retired`) go back to the defaults.
 * **Apply.** In the diff's order, siblings together; a round stops at the first group with a
   real failure, and the next one finishes the job.
-* **The BestEffort ceiling.** With `ceiling` (ceiling_watch.CeilingWatch), the plan's MemoryMax of
-  the BestEffort QoS slice is replaced by how far it may go now (never below the slice's usage in
-  one write: ceiling.py), or infinity where a ceiling of ours is to be taken back; a round that
-  stopped above the plan for the usage is never `settled` (the daemon's agenda looks again).
+* **Features.** Each feature of the table (features.py; the interface: feature.py) lays on the
+  plan what to send now (`overlay`), and is told after the apply (`settle`); a round that a
+  feature left short of the plan (`pending`) is never `settled` (the daemon's agenda looks again
+  when the feature asks).
 * **Settled.** Because `plan` is pure and the diff reads only the Applier's cache (whose
   `generation` counts its changes), a round whose inputs and cache equal those of a round that
   found nothing to send would find nothing either (`Round.settled`): on an idle node a poll that
@@ -37,11 +37,11 @@ import logging
 import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Callable, Collection, Mapping
+from typing import Callable, Collection, Mapping, Sequence
 
 from .applier import Applier, ApplyResult, name_changes, summarize
-from .ceiling_watch import CeilingWatch
-from .config import Config
+from .config_schema import Config
+from .feature import Feature
 from .intake import Holding
 from .naming import Naming
 from .metrics import NoMetrics
@@ -85,6 +85,17 @@ class Outcome:
         done = {c.unit for c in self.result.applied} | {c.unit for c in self.result.vanished}
         return len(self.held | ({c.unit for c in self.changes} - done))
 
+    def held_note(self, holding: Holding) -> list[str]:
+        """What holding kept back, for the journal: one line, or none."""
+        return [f"holding ({holding}): changes of {len(self.held)} unit(s) that would lower a protection or move a"
+                f" MemoryHigh not sent"] if self.held else []
+
+    def status(self, inputs: Inputs) -> str:
+        """The service's status line (STATUS=, and `ready:` in the journal) after this round."""
+        node = self.plan.node_unit()
+        return (f"{len(inputs.pods)} pods, kubepods min {node.memory_min} low {node.memory_low}"
+                + (f", holding: {inputs.holding}" if inputs.holding else ""))
+
     def summary(self) -> str:
         """One line: what was applied (unit, property, old -> new), what had gone, where it stopped."""
         return summarize(self.result, name_changes(self.result.applied, self.was))
@@ -112,10 +123,10 @@ class Round:
     for `apply --once`) and, when it sends something, to the journal."""
 
     def __init__(self, metrics=None, clock: Callable[[], float] = time.monotonic,
-                 ceiling: CeilingWatch | None = None) -> None:
+                 features: Sequence[Feature] = ()) -> None:
         self.metrics = metrics if metrics is not None else NoMetrics()
         self._clock = clock
-        self.ceiling = ceiling  # the BestEffort ceiling's steps and ledger; None: MemoryMax never ours
+        self.features = tuple(features)  # laid on the plan (features.py); none: the plan as it is
         self._planned: tuple[tuple, Plan, dict[str, UnitPlan]] | None = None  # (what it is made of, plan, by unit)
         self._settled: tuple | None = None  # (inputs, applier, generation) of the last round that sent nothing
         self._shown: Plan | None = None  # the plan the metrics show
@@ -166,10 +177,10 @@ class Round:
         except PlanError:
             put_back(new, started)
             raise
-        if self.ceiling is not None:
-            # A new Plan at each step of the ceiling; where the cgroups are and what the metrics
-            # show do not depend on its MemoryMax, so they follow `planned` (made once per inputs).
-            desired = self.ceiling.overlay(planned, applier.observed, inputs.config, inputs.naming)
+        for feature in self.features:
+            # A new Plan at each step of a feature; where the cgroups are and what the metrics
+            # show do not depend on it, so they follow `planned` (made once per inputs).
+            desired = feature.overlay(desired, applier.observed, inputs.config, inputs.naming)
         if applier.cgroupfs is not None:
             applier.cgroupfs.place(planned)  # where its container scopes are
         if inputs.holding is None:
@@ -201,13 +212,13 @@ class Round:
         changes, held = before if generation == read_from else self._diff(desired, inputs, applier)
         was = {c.unit: applier.observed.get(c.unit) for c in changes}
         result = await applier.apply(changes, dry_run=dry_run, echo=echo)
-        following = self.ceiling is not None and self.ceiling.following
-        if not changes and applier.generation == generation and not following:
-            # Nothing to send, and the cache did not change while the round awaited (nor may the
-            # usage that holds the BestEffort ceiling above its plan: it is looked at again).
+        if not changes and applier.generation == generation and not any(f.pending for f in self.features):
+            # Nothing to send, and the cache did not change while the round awaited (nor did a
+            # feature stop short of the plan: it looks again).
             self._settled = (inputs, applier, generation)
-        if self.ceiling is not None and not dry_run:
-            self.ceiling.settle(applier.observed, desired)
+        if not dry_run:
+            for feature in self.features:
+                feature.settle(applier.observed, desired)
         outcome = Outcome(desired, changes, held, result, was)
         if changes and not dry_run:
             log.info("reconcile: %s", outcome.summary())

@@ -77,7 +77,7 @@ on a real systemd; until it has, treat this as "what the source says".
 
 Values: properties are D-Bus type `t` (uint64); 2**64-1 means `infinity`. systemd refuses
 MemoryHigh=0 and MemoryMax=0 ("...= is too small"); 0 is valid for MemoryMin/MemoryLow. MemoryMax
-is ours on one unit only, the BestEffort QoS slice (the ceiling): `read_memory(with_max=True)`.
+is ours only on the units a feature sets it on (features.owned): `read_memory(with_max=True)`.
 
 Lifecycle: when the connection is lost (dbus-daemon restart), calls raise `BusClosed` and
 the `on_disconnect` callbacks run once. The caller then `close()`s this instance and
@@ -104,9 +104,9 @@ __all__ = [
 ]
 
 MEMORY_PROPERTIES = ("MemoryMin", "MemoryLow", "MemoryHigh")
-# Planned on the BestEffort QoS slice alone (plan.besteffort_ceiling), and read only where it is ours.
-CEILING_PROPERTY = "MemoryMax"
-_OURS = MEMORY_PROPERTIES + (CEILING_PROPERTY,)
+# Set by a feature on the units it owns (features.owned), and read only where it is ours.
+MAX_PROPERTY = "MemoryMax"
+_OURS = MEMORY_PROPERTIES + (MAX_PROPERTY,)
 # Sent beside ours, never planned: a value the runtime wrote only to its cgroup's file, which the
 # re-apply our write causes would otherwise undo (cgroupfs.py, "Why that file").
 CARRIED_PROPERTIES = ("MemorySwapMax",)

@@ -193,7 +193,7 @@ class Harness:
     """The daemon on the stand-in, as `async with Harness(...) as h:`; ready when entered."""
 
     def __init__(self, fake, tmp_path, items=None, config=None, *, capacity=16 << 30, call_timeout=2.0,
-                 real_source=False, ledger_path=None, last_pods_path=None, cgroupfs=None, ceiling_ledger_path=None,
+                 real_source=False, ledger_path=None, last_pods_path=None, cgroupfs=None, state_dir=None,
                  fights_path=None):
         self.fake = fake
         self.watch = Watch(fake)
@@ -210,7 +210,7 @@ class Harness:
             connect=self._connect, make_source=make_source if real_source else (lambda c: self.source),
             read_capacity=lambda: self.capacity, page_size=4096, metrics=self.metrics,
             notifier=Notifier(self.notify.path), cgroupfs=cgroupfs or Cgroupfs(tmp_path / "cgroup"),
-            ledger_path=ledger_path, last_pods_path=last_pods_path, ceiling_ledger_path=ceiling_ledger_path,
+            ledger_path=ledger_path, last_pods_path=last_pods_path, state_dir=state_dir,
             fights_path=fights_path)
         self.daemon = Daemon(str(self.config_path), parse_config(config or TIERED), outside)
         handler = self.daemon.on_unit_removed

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..config import Config
+from ..config_schema import Config
 from ..kubelet_gate import Gate, memory_qos_gate, parse_kubelet_metrics, qos_reserved
 from .file import FileSource
 from .kubelet import KubeletSource

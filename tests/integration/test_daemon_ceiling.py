@@ -15,7 +15,8 @@ import yaml
 from harness import Harness, run, until
 from test_daemon import BURSTABLE, GUARANTEED, NODE_UNITS, TIERED, start_pods
 
-from memqos_systemd import ledger
+from memqos_systemd import features, ledger
+from memqos_systemd.ceiling_watch import CeilingWatch
 from memqos_systemd.quantity import UINT64_MAX
 
 pytestmark = pytest.mark.integration
@@ -53,11 +54,16 @@ def gauge(h: Harness, kind: str) -> float:
     return h.metrics.registry.get_sample_value("memqos_besteffort_ceiling_bytes", {"kind": kind})
 
 
+def ceiling(h: Harness) -> CeilingWatch:
+    """The daemon's ceiling, one feature of its table (features.py)."""
+    return features.by_name(h.daemon.features, CeilingWatch.name)
+
+
 def node(fake, tmp_path, config=CEILING, *, run_dir=None) -> Harness:
     """The daemon on a 2 GiB node with a Guaranteed and a Burstable pod; its ceiling ledger in
     `tmp_path` (another daemon's, when `run_dir` is that one's)."""
     return Harness(fake, run_dir or tmp_path, [GUARANTEED, BURSTABLE], config=config, capacity=CAPACITY,
-                   ceiling_ledger_path=tmp_path / "ceiling-slices")
+                   state_dir=tmp_path)
 
 
 def test_on_it_sets_the_planned_memorymax_on_the_besteffort_slice_alone_and_remembers_it(fake_systemd, tmp_path):
@@ -84,12 +90,12 @@ def test_above_the_plan_it_steps_to_the_usage_and_follows_it_down(fake_systemd, 
     async def body():
         async with node(fake_systemd, tmp_path) as h:
             await until(lambda: memory_max(fake_systemd) == 1500 * MI + 4096)  # the usage, up to a page
-            assert h.daemon.ceiling.following and gauge(h, "held") == 1500 * MI + 4096
+            assert ceiling(h).following and gauge(h, "held") == 1500 * MI + 4096
             usage(fake_systemd, 1200 * MI)  # a BestEffort process was OOM-killed at the step
             await until(lambda: memory_max(fake_systemd) == 1200 * MI, timeout=3)  # looked at again within 1 s
             usage(fake_systemd, 100 * MI)
             await until(lambda: memory_max(fake_systemd) == PLANNED, timeout=5)  # (the next look: within 2 s)
-            assert not h.daemon.ceiling.following
+            assert not ceiling(h).following
             assert max_writes(fake_systemd) == [(BE, 1500 * MI + 4096), (BE, 1200 * MI), (BE, PLANNED)]
     with caplog.at_level(logging.INFO, logger="memqos_systemd"):
         run(body())
@@ -99,7 +105,7 @@ def test_above_the_plan_it_steps_to_the_usage_and_follows_it_down(fake_systemd, 
 
 
 def test_a_usage_that_stays_above_is_looked_at_less_and_less_often(fake_systemd, tmp_path):
-    """Nothing moves: no write, and the look backs off (1 s, 2 s, 4 s, ...: agenda.CEILING_FOLLOW_*)."""
+    """Nothing moves: no write, and the look backs off (1 s, 2 s, 4 s, ...: ceiling.FOLLOW_*)."""
     start_pods(fake_systemd, *NODE_UNITS, BE)
     usage(fake_systemd, 1500 * MI)
 
@@ -120,7 +126,7 @@ def test_a_config_that_cannot_be_planned_while_it_follows_the_usage_does_not_spi
 
     async def body():
         async with node(fake_systemd, tmp_path) as h:
-            await until(lambda: h.daemon.ceiling.following)
+            await until(lambda: ceiling(h).following)
             h.config_path.write_text(yaml.safe_dump({**CEILING, "kubeReserved": {"memory": "3Gi"}}))  # > capacity
             before = h.reconciles()
             h.daemon.request_reload()

@@ -63,7 +63,7 @@ def test_beside_the_kubelet_nothing_it_writes_is_written_nor_fought_over(fake_sy
 
     async def body():
         async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=COMPANION,
-                           ceiling_ledger_path=tmp_path / "ceiling-slices") as h:
+                           state_dir=tmp_path) as h:
             await h.settle()
             assert h.metrics.registry.get_sample_value("memqos_companion_mode") == 1
             assert ours_written(h) == []
@@ -105,8 +105,8 @@ def test_auto_follows_the_kubelets_metrics(fake_systemd, tmp_path, gate_on):
         h.daemon.source = MetricsSource(h.source, gate_on)
         async with h:
             await h.settle()
-            assert h.daemon.mode.companion is gate_on
-            assert "kubelet's /metrics" in h.daemon.mode.why
+            assert h.daemon.companion.mode.companion is gate_on
+            assert "kubelet's /metrics" in h.daemon.companion.mode.why
             assert (ours_written(h) == []) is gate_on
     run(body())
 
@@ -119,12 +119,12 @@ def test_auto_follows_the_kubelets_config_file(fake_systemd, tmp_path):
     async def body():
         async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=RESERVED) as h:
             await h.settle()
-            assert not h.daemon.mode.companion  # not known: every value ours
+            assert not h.daemon.companion.mode.companion  # not known: every value ours
             fake_systemd.clear_calls()
             h.config_path.write_text(yaml.safe_dump({**RESERVED, "kubeletConfigFile": str(kubelet)}))
             h.daemon.request_reload()  # (the file is read as the service reads it: load_config)
-            await until(lambda: h.daemon.mode.companion, timeout=5)
-            assert str(kubelet) in h.daemon.mode.why
+            await until(lambda: h.daemon.companion.mode.companion, timeout=5)
+            assert str(kubelet) in h.daemon.companion.mode.why
             await h.resync_now()
             assert h.sets() == []
     run(body())
@@ -143,7 +143,7 @@ def test_a_change_of_mode_hands_values_over_without_lowering_any(fake_systemd, t
             fake_systemd.clear_calls()
             h.config_path.write_text(yaml.safe_dump({**RESERVED, "companion": "on"}))
             h.daemon.request_reload()
-            await until(lambda: h.daemon.mode.companion, timeout=5)
+            await until(lambda: h.daemon.companion.mode.companion, timeout=5)
             await h.resync_now()
             assert h.sets() == [] and {u: h.memory(u) for u in KUBELET} == ours
             kubelet_writes(fake_systemd, 0)  # a kubelet whose policy asks for no protection: zeros

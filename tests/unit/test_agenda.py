@@ -336,13 +336,14 @@ def test_the_upper_slices_are_watched_closely_only_while_a_writer_is_about():
     """Every wake of the watch costs the loop; close (every second) only after a foreign write was
     found, or right after the kubelet started (it writes its zeros as it starts)."""
     s = steady()
-    assert s.a.watch_interval(10.0) == agenda_mod.KERNEL_WATCH_IDLE
+    assert s.a.ticks.watch_interval(10.0) == agenda_mod.KERNEL_WATCH_IDLE
     s.a.foreign_write(10.0)
-    assert s.a.watch_interval(11.0) == agenda_mod.KERNEL_WATCH_INTERVAL
-    assert s.a.watch_interval(10.0 + agenda_mod.KERNEL_WATCH_ALERT) == agenda_mod.KERNEL_WATCH_IDLE
+    assert s.a.ticks.watch_interval(11.0) == agenda_mod.KERNEL_WATCH_INTERVAL
+    assert s.a.ticks.watch_interval(10.0 + agenda_mod.KERNEL_WATCH_ALERT) == agenda_mod.KERNEL_WATCH_IDLE
     s.a.kubelet_started(5000.0)
-    assert s.a.watch_interval(5001.0) == agenda_mod.KERNEL_WATCH_INTERVAL
-    assert s.a.watch_interval(5000.0 + agenda_mod.KERNEL_WATCH_AFTER_KUBELET_START) == agenda_mod.KERNEL_WATCH_IDLE
+    assert s.a.ticks.watch_interval(5001.0) == agenda_mod.KERNEL_WATCH_INTERVAL
+    after = 5000.0 + agenda_mod.KERNEL_WATCH_AFTER_KUBELET_START
+    assert s.a.ticks.watch_interval(after) == agenda_mod.KERNEL_WATCH_IDLE
 
 
 def test_a_drift_in_the_kernel_re_reads_the_slices_whose_cgroup_differs_and_watches_closely():
@@ -350,8 +351,8 @@ def test_a_drift_in_the_kernel_re_reads_the_slices_whose_cgroup_differs_and_watc
     s.a.kernel_drift(1.0)
     assert s.a.due(1.0) == Due(refresh=Refresh.TIMER_LIGHT)  # as the timer would: the same reads either way
     assert s.a.due(1.0).refresh.trust_kernel and s.a.due(1.0).refresh.levels == agenda_mod.LIGHT_LEVELS
-    assert s.a.watch_interval(2.0) == agenda_mod.KERNEL_WATCH_INTERVAL
-    assert s.a.watch_interval(1.0 + agenda_mod.KERNEL_WATCH_AFTER_DRIFT) == agenda_mod.KERNEL_WATCH_IDLE
+    assert s.a.ticks.watch_interval(2.0) == agenda_mod.KERNEL_WATCH_INTERVAL
+    assert s.a.ticks.watch_interval(1.0 + agenda_mod.KERNEL_WATCH_AFTER_DRIFT) == agenda_mod.KERNEL_WATCH_IDLE
 
 
 # ---- the ticks beside the rounds (issue 27: every periodic task on the agenda's schedule) --------
@@ -359,10 +360,10 @@ def ticks_over(a: Agenda, until: float) -> list[tuple[float, str]]:
     """Play the daemon's tick loop from 0 to `until`: (time, tick) of every tick carried out."""
     done, t = [], 0.0
     while t <= until:
-        for tick in a.ticks_due(t):
+        for tick in a.ticks.due(t):
             done.append((round(t, 3), str(tick)))
-            a.tick_done(tick, t)
-        t = t + a.tick_timeout(t) if a.tick_timeout(t) > 0 else t + 0.001
+            a.ticks.done(tick, t)
+        t = t + a.ticks.timeout(t) if a.ticks.timeout(t) > 0 else t + 0.001
     return done
 
 
@@ -381,49 +382,81 @@ def test_the_watch_tick_follows_the_watch_interval():
     a = Agenda(resync_interval=RESYNC, poll_interval=POLL)
     idle = [t for t, tick in ticks_over(a, 11.0) if tick == "watch"]
     assert idle == [agenda_mod.KERNEL_WATCH_IDLE, 2 * agenda_mod.KERNEL_WATCH_IDLE]
-    assert not a.take_ticks_moved()
+    assert not a.ticks.take_moved()
     a.kernel_drift(11.0)  # a writer about: every second from now on, not from the idle look due at 15
-    assert a.take_ticks_moved() and not a.take_ticks_moved()  # the tick loop is woken once
+    assert a.ticks.take_moved() and not a.ticks.take_moved()  # the tick loop is woken once
     watched = [t for t, tick in ticks_over(a, 20.0) if tick == "watch" and t > 11.0]
     assert watched[:4] == [12.0, 13.0, 14.0, 15.0]
     a.kernel_drift(20.5)  # already close (the next look at 21): no tick moves, nothing to wake
-    assert not a.take_ticks_moved()
+    assert not a.ticks.take_moved()
 
 
 def test_the_tick_loop_sleeps_until_the_next_tick():
     a = Agenda(resync_interval=RESYNC, poll_interval=POLL, now=100.0)
-    assert [str(t) for t in a.ticks_due(100.0)] == ["heartbeat"]
-    a.tick_done(agenda_mod.Tick.HEARTBEAT, 100.0)
-    assert a.tick_timeout(100.0) == min(agenda_mod.KERNEL_WATCH_IDLE, agenda_mod.HEARTBEAT_INTERVAL)
+    assert [str(t) for t in a.ticks.due(100.0)] == ["heartbeat"]
+    a.ticks.done(agenda_mod.Tick.HEARTBEAT, 100.0)
+    assert a.ticks.timeout(100.0) == min(agenda_mod.KERNEL_WATCH_IDLE, agenda_mod.HEARTBEAT_INTERVAL)
 
 
-# ---- the BestEffort ceiling's steps (issue 25) --------------------------------------------------
-def test_ceiling_following_looks_again_soon_after_a_move_and_backs_off_while_nothing_moves():
-    from memqos_systemd.agenda import CEILING_FOLLOW_FIRST, CEILING_FOLLOW_MAX
+# ---- a feature's look again (the BestEffort ceiling's steps, issue 25) ---------------------------
+def _follow(a, look, t, following, moved):
+    """What the daemon does after a round: the feature's Look, its `at` handed to the agenda."""
+    from memqos_systemd.ceiling import FOLLOW_FIRST, FOLLOW_MAX
+    look = agenda_mod.follow(look, t, following, moved, FOLLOW_FIRST, FOLLOW_MAX)
+    a.look_again("bestEffortCeiling", look.at)
+    return look
+
+
+def test_following_looks_again_soon_after_a_move_and_backs_off_while_nothing_moves():
+    from memqos_systemd.ceiling import FOLLOW_FIRST, FOLLOW_MAX
     s = steady(poll=1000.0, resync=1000.0)
     a = s.a
     assert a.timeout(10.0) == 990.0  # not following: only the timers
-    a.ceiling_following(10.0, following=True, moved=True)  # stepped to the usage
-    assert a.timeout(10.0) == CEILING_FOLLOW_FIRST == 1.0
-    a.ceiling_following(10.5, following=True, moved=False)  # a round for another reason: the look stands
+    look = _follow(a, agenda_mod.Look(), 10.0, following=True, moved=True)  # stepped to the usage
+    assert a.timeout(10.0) == FOLLOW_FIRST == 1.0
+    look = _follow(a, look, 10.5, following=True, moved=False)  # a round for another reason: the look stands
     assert a.timeout(10.5) == 0.5
     waits = []
     t = 11.0
     for _ in range(7):  # the looks, with nothing moving: 2, 4, 8, 16, 30, 30, 30
-        a.ceiling_following(t, following=True, moved=False)
+        look = _follow(a, look, t, following=True, moved=False)
         waits.append(a.timeout(t))
         t += waits[-1]
-    assert waits == [2.0, 4.0, 8.0, 16.0, CEILING_FOLLOW_MAX, 30.0, 30.0]
-    a.ceiling_following(t, following=True, moved=True)  # the usage fell: the next step goes, and soon again
+    assert waits == [2.0, 4.0, 8.0, 16.0, FOLLOW_MAX, 30.0, 30.0]
+    look = _follow(a, look, t, following=True, moved=True)  # the usage fell: the next step goes, and soon again
     assert a.timeout(t) == 1.0
-    a.ceiling_following(t + 1, following=False, moved=True)  # at the plan
+    look = _follow(a, look, t + 1, following=False, moved=True)  # at the plan
     assert a.timeout(t + 1) > 100
 
 
-def test_ceiling_following_from_a_round_that_did_not_step_starts_at_the_first_interval():
+def test_following_from_a_round_that_did_not_step_starts_at_the_first_interval():
     s = steady(poll=1000.0, resync=1000.0)
-    s.a.ceiling_following(5.0, following=True, moved=False)  # e.g. usage unreadable: nothing sent yet
+    _follow(s.a, agenda_mod.Look(), 5.0, following=True, moved=False)  # e.g. usage unreadable: nothing sent yet
     assert s.a.timeout(5.0) == 1.0
+
+
+@pytest.mark.parametrize("look, now, following, moved, expected", [
+    (agenda_mod.Look(), 0.0, False, False, agenda_mod.Look()),  # not following: no look
+    (agenda_mod.Look(5.0, 4.0), 3.0, False, True, agenda_mod.Look()),  # at the plan: the look is dropped
+    (agenda_mod.Look(), 3.0, True, False, agenda_mod.Look(4.0, 1.0)),  # the first: soon
+    (agenda_mod.Look(9.0, 8.0), 3.0, True, True, agenda_mod.Look(4.0, 1.0)),  # moved: soon again
+    (agenda_mod.Look(9.0, 8.0), 3.0, True, False, agenda_mod.Look(9.0, 8.0)),  # before it is due: it stands
+    (agenda_mod.Look(9.0, 8.0), 9.0, True, False, agenda_mod.Look(25.0, 16.0)),  # due, nothing moved: twice
+    (agenda_mod.Look(9.0, 20.0), 9.5, True, False, agenda_mod.Look(39.5, 30.0)),  # never longer than most
+])
+def test_follow_table(look, now, following, moved, expected):
+    assert agenda_mod.follow(look, now, following, moved, 1.0, 30.0) == expected
+
+
+def test_each_feature_has_its_own_look_and_infinity_drops_one():
+    s = steady(poll=1000.0, resync=1000.0)
+    s.a.look_again("one", 15.0)
+    s.a.look_again("two", 12.0)
+    assert s.a.timeout(10.0) == 2.0
+    s.a.look_again("two", float("inf"))
+    assert s.a.timeout(10.0) == 5.0
+    s.a.look_again("one", 20.0)  # replaces its last
+    assert s.a.timeout(10.0) == 10.0
 
 
 def test_a_drift_soon_after_another_is_re_read_after_the_gap_not_at_once():

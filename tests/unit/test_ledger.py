@@ -4,6 +4,7 @@ import logging
 import os
 
 from memqos_systemd import ledger
+from memqos_systemd.ceiling_watch import CEILING_LEDGER
 
 
 def test_a_missing_ledger_is_empty(tmp_path):
@@ -47,14 +48,14 @@ def test_a_ledger_that_cannot_be_written_is_a_warning_not_an_error(tmp_path, cap
 
 def test_ceiling_slices_are_remembered_from_before_the_first_write_until_taken_back(tmp_path, caplog):
     path = tmp_path / "run" / "ceiling-slices"
-    kept = ledger.CeilingSlices(path)
+    kept = ledger.OwnedSlices(path, CEILING_LEDGER)
     assert kept.names == set() and not path.exists()
     kept.add("kubepods-besteffort.slice")
     assert path.read_text() == "kubepods-besteffort.slice\n"
-    assert ledger.CeilingSlices(path).names == {"kubepods-besteffort.slice"}  # read back after a restart
+    assert ledger.OwnedSlices(path, CEILING_LEDGER).names == {"kubepods-besteffort.slice"}  # read back after a restart
     kept.discard("kubepods-besteffort.slice")
     assert ledger.read(path) == set()
-    blocked = ledger.CeilingSlices(tmp_path / "run" / "ceiling-slices" / "x")  # its directory is a file
+    blocked = ledger.OwnedSlices(tmp_path / "run" / "ceiling-slices" / "x", CEILING_LEDGER)  # its directory is a file
     with caplog.at_level(logging.WARNING, logger="memqos_systemd"):
         blocked.add("kubepods-besteffort.slice")
     assert blocked.names == {"kubepods-besteffort.slice"} and "cannot write the ceiling ledger" in caplog.text

@@ -322,12 +322,12 @@ def test_while_holding_memorymax_moves_neither_way():
 
 def test_reset_takes_back_the_memorymax_of_the_ceilings_it_is_told_of():
     observed = held(with_ceiling(tree(512 * MI, 256 * MI), 900 * MI))
-    changes = reset_plan(observed, NAMING, ceilings={BE})
+    changes = reset_plan(observed, NAMING, max_units={BE})
     assert (BE, {"MemoryMax": INFINITY}) in [(c.unit, dict(c.props)) for c in changes]
     assert all("MemoryMax" not in c.props for c in changes if c.unit != BE)
     assert all("MemoryMax" not in c.props for c in reset_plan(observed, NAMING))  # not ours: left
     observed[BE]["MemoryMax"] = INFINITY
-    assert BE not in [c.unit for c in reset_plan(observed, NAMING, ceilings={BE})]
+    assert BE not in [c.unit for c in reset_plan(observed, NAMING, max_units={BE})]
 
 
 # ---- the kernel shows less than systemd holds (issue 29) -------------------------------------------

@@ -1,0 +1,68 @@
+"""The feature interface: what a feature laid on the plan does at each stage of a round.
+
+A feature is a value the plan alone cannot send as planned: it needs a state kept between rounds,
+a read of its own, or a step at a time (features.py lists them; docs/DESIGN.md, "The feature
+interface", walks through the first).
+Each one is a module with a class that has the members below, and one line of the table in
+features.py; the daemon and the round iterate the table and never name a feature.
+
+* `name`: its config key, the key of its look again in the agenda.
+* `properties`, `units(naming, config)`: the properties it sets beyond the plan's three, and the
+  units on which they are its own to read and write (the Applier reads them with the other three);
+  a property it sets nowhere else is never read as ours nor taken back.
+* `overlay(desired, observed, config, naming)`: the plan with what to send now laid on it, given
+  what systemd holds (`observed`, the round's read: unit -> property -> value, None when not
+  loaded); the same Plan object when nothing changes. It may read what it needs (a cgroup).
+* `pending`: the last overlay stopped short of the plan; a round that sent nothing is then not
+  taken as settled (round.Round.settled), since the next may send something.
+* `settle(observed, desired)`: after a round's apply (not in a dry run): what it keeps (a ledger),
+  what it says, its metric.
+* `look_again(now, planned)`: when it wants a round again (infinity: none), after each round the
+  daemon runs (`planned` False: the round could not plan); the agenda holds it (Agenda.look_again).
+* `on_drift(unit, before, now, config)`: a read found `unit` changed without us: the properties of
+  that change it takes on itself (said and handled there); the rest is a foreign write as usual.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Protocol
+
+from .cgroupfs import Cgroupfs
+from .config_schema import Config
+from .naming import Naming
+from .plan import Plan
+
+__all__ = ["Context", "Feature"]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a feature is made with: the outside things it may use."""
+
+    cgroupfs: Cgroupfs
+    page_size: int
+    metrics: Any = None  # metrics.Metrics, or None: NoMetrics
+    state_dir: Path | None = None  # where it keeps its files in /run (beside ledger.py's); None: none kept
+    write: bool = True  # False: a dry run, whose files are read and never written
+
+
+class Feature(Protocol):
+    name: str
+    properties: tuple[str, ...]
+
+    def units(self, naming: Naming, config: Config) -> frozenset[str]: ...
+
+    def overlay(self, desired: Plan, observed: Mapping[str, Mapping[str, int] | None], config: Config,
+                naming: Naming) -> Plan: ...
+
+    @property
+    def pending(self) -> bool: ...
+
+    def settle(self, observed: Mapping[str, Mapping[str, int] | None], desired: Plan) -> None: ...
+
+    def look_again(self, now: float, planned: bool = True) -> float: ...
+
+    def on_drift(self, unit: str, before: Mapping[str, int], now: Mapping[str, int],
+                 config: Config) -> frozenset[str]: ...

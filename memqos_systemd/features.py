@@ -1,0 +1,41 @@
+"""The feature table: every feature laid on the plan (feature.py), one line each.
+
+A new feature is a module with a class that has feature.Feature's members and a `made(context)`
+class method, and its line here; the daemon, the round and `apply --once` make them all from this
+table (`make`) and iterate them.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Mapping
+
+from .ceiling_watch import CeilingWatch
+from .config_schema import Config
+from .feature import Context, Feature
+from .naming import Naming
+
+__all__ = ["FEATURES", "make", "owned", "on_drift", "by_name"]
+
+FEATURES: tuple[Callable[[Context], Feature], ...] = (
+    CeilingWatch.made,  # bestEffortCeiling: a MemoryMax on the BestEffort QoS slice, stepped down with its usage
+)
+
+
+def make(context: Context, table: Iterable[Callable[[Context], Feature]] | None = None) -> tuple[Feature, ...]:
+    """Every feature of the table (FEATURES unless `table`), made with `context`."""
+    return tuple(made(context) for made in (FEATURES if table is None else table))
+
+
+def owned(features: Iterable[Feature], prop: str, naming: Naming, config: Config) -> frozenset[str]:
+    """The units on which `prop` is a feature's own (read with the other three, taken back by reset)."""
+    return frozenset().union(*(f.units(naming, config) for f in features if prop in f.properties))
+
+
+def on_drift(features: Iterable[Feature], unit: str, before: Mapping[str, int], now: Mapping[str, int],
+             config: Config) -> frozenset[str]:
+    """The properties of a change made without us that the features take on themselves."""
+    return frozenset().union(*(f.on_drift(unit, before, now, config) for f in features))
+
+
+def by_name(features: Iterable[Feature], name: str) -> Feature | None:
+    return next((f for f in features if f.name == name), None)

@@ -43,6 +43,7 @@ from typing import Any, Callable
 from . import fights
 from .agenda import HEARTBEAT_INTERVAL, Agenda, Tick
 from .applier import Applier
+from .drift import Drift
 from .ceiling_watch import CeilingWatch
 from .cgroupfs import Cgroupfs
 from .config import Config, ConfigError, load_config
@@ -52,6 +53,7 @@ from .ledger import ReservedSlices
 from .metrics import NoMetrics
 from .naming import Naming, NamingError
 from .notify import Notifier, WarnOnce, watchdog_interval
+from .observe import Observer
 from .plan import NodeFacts, PlanError
 from .pods import one_line
 from .reconcile import DEFAULTS
@@ -135,12 +137,13 @@ class Daemon:
         self.ceiling = CeilingWatch(outside.cgroupfs, outside.ceiling_ledger_path, outside.page_size, outside.metrics)
         self.round = Round(outside.metrics, outside.clock, self.ceiling)
         self.systemd = None
+        self.observer: Observer | None = None  # what systemd and the kernel hold (observe.py)
         self.applier: Applier | None = None
         # Whether the kubelet's own Memory QoS is on: a node fact, as the capacity is, asked of the
         # kubelet at start, reload and its restarts (_ask_kubelet); with `companion:` it makes the mode.
         self.kubelet_gate = Gate(None, "not asked yet")
         # The mode they make (kubelet_gate.companion_mode), decided again only when either changes
-        # (_decide_mode): the applier asks it for every unit it reads.
+        # (_decide_mode): the observer asks it for every unit it reads.
         self.mode = companion_mode(config.companion, self.kubelet_gate)
         self._mode_said = False
         self.capacity = outside.read_capacity()
@@ -179,8 +182,8 @@ class Daemon:
 
     def on_unit_removed(self, name: str) -> None:
         ref = self.naming.parse_unit(name)
-        if self.applier is not None and ref is not None:
-            self.applier.forget(name)
+        if self.observer is not None and ref is not None:
+            self.observer.forget(name)
             self.agenda.unit_removed(name, ref.level)
             if ref.level == "pod":
                 self.wake()  # a pod kept only because its slice ran can go now
@@ -308,10 +311,14 @@ class Daemon:
         if not kind:
             return
         try:
-            await self.applier.refresh_all(self.reserved.retired, levels=kind.levels, trust_kernel=kind.trust_kernel)
+            read = await self.observer.refresh_all(self.reserved.retired, levels=kind.levels,
+                                                   trust_kernel=kind.trust_kernel)
         except SystemdError:
             self.agenda.put_back_refresh(kind, served)
             raise
+        finally:
+            self._drifted()
+        self.applier.after_read(read)
         self.agenda.refreshed(kind)
 
     async def _sleep(self, seconds: float) -> None:
@@ -341,11 +348,12 @@ class Daemon:
                                 on_job_removed=self.on_job_removed, on_reloading=self.on_reloading,
                                 on_returned=self.on_systemd_returned, on_overflow=self.on_signal_overflow)
         self.systemd = systemd
-        self.applier = Applier(systemd, self.naming, cgroupfs=self.out.cgroupfs, page_size=self.out.page_size,
-                               on_call=self.out.metrics.dbus_call, on_restore=self._oom_group,
-                               on_foreign=self._on_foreign_write,
-                               max_units=lambda: self.ceiling.units(self.naming, self.config),
-                               companion=lambda: self.mode.companion)
+        self.observer = Observer(systemd, self.naming, cgroupfs=self.out.cgroupfs, page_size=self.out.page_size,
+                                 on_call=self.out.metrics.dbus_call,
+                                 max_units=lambda: self.ceiling.units(self.naming, self.config),
+                                 companion=lambda: self.mode.companion)
+        self.applier = Applier(systemd, cgroupfs=self.out.cgroupfs, on_call=self.out.metrics.dbus_call,
+                               on_restore=self._oom_group)
         self.agenda.connected()
         log.info("connected to systemd %s", await systemd.version())
 
@@ -366,8 +374,8 @@ class Daemon:
         source_changed = source is not self.source
         self.reserved.config_changed(self.naming.reserved_slices(), naming.reserved_slices())
         self.config, self.naming, self.source = config, naming, source
-        if self.applier is not None:
-            self.applier.naming = naming
+        if self.observer is not None:
+            self.observer.naming = naming
         self.agenda.config_changed(self.out.clock(), resync_interval=config.resync_interval,
                                    poll_interval=config.kubelet.poll_interval,
                                    watch_source=hasattr(self.source, "changed"), source_changed=source_changed)
@@ -392,7 +400,7 @@ class Daemon:
             return
         if self.agenda.ask_kubelet():
             await self._ask_kubelet()
-        carried = self.intake.accept(snap, self.applier.live_pod_uids())
+        carried = self.intake.accept(snap, self.observer.live_pod_uids())
         self.intake.say("carried", [f"pod {p.display} is no longer listed by the pod source but its slice still"
                                     f" exists; keeping its protection until the slice is gone" for p in carried])
 
@@ -435,13 +443,15 @@ class Daemon:
         new, started = self.agenda.take_units()  # one announced while the round awaits stays queued
         inputs = self._inputs()
         try:
-            outcome = await self.round.run(inputs, self.applier, new=new, started=started,
+            outcome = await self.round.run(inputs, self.observer, self.applier, new=new, started=started,
                                            sure=lambda: not self.agenda.in_doubt(self.out.clock()),
                                            put_back=self.agenda.put_back_units)
         except PlanError as e:
             log.error("cannot plan, nothing changed: %s", e)
             self.agenda.ceiling_following(self.out.clock(), False, False)  # else a past look: a spin
             return
+        finally:
+            self._drifted()  # (also from a round its read dropped)
         self.agenda.planned(self.round.planned_units, self.out.clock())
         self.agenda.ceiling_following(self.out.clock(), self.ceiling.following, self.ceiling.moved)
         if outcome is None or outcome.settled:
@@ -451,7 +461,8 @@ class Daemon:
         if inputs.holding is not None:
             self._warn_once("holding", [f"holding ({inputs.holding}): changes of {len(outcome.held)} unit(s) that"
                                         f" would lower a protection or move a MemoryHigh not sent"] if outcome.held else [])
-        self.reserved.settle(lambda name: self.applier.observed.get(name) in (None, DEFAULTS))
+        held = self.observer.snapshot().held
+        self.reserved.settle(lambda name: held.get(name) in (None, DEFAULTS))
         self.reserved.keep(self.naming.reserved_slices())
         # The upper slices' cgroups as this round left them (the first round's opens them, and
         # arms their inotify watches); a write behind our back during our own is found here.
@@ -465,7 +476,7 @@ class Daemon:
             self.out.metrics.set_ready()
             log.info("ready: %s", status)
 
-    # ------------------------------------------------------------ the ticks, and what the applier reports
+    # ------------------------------------------------------------ the ticks, and what the reads found
     def _heartbeat(self) -> None:
         """The loop runs: WATCHDOG=1 to systemd (ignored by a unit without WatchdogSec=; a no-op
         outside systemd), and /livez stays 200."""
@@ -476,17 +487,23 @@ class Daemon:
         """A node, QoS or reserved slice whose cgroup no longer shows what systemd held for it at
         our last read or write was written by someone else; read it again (the next round puts
         ours back, and the read names the writer)."""
-        if self.applier is None or self.agenda.due(self.out.clock()).quiet:
+        if self.observer is None or self.agenda.due(self.out.clock()).quiet:
             return
-        if self.out.cgroupfs.watch(self.applier.upper_values(), self.out.page_size, skip=self.applier.writing):
+        if self.out.cgroupfs.watch(self.observer.upper_values(), self.out.page_size, skip=self.observer.writing):
             self.agenda.kernel_drift(self.out.clock())
             self.wake()
 
-    def _on_foreign_write(self, unit: str, before: dict[str, int], now: dict[str, int], writer: str) -> None:
+    def _drifted(self) -> None:
+        """The writes behind our back the observer's reads found (Observer.take_drift)."""
+        for record in self.observer.take_drift():
+            self._on_foreign_write(record)
+
+    def _on_foreign_write(self, record: Drift) -> None:
         """A read found a unit holding what someone else wrote, through systemd or to its cgroup
         file (`writer`): counted by level and writer, logged once an hour per unit and kind, and
         once when the unit becomes fought over (kubelet_gate.py), which status shows (fights.py);
         the next round puts ours back."""
+        unit, before, now, writer = record.unit, record.before, record.now, record.writer
         ref = self.naming.parse_unit(unit)
         level = ref.level if ref is not None else "reserved"  # a reserved slice a reload has just retired
         self.out.metrics.foreign_write(level, writer)

@@ -315,7 +315,7 @@ def test_a_cgroup_showing_more_protection_than_systemd_holds_is_read_once_not_at
             held = h.memory(qos)
             fake_systemd.clear_calls()
             fake_systemd.write_cgroup_file(qos, MemoryLow=held["MemoryLow"] + (64 << 20))
-            await until(lambda: reads() == 1 and qos in h.daemon.applier.left, timeout=found)
+            await until(lambda: reads() == 1 and qos in h.daemon.observer.left, timeout=found)
             after_read = len(cgroupfs.looks)
             await until(lambda: len(cgroupfs.looks) >= after_read + 4,  # four looks of the close watch
                         timeout=4 * agenda_mod.KERNEL_WATCH_INTERVAL + 2)

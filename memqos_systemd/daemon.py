@@ -43,12 +43,12 @@ from typing import Any, Callable
 from . import fights
 from .agenda import HEARTBEAT_INTERVAL, Agenda, Tick
 from .applier import Applier
-from .drift import Drift
+from .drift import FIGHT_WINDOW, Drift, ForeignWrites, fight_line, foreign_write_line
 from .ceiling_watch import CeilingWatch
 from .cgroupfs import Cgroupfs
 from .config import Config, ConfigError, load_config
 from .intake import PodIntake
-from .kubelet_gate import FIGHT_WINDOW, ForeignWrites, Gate, companion_mode, fight_line, foreign_write_line
+from .kubelet_gate import Gate, companion_mode
 from .ledger import ReservedSlices
 from .metrics import NoMetrics
 from .naming import Naming, NamingError

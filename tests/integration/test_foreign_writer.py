@@ -1,6 +1,6 @@
 """Someone else writes the units we manage (issues 15 and 29): found, counted, named, put back.
 
-Two kinds of writer (kubelet_gate.WRITERS):
+Two kinds of writer (drift.WRITERS):
 * through systemd: a v1.37 kubelet with its own Memory QoS gate on (the default) rewrites
   kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow every minute, explicit zeros
   under its default policy (../shared/notes/kubelet-2026.md); libcontainer's Set sends them over
@@ -27,7 +27,7 @@ from test_daemon import BCTR, BPOD, BURSTABLE, GUARANTEED, NODE_UNITS, RESERVED,
 
 import memqos_systemd.agenda as agenda_mod
 from memqos_systemd.cgroupfs import Cgroupfs, read_cgroup_memory
-from memqos_systemd.kubelet_gate import FIGHT_WRITES
+from memqos_systemd.drift import FIGHT_WRITES
 
 pytestmark = pytest.mark.integration
 

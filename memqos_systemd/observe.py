@@ -34,8 +34,27 @@ the invocation ID on its cgroup (`Snapshot.runs`), to which its first write goes
 pod slice, as a bare `SetUnitProperties` per `UnitNew` would cost, instead of three.
 
 Every unit read over D-Bus is held against the cache and its cgroup (drift.py): a write behind our
-back is kept as a `Drift` record for the daemon to take (`take_drift`), never a callback, and what
-a cgroup lost is set again by the next diff (`lost`).
+back is kept as a `Drift` record for the daemon to take (`take_drift`), never a callback.
+
+Beside `held`, the cache keeps, per unit:
+* `runs`: a unit cached as UNREAD (assume_started) -> the invocation ID of its run, for its first
+  write; dropped once values are known (read or written) or the unit is forgotten.
+* `unconfirmed`: cached with values read from its cgroup, not from systemd: read over D-Bus at the
+  next refresh_all, which the kernel's agreeing cannot replace.
+* `lost`: its cgroup showed less than systemd holds at our last read of both (written behind
+  systemd's back) -> what it showed of those properties. The diff sets them again through systemd;
+  our next write drops the unit.
+* `left`: its cgroup showed other values than systemd holds, none of them lost -> what the cgroup is
+  expected to show now (drift.left_alone). The kernel watch and a timer resync compare the cgroup
+  with this, not with the cache: reporting it at every look cost PID 1 two GetAll a second for as
+  long as it stayed. Our next write drops the unit, like `lost`.
+* `writing`: a write of ours is out for it: its cgroup shows the new values before the cache does,
+  so the kernel watch leaves it out until the write is learned (upper_values).
+* `dropins`: what we wrote to units we may create (reserved slices, reconcile.MAY_CREATE): systemd
+  keeps it as drop-ins while such a slice is not loaded, and unloads a slice nothing runs in soon
+  after the write that loaded it. So there "not loaded" means "holds what we wrote", not "write it
+  again": on systemd 252 a kube.slice that did not run was rewritten every 30 ms, each write loading
+  it (UnitNew, a round) and each round finding it unloaded (e2e 25-ceiling).
 """
 
 from __future__ import annotations
@@ -94,6 +113,110 @@ async def in_flight(calls: list, *, return_exceptions: bool = False) -> list:
     return await asyncio.gather(*(one(c) for c in calls), return_exceptions=return_exceptions)
 
 
+class UnitReader:
+    """The D-Bus reads of our units' states and memory properties, counted (`on_call`)."""
+
+    def __init__(self, systemd, on_call: Callable[[str, str], None] | None,
+                 max_units: Callable[[], Collection[str]]):
+        self.systemd = systemd
+        self._on_call = on_call or (lambda method, result: None)
+        self.max_units = max_units  # whose MemoryMax is ours, read with the other three
+
+    def count(self, method: str, result: str) -> None:
+        self._on_call(method, result)
+
+    async def states(self, list_call) -> dict[str, UnitStatus]:
+        try:
+            states = await list_call
+        except SystemdError:
+            self.count("ListUnitsByPatterns", "error")
+            raise
+        self.count("ListUnitsByPatterns", "ok")
+        return states
+
+    async def memory(self, states: dict[str, UnitStatus], names: Iterable[str]) -> dict[str, dict[str, int] | None]:
+        """The memory properties of `names` (None: not loaded, or gone), read concurrently: one
+        GetAll each (`in_flight`). Raises the first error, if any, after every read has ended."""
+        names = sorted(names)
+        with_max = self.max_units()
+        results = await in_flight([self.systemd.read_memory(n, states[n], with_max=n in with_max) for n in names],
+                                  return_exceptions=True)
+        values: dict[str, dict[str, int] | None] = {}
+        error = None
+        for name, value in zip(names, results):
+            if isinstance(value, BaseException):
+                self.count("GetAll", "error")
+                error = error or value
+                continue
+            if value is not None and self.systemd.removed_since(name, states[name].seen):
+                # Its UnitRemoved was read while the reads were out, and the daemon has already
+                # forgotten it: storing this value would bring a gone unit back into the cache
+                # (a deleted pod then looked live to carry_over; seen in the VM, 85-churn).
+                value = None
+            self.count("GetAll", "ok" if value is not None else "no_such_unit")
+            values[name] = value
+        if error is not None:
+            raise error
+        return values
+
+
+def named_units(naming: Naming, levels: Collection[str]) -> set[str]:
+    """Our units of `levels` by name: only FIXED_LEVELS have names known without a listing."""
+    if not set(levels) <= FIXED_LEVELS:
+        raise ValueError(f"levels {sorted(levels)}: only {', '.join(sorted(FIXED_LEVELS))} units can be read by name")
+    n = naming
+    names = [*n.root_slices(), n.node_slice(), n.qos_slice("Burstable"), n.qos_slice("BestEffort"),
+             *n.reserved_slices()]
+    return {u for u in names if n.parse_unit(u).level in levels}
+
+
+class PodStarts:
+    """New pod slices a round takes without reading them over D-Bus (see `adopt`)."""
+
+    def __init__(self, cgroupfs: Cgroupfs | None, naming: Callable[[], Naming]):
+        self.cgroupfs = cgroupfs
+        self._naming = naming
+        # New pod slices neither read nor written until their start job has ended.
+        self.awaiting: set[str] = set()
+
+    def adopt(self, new: set[str], started: set[str],
+              held: Mapping[str, object]) -> dict[str, tuple[bytes, dict | None] | None]:
+        """The new pod slices this round takes without reading them over D-Bus.
+
+        A pod slice just loaded (UnitNew) and not cached: if its cgroup carries the invocation ID
+        systemd sets as it starts a slice (Cgroupfs.run_of), it is cached with the values the
+        kernel holds for it (Cgroupfs.kernel_values: what systemd applied as it started it), or as
+        UNREAD if they cannot be read, and its first write, of what differs (all three if UNREAD),
+        is the only call it costs. One property instead of three is also less work for PID 1 (a
+        drop-in and a cgroup write each) in the middle of a burst. Without an ID yet, its start
+        job has not run: it is neither read nor written until that job's JobRemoved (`started`),
+        then taken the same way, or read over D-Bus if its cgroup still has no ID (a systemd that
+        sets none). Asking systemd for its state meanwhile cost a ListUnitsByPatterns per round,
+        each pattern matched against every unit in PID 1: in a burst that slowed the burst itself
+        (bench/vm_speed.py). Not while holding (the caller's choice): only raising values may be
+        sent then, which needs the values held. Container scopes carry no such ID on systemd 252
+        (tests/e2e 12-invocation-path X) and are read as before.
+        Returns the slices taken: those with a run, each with its invocation ID and the values its
+        cgroup shows (to cache, Observer.assume_started), and those awaiting their start (None)."""
+        taken: dict[str, tuple[bytes, dict | None] | None] = {}
+        if self.cgroupfs is None:
+            return taken
+        naming = self._naming()
+        for name in new | (started & self.awaiting):
+            ref = naming.parse_unit(name)
+            if ref is None or ref.level != "pod" or held.get(name) is not None:
+                continue
+            self.awaiting.discard(name)
+            invocation = self.cgroupfs.run_of(name)
+            if invocation is not None:
+                taken[name] = (invocation, self.cgroupfs.kernel_values(name))
+            elif name not in started:
+                self.awaiting.add(name)
+                taken[name] = None
+            # else: started, yet no ID on its cgroup: read over D-Bus as before
+        return taken
+
+
 class Observer:
     def __init__(self, systemd, naming: Naming, *, cgroupfs: Cgroupfs | None = None, page_size: int = 4096,
                  on_call: Callable[[str, str], None] | None = None,
@@ -108,47 +231,24 @@ class Observer:
         # it is on, or a MemoryMax of ours is still to be taken back: ceiling_watch.py); asked at
         # each read. Nowhere else is MemoryMax read: a runtime's or the kubelet's is not ours.
         self.max_units = max_units
-        self.held: dict[str, dict[str, int] | None] = {}
+        self.held: dict[str, dict[str, int] | None] = {}  # unit -> what systemd holds (None: not loaded)
         self.generation = 0  # bumped at every change to `held` (or possible change)
-        # Units cached as UNREAD (assume_started) -> the invocation ID of their run, for their
-        # first write; dropped once values are known (read or written) or the unit is forgotten.
-        self.runs: dict[str, bytes] = {}
-        # The node's cgroups (None: none read, for tests of the order alone):
-        # - a slice's invocation ID on its cgroup (Cgroupfs.run_of);
-        # - what the kernel shows (Cgroupfs.kernel_values, page-rounded by `page_size`): a timer
-        #   resync reads over D-Bus only the units whose cgroup differs from the cache
-        #   (refresh_all(trust_kernel=True)), and a unit read is compared with it (drift.judge).
+        self.runs: dict[str, bytes] = {}  # units cached as UNREAD -> their run (see the module)
+        # The node's cgroups (None: none read, for tests of the order alone): run IDs, what the kernel
+        # shows (Cgroupfs.kernel_values, page-rounded by `page_size`).
         self.cgroupfs = cgroupfs
         self.page_size = page_size
-        # Units cached with values read from their cgroup (assume_started), not from systemd: read
-        # over D-Bus at the next refresh_all, which the kernel's agreeing cannot replace.
-        self.unconfirmed: set[str] = set()
-        self._on_call = on_call or (lambda method, result: None)
-        # Units whose cgroup showed less than systemd holds at our last read of both
-        # (reconcile.kernel_lost: written behind systemd's back) -> what it showed of those
-        # properties. The diff sets them again through systemd; our next write drops the unit.
-        self.lost: dict[str, dict[str, int]] = {}
-        # Units whose cgroup showed other values than systemd holds at our last read of both, none
-        # of them lost (drift.left_alone) -> what the cgroup is expected to show now. Left alone,
-        # so the kernel watch and a timer resync compare the cgroup with this (`expected`), not with
-        # the cache: reporting it at every look cost PID 1 two GetAll a second for as long as it
-        # stayed. Our next write drops the unit, like `lost`.
-        self.left: dict[str, dict[str, int]] = {}
-        # Units a write of ours is out for (`writing`): their cgroup shows the new values before the
-        # cache does, so the kernel watch leaves them out until the write is learned (upper_values).
-        self.writing: frozenset[str] = frozenset()
+        self.unconfirmed: set[str] = set()  # units cached from their cgroup alone (assume_started)
+        self.reads = UnitReader(systemd, on_call, max_units)
+        self.lost: dict[str, dict[str, int]] = {}  # unit -> what its cgroup lost (drift.judge)
+        self.left: dict[str, dict[str, int]] = {}  # unit -> what its cgroup is expected to show (drift.left_alone)
+        self.writing: frozenset[str] = frozenset()  # units a write of ours is out for (writes_out)
         self._live_uids: tuple[tuple, frozenset[str]] | None = None  # see live_pod_uids
         self._upper: tuple[Naming, tuple[str, ...]] | None = None  # see upper_values
         self._snapshot: Snapshot | None = None  # see snapshot
         self._found: list[Drift] = []  # see take_drift
-        # New pod slices neither read nor written until their start job has ended (adopt_new_pod_slices).
-        self.awaiting_start: set[str] = set()
-        # What we wrote to units we may create (reserved slices, reconcile.MAY_CREATE): systemd keeps
-        # it as drop-ins while such a slice is not loaded, and unloads a slice nothing runs in soon
-        # after the write that loaded it. So there "not loaded" means "holds what we wrote", not
-        # "write it again": on systemd 252 a kube.slice that did not run was rewritten every 30 ms,
-        # each write loading it (UnitNew, a round) and each round finding it unloaded (e2e 25-ceiling).
-        self.dropins: dict[str, dict[str, int]] = {}
+        self.starts = PodStarts(cgroupfs, lambda: self.naming)  # new pod slices taken from their cgroup
+        self.dropins: dict[str, dict[str, int]] = {}  # what we wrote to units we may create (see the module)
 
     # ------------------------------------------------------------ the snapshot
     def snapshot(self, states: Mapping[str, UnitStatus] = _EMPTY) -> Snapshot:
@@ -173,43 +273,6 @@ class Observer:
         self.writing = frozenset(units)
 
     # ------------------------------------------------------------ reads over D-Bus
-    def _count(self, method: str, result: str) -> None:
-        self._on_call(method, result)
-
-    async def _states(self, list_call) -> dict[str, UnitStatus]:
-        try:
-            states = await list_call
-        except SystemdError:
-            self._count("ListUnitsByPatterns", "error")
-            raise
-        self._count("ListUnitsByPatterns", "ok")
-        return states
-
-    async def _read(self, states: dict[str, UnitStatus], names: Iterable[str]) -> dict[str, dict[str, int] | None]:
-        """The memory properties of `names` (None: not loaded, or gone), read concurrently: one
-        GetAll each (`in_flight`). Raises the first error, if any, after every read has ended."""
-        names = sorted(names)
-        with_max = self.max_units()
-        results = await in_flight([self.systemd.read_memory(n, states[n], with_max=n in with_max) for n in names],
-                                  return_exceptions=True)
-        values: dict[str, dict[str, int] | None] = {}
-        error = None
-        for name, value in zip(names, results):
-            if isinstance(value, BaseException):
-                self._count("GetAll", "error")
-                error = error or value
-                continue
-            if value is not None and self.systemd.removed_since(name, states[name].seen):
-                # Its UnitRemoved was read while the reads were out, and the daemon has already
-                # forgotten it: storing this value would bring a gone unit back into the cache
-                # (a deleted pod then looked live to carry_over; seen in the VM, 85-churn).
-                value = None
-            self._count("GetAll", "ok" if value is not None else "no_such_unit")
-            values[name] = value
-        if error is not None:
-            raise error
-        return values
-
     def _judge(self, name: str, value: dict[str, int] | None,
                kernel: dict[str, int] | None = None) -> tuple[Drift | None, dict[str, int] | None]:
         """A read of `name` held against the cache and its cgroup (drift.judge)."""
@@ -251,7 +314,7 @@ class Observer:
         shown = {n: self.cgroupfs.kernel_values(n, with_max=n in ours) for n, s in states.items()
                  if s.running} if self.cgroupfs is not None else {}
         read = [n for n in states if not (trust_kernel and self._kernel_agrees(n, shown.get(n)))]
-        values = await self._read(states, read)
+        values = await self.reads.memory(states, read)
         lost, left = {}, {}
         for name, value in values.items():
             _, lost_here = self._judge(name, value, shown.get(name))
@@ -272,11 +335,11 @@ class Observer:
             # By name: listing the pod slices and container scopes too (~225 rows on a 110-pod
             # node, each decoded in Python) cost ~1 CPU s an hour, for units whose coming and
             # going UnitNew and UnitRemoved already tell.
-            return await self._states(self.systemd.unit_states(self._named_units(levels) | extra))
-        listed = await self._states(self.systemd.list_unit_states(self.naming.patterns()))
+            return await self.reads.states(self.systemd.unit_states(named_units(self.naming, levels) | extra))
+        listed = await self.reads.states(self.systemd.list_unit_states(self.naming.patterns()))
         states = {n: s for n, s in listed.items() if self.naming.parse_unit(n) is not None}
         if extra - set(states):
-            states.update(await self._states(self.systemd.unit_states(extra - set(states))))
+            states.update(await self.reads.states(self.systemd.unit_states(extra - set(states))))
         return states
 
     def _take(self, fresh: dict[str, dict[str, int] | None], states: dict[str, UnitStatus], read: set[str],
@@ -327,21 +390,12 @@ class Observer:
         theirs = kubelet_owns(ref.level) if ref is not None else frozenset()
         return {k: v for k, v in values.items() if k not in theirs} if theirs else values
 
-    def _named_units(self, levels: Collection[str]) -> set[str]:
-        """Our units of `levels` by name: only FIXED_LEVELS have names known without a listing."""
-        if not set(levels) <= FIXED_LEVELS:
-            raise ValueError(f"levels {sorted(levels)}: only {', '.join(sorted(FIXED_LEVELS))} units can be read by name")
-        n = self.naming
-        names = [*n.root_slices(), n.node_slice(), n.qos_slice("Burstable"), n.qos_slice("BestEffort"),
-                 *n.reserved_slices()]
-        return {u for u in names if n.parse_unit(u).level in levels}
-
     def upper_values(self) -> dict[str, Mapping[str, int]]:
         """What the node, QoS and reserved slices' cgroups are expected to show (the units whose
         cgroups the daemon watches, Cgroupfs.watch): what the cache holds, as read from or written
         to systemd, or what was left alone there (`left`)."""
         if self._upper is None or self._upper[0] is not self.naming:
-            self._upper = (self.naming, tuple(sorted(self._named_units(FIXED_LEVELS))))
+            self._upper = (self.naming, tuple(sorted(named_units(self.naming, FIXED_LEVELS))))
         expected_of = {}
         for unit in self._upper[1]:
             values = self.held.get(unit)
@@ -366,10 +420,10 @@ class Observer:
         names = new | set(recheck)
         if not names:
             return self.snapshot()
-        states = await self._states(self.systemd.unit_states(names))
+        states = await self.reads.states(self.systemd.unit_states(names))
         for name in names - set(states):
             self.forget(name)  # not in memory
-        values = await self._read(states, [n for n in states if n in new or n not in self.held])
+        values = await self.reads.memory(states, [n for n in states if n in new or n not in self.held])
         for name, value in values.items():
             if value is None:
                 self.forget(name)  # not loaded, or gone since
@@ -399,38 +453,13 @@ class Observer:
 
     # ------------------------------------------------------------ reads of the cgroups alone
     def adopt_new_pod_slices(self, new: set[str], started: set[str]) -> set[str]:
-        """The new pod slices this round takes without reading them over D-Bus.
-
-        A pod slice just loaded (UnitNew) and not cached: if its cgroup carries the invocation ID
-        systemd sets as it starts a slice (Cgroupfs.run_of), it is cached with the values the
-        kernel holds for it (Cgroupfs.kernel_values: what systemd applied as it started it), or as
-        UNREAD if they cannot be read, and its first write, of what differs (all three if UNREAD),
-        is the only call it costs. One property instead of three is also less work for PID 1 (a
-        drop-in and a cgroup write each) in the middle of a burst. Without an ID yet, its start
-        job has not run: it is neither read nor written until that job's JobRemoved (`started`),
-        then taken the same way, or read over D-Bus if its cgroup still has no ID (a systemd that
-        sets none). Asking systemd for its state meanwhile cost a ListUnitsByPatterns per round,
-        each pattern matched against every unit in PID 1: in a burst that slowed the burst itself
-        (bench/vm_speed.py). Not while holding (the caller's choice): only raising values may be
-        sent then, which needs the values held. Container scopes carry no such ID on systemd 252
-        (tests/e2e 12-invocation-path X) and are read as before."""
-        if self.cgroupfs is None:
-            return set()
-        taken = set()
-        for name in new | (started & self.awaiting_start):
-            ref = self.naming.parse_unit(name)
-            if ref is None or ref.level != "pod" or self.held.get(name) is not None:
-                continue
-            self.awaiting_start.discard(name)
-            invocation = self.cgroupfs.run_of(name)
-            if invocation is not None:
-                self.assume_started(name, invocation, self.cgroupfs.kernel_values(name))
-                taken.add(name)
-            elif name not in started:
-                self.awaiting_start.add(name)
-                taken.add(name)
-            # else: started, yet no ID on its cgroup: read over D-Bus as before
-        return taken
+        """The new pod slices this round takes without reading them over D-Bus (PodStarts.adopt):
+        those whose cgroup names their run are cached from it (`assume_started`)."""
+        taken = self.starts.adopt(new, started, self.held)
+        for name, run in taken.items():
+            if run is not None:
+                self.assume_started(name, *run)
+        return set(taken)
 
     def assume_started(self, unit: str, invocation_id: bytes, values: dict[str, int] | None = None) -> None:
         """`unit` runs as the run `invocation_id` (found on its cgroup) and was not read over
@@ -446,7 +475,7 @@ class Observer:
         if self.runs.pop(unit, None) is not None or self.lost.pop(unit, None) is not None:
             self.generation += 1  # (what a snapshot holds)
         self.left.pop(unit, None)
-        self.awaiting_start.discard(unit)
+        self.starts.awaiting.discard(unit)
         self.unconfirmed.discard(unit)
         if self.cgroupfs is not None:
             self.cgroupfs.forget(unit)

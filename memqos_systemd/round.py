@@ -1,31 +1,36 @@
-"""One reconcile round, the same for `run` and `apply --once`: plan, diff, apply.
+"""One reconcile round, the same for `run` and `apply --once`: plan, read once, diff, apply.
 
-    Inputs ──> plan (plan.py, pure) ──> diff (reconcile.py, pure) ──> apply (applier.py)
+    Inputs ──> plan (plan.py, pure) ──> read (observe.py: one frozen Snapshot)
+           ──> diff (reconcile.py, pure, against that snapshot) ──> apply (applier.py) ──> Outcome
 
 The daemon runs a round at every step of its loop (daemon.py), `apply --once` runs one (or a dry
 run: the calls printed, none sent; commands.py). Both hand it the same things: `Inputs` (the
-pods of the intake, the node's facts, the config, whether we hold) and an `Applier` whose cache
-holds what systemd holds. So an operator who tries a config with `apply --once` gets the round the
-service runs.
+pods of the intake, the node's facts, the config, whether we hold), the `Observer` whose cache
+holds what systemd holds, and the `Applier` that writes. So an operator who tries a config with
+`apply --once` gets the round the service runs. The round returns its Outcome and fires no
+callback: the writes behind our back its read found wait in the observer (Observer.take_drift).
 
 * **Plan.** `plan` is pure, so the same inputs give the same Plan object again (`Round.plan`): a
   burst of new pod slices brings a round per few signals, all with the same pods, and planning
   them all again was most of the daemon's CPU in a burst, taken from PID 1 on a small node
   (bench/vm_speed.py).
-* **Read what the diff needs.** New units (UnitNew) and started ones (JobRemoved) are read; a new
-  pod slice whose cgroup names its run is taken without a read (Applier.adopt_new_pod_slices);
-  the units about to be written have their state checked in the same call.
+* **Read once what the diff needs.** New units (UnitNew) and started ones (JobRemoved) are read; a
+  new pod slice whose cgroup names its run is taken without a read (Observer.adopt_new_pod_slices);
+  the units about to be written (a diff on the cached snapshot says which) have their state
+  checked in the same call. The read returns the round's one snapshot, and the diff trusts it:
+  when the read changed nothing it is the cached snapshot itself, and the diff is not made again.
 * **Diff.** Only raising values while holding (reconcile.grow_only; units whose values were not
   read are left alone then), else every change, a container's lowered values sent with its
   raised ones (reconcile.one_write_per_container). Reserved slices the config dropped
   (`retired`) go back to the defaults.
-* **Apply.** In the diff's order, siblings together; a round stops at the first group with a
-  real failure, and the next one finishes the job.
+* **Apply.** In the diff's order, siblings together, against the same snapshot; a round stops at
+  the first group with a real failure, and the next one finishes the job. What the writer reports
+  it wrote goes into the observer's cache (Observer.learn).
 * **The BestEffort ceiling.** With `ceiling` (ceiling_watch.CeilingWatch), the plan's MemoryMax of
   the BestEffort QoS slice is replaced by how far it may go now (never below the slice's usage in
   one write: ceiling.py), or infinity where a ceiling of ours is to be taken back; a round that
   stopped above the plan for the usage is never `settled` (the daemon's agenda looks again).
-* **Settled.** Because `plan` is pure and the diff reads only the Applier's cache (whose
+* **Settled.** Because `plan` is pure and the diff reads only the observer's snapshot (whose
   `generation` counts its changes), a round whose inputs and cache equal those of a round that
   found nothing to send would find nothing either (`Round.settled`): on an idle node a poll that
   brings the same pods costs an HTTP GET and a comparison.
@@ -95,7 +100,7 @@ def changes_to_send(desired: Plan, observed: Mapping[str, Mapping[str, int] | No
                     holding: Holding | None, retired: frozenset[str] = frozenset(),
                     lost: Mapping[str, Mapping[str, int]] = MappingProxyType({})) -> tuple[list[Change], frozenset[str]]:
     """The changes to send (only raising ones while holding), and the units held back; `lost`: what
-    the units' cgroups show below what systemd holds (Applier.lost), set again. Pure."""
+    the units' cgroups show below what systemd holds (Observer.lost), set again. Pure."""
     if holding is not None:
         # Values not read cannot be compared: such units are left as they are while holding.
         observed = {n: (None if v is UNREAD else v) for n, v in observed.items()}

@@ -576,7 +576,7 @@ def test_a_pod_slice_loaded_before_its_start_costs_nothing_until_its_job_ends_th
             await h.settle()
             fake_systemd.clear_calls()
             fake_systemd.add_unit(NPOD, active_state="inactive")
-            await until(lambda: NPOD in h.daemon.observer.awaiting_start)
+            await until(lambda: NPOD in h.daemon.observer.starts.awaiting)
             await h.settle()
             assert fake_systemd.calls == []
             assert NPOD not in h.cache
@@ -585,7 +585,7 @@ def test_a_pod_slice_loaded_before_its_start_costs_nothing_until_its_job_ends_th
             await until(lambda: (h.memory(NPOD) or {}).get("MemoryLow") == 128 * MI)
             await h.settle()
             assert [c.method for c in fake_systemd.calls] == ["SetProperties"]
-            assert not h.daemon.observer.awaiting_start
+            assert not h.daemon.observer.starts.awaiting
     run(body())
 
 

@@ -291,7 +291,7 @@ def test_a_cgroup_showing_more_protection_than_systemd_holds_is_read_once_not_at
         fake_systemd, tmp_path, inotify):
     """A MemoryLow raised in the file alone is left alone (reconcile.kernel_lost: more protection,
     as a parent's DefaultMemoryLow= shows too): systemd is asked once, and what the cgroup showed
-    is what the watch expects from then on (Applier.left), not at each look of the watch (every
+    is what the watch expects from then on (Observer.left), not at each look of the watch (every
     KERNEL_WATCH_INTERVAL after a drift), which cost PID 1 two GetAll a second and the daemon a
     round for as long as the value stayed. A second write is looked at again.
 

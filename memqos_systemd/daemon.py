@@ -43,10 +43,10 @@ from typing import Any, Callable
 from . import fights
 from .agenda import HEARTBEAT_INTERVAL, Agenda, Tick
 from .applier import Applier
-from .drift import FIGHT_WINDOW, Drift, ForeignWrites, fight_line, foreign_write_line
 from .ceiling_watch import CeilingWatch
 from .cgroupfs import Cgroupfs
 from .config import Config, ConfigError, load_config
+from .drift import FIGHT_WINDOW, Drift, ForeignWrites, fight_line, foreign_write_line
 from .intake import PodIntake
 from .kubelet_gate import Gate, companion_mode
 from .ledger import ReservedSlices

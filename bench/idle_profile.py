@@ -18,7 +18,7 @@ No VM. Two processes, so that only the daemon's CPU is counted:
   the shipped unit has) against them, waits until it has converged, then measures an idle
   window with nothing changing: CPU of the whole process (resource.getrusage: every thread),
   split by activity (CPU time of the thread doing it: the pod poll = fetch over HTTP and parse in
-  the worker thread + the reconcile (plan, diff) on the loop; the resync = Applier.refresh_all
+  the worker thread + the reconcile (plan, diff) on the loop; the resync = Observer.refresh_all
   with the replies it waits for; the scrapes = the request threads of the metrics endpoint;
   other = the rest: the loop, timers, watchdog, metrics server), then a second window under
   cProfile (the loop thread and the worker threads' calls) for the top functions. cProfile slows
@@ -366,7 +366,7 @@ def sys_now() -> float:
 
 def child(args) -> int:
     import memqos_systemd.agenda as agenda_mod
-    from memqos_systemd.applier import Applier
+    from memqos_systemd.observe import Observer
     from memqos_systemd.config import parse_config
     import memqos_systemd.metrics as metrics_mod
     from memqos_systemd.daemon import Daemon, Outside
@@ -444,13 +444,13 @@ def child(args) -> int:
     Daemon.watch_upper_slices = timed_watch  # a tick's work, the inotify reader's and the round's
     d = Daemon(None, cfg, outside)
     d.round.run = timed_async(d.round.run, plan_a)
-    refresh_all = Applier.refresh_all
+    refresh_all = Observer.refresh_all
     light_refresh, full_refresh = timed_async(refresh_all, light_a), timed_async(refresh_all, full_a)
 
     async def timed_refresh_all(self, *a, **kw):
         return await (light_refresh if kw.get("levels") is not None else full_refresh)(self, *a, **kw)
 
-    Applier.refresh_all = timed_refresh_all
+    Observer.refresh_all = timed_refresh_all
 
     def calls() -> tuple[int, int]:
         total = writes = 0
@@ -516,11 +516,11 @@ def child(args) -> int:
         # directly, then three as an event (daemon-reload, reconnect) makes them: every unit read.
         full_a.cpu, full_a.count = 0.0, 0
         for _ in range(3):
-            await d.applier.refresh_all(d.reserved.retired, trust_kernel=True)
+            await d.observer.refresh_all(d.reserved.retired, trust_kernel=True)
         full_each = full_a.cpu / full_a.count
         full_a.cpu, full_a.count = 0.0, 0
         for _ in range(3):
-            await d.applier.refresh_all(d.reserved.retired)
+            await d.observer.refresh_all(d.reserved.retired)
         event_each = full_a.cpu / full_a.count
         # The kernel's signals alone (signals.py: 110 pod slices' three files, the QoS slices' and
         # kubepods.slice's three), read and written as a scrape does, 20 times.

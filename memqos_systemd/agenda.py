@@ -49,7 +49,7 @@ __all__ = [
 # (docs/BENCHMARKS.md), and every 10th time it was still the largest part after the kubelet poll
 # (1.1 of 3.8 CPU s an hour, natively): at the default interval a third party's change to a pod
 # slice or scope is put right within 15 min. Of the units a timer resync lists, only those whose
-# cgroup does not show the cached values are read over D-Bus (Applier.refresh_all(trust_kernel)).
+# cgroup does not show the cached values are read over D-Bus (Observer.refresh_all(trust_kernel)).
 FULL_RESYNC_EVERY = 15
 LIGHT_LEVELS = frozenset({"node", "qos", "reserved"})
 # After a daemon-reload or re-exec, how long systemd is left to settle before we read again.
@@ -183,7 +183,7 @@ class Refresh(enum.IntEnum):
 
     @property
     def levels(self) -> frozenset[str] | None:
-        """The levels to read (Applier.refresh_all(levels=...)); None: every unit."""
+        """The levels to read (Observer.refresh_all(levels=...)); None: every unit."""
         return LIGHT_LEVELS if self in (Refresh.TIMER_LIGHT, Refresh.LIGHT) else None
 
     @property

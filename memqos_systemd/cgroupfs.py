@@ -436,10 +436,10 @@ class Cgroupfs:
         between calls: pread on an open kernfs file is several times cheaper than open and read
         (tests/e2e/README.md), and this runs every second. A unit whose cgroup cannot be read
         (not made yet, gone) is not reported; descriptors of units no longer asked about close.
-        `held` is what each cgroup is expected to show (Applier.upper_values: systemd's values, or
+        `held` is what each cgroup is expected to show (Observer.upper_values: systemd's values, or
         what a read left alone there), so a difference the last read accepted is not reported again.
         `skip`: units left out this time whose descriptors stay open (a write of ours is out for
-        them: Applier.writing), so our own write does not close and reopen their watch."""
+        them: Observer.writing), so our own write does not close and reopen their watch."""
         for unit in [u for u in self._watched if u not in held and u not in skip]:
             self._close_watch(unit)
         differ = []

@@ -28,6 +28,7 @@ from .metrics import Metrics, parse_listen
 from .naming import Naming, container_scope
 from .node import MemoryWatcher, check_node, kubelet_config_findings, page_size, read_meminfo, systemd_findings
 from .notify import setup_logging
+from .observe import Observer
 from .pods import one_line
 from .plan import INFINITY, NodeFacts, Plan, plan
 from .quantity import format_bytes
@@ -125,28 +126,29 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
     intake = PodIntake(LAST_PODS_PATH, write=False)
     intake.recall()
 
-    async def one_round(systemd, applier: Applier) -> tuple[list, ApplyResult]:
+    async def one_round(systemd, observer: Observer, applier: Applier) -> tuple[list, ApplyResult]:
         # Reserved slices the service wrote and the config no longer names go back to the
         # defaults, as the service's first round does (ledger.py; read, not written, here).
-        retired = frozenset(ledger.read(LEDGER_PATH) - set(applier.naming.reserved_slices()))
+        retired = frozenset(ledger.read(LEDGER_PATH) - set(observer.naming.reserved_slices()))
         # Every unit of ours systemd has, and those: carry-over asks which pod slices run.
-        await applier.refresh_all(retired)
-        for p in intake.accept(snapshot, applier.live_pod_uids()):
+        applier.after_read(await observer.refresh_all(retired))
+        for p in intake.accept(snapshot, observer.live_pod_uids()):
             _warn(f"pod {p.display} is not listed by the pod source but its slice still exists; keeping its protection")
         if intake.holding is not None:
             _warn("the pod source lists no pods but pod slices exist; not lowering anything")
-        inputs = Inputs(intake.pods, NodeFacts(read_meminfo(), _page_size(), mode.companion), cfg, applier.naming,
+        inputs = Inputs(intake.pods, NodeFacts(read_meminfo(), _page_size(), mode.companion), cfg, observer.naming,
                         intake.holding, retired)
         rnd = Round(features=made)
         desired = rnd.plan(inputs)
         for w in desired.warnings:
             _warn(w)
-        waiting = [u.unit for u in desired.units if u.level in ("node", "qos") and applier.observed.get(u.unit) is None
+        held = observer.snapshot().held
+        waiting = [u.unit for u in desired.units if u.level in ("node", "qos") and held.get(u.unit) is None
                    and u.properties() != DEFAULTS]
         if waiting:
             _warn(f"not loaded yet, left for the kubelet to create (the daemon sets them when it does):"
                   f" {', '.join(waiting)}")
-        outcome = await rnd.run(inputs, applier, dry_run=dry_run, echo=print)
+        outcome = await rnd.run(inputs, observer, applier, dry_run=dry_run, echo=print)
         if ceiling.following:
             _warn(f"{desired.ceiling.unit} uses more than its planned MemoryMax {desired.ceiling.memory_max}: stepped"
                   f" down to its usage only (a lower write would make systemd reclaim and OOM-kill); the service"
@@ -177,15 +179,16 @@ async def _reset(cfg: Config, *, dry_run: bool) -> int:
     def ours(naming: Naming) -> frozenset[str]:
         return ceiling_units(ceilings.names, naming, cfg)  # whose MemoryMax is ours to take back
 
-    async def changes(systemd, applier: Applier) -> tuple[list, ApplyResult]:
+    async def changes(systemd, observer: Observer, applier: Applier) -> tuple[list, ApplyResult]:
         if await systemd.unit_state(SERVICE) in ("active", "activating", "reloading"):
             _warn(f"{SERVICE} is running and will re-apply its plan; stop it first: systemctl disable --now {SERVICE}")
         # Also the reserved slices the service wrote that the config no longer names (ledger.py).
-        former = ledger.read(LEDGER_PATH) - set(applier.naming.reserved_slices())
-        await applier.refresh_all(former)
-        found = reset_plan(applier.observed, applier.naming, also=former, max_units=ours(applier.naming),
+        former = ledger.read(LEDGER_PATH) - set(observer.naming.reserved_slices())
+        applier.after_read(await observer.refresh_all(former))
+        snap = observer.snapshot()
+        found = reset_plan(snap.held, observer.naming, also=former, max_units=ours(observer.naming),
                            keep=kubelet_owns if mode.companion else lambda level: frozenset())
-        return found, await applier.apply(found, dry_run=dry_run, echo=print)
+        return found, await applier.apply(found, snap, dry_run=dry_run, echo=print)
 
     if mode.companion:
         _warn(f"companion mode ({mode.why}): the values the kubelet writes are left to it")
@@ -205,7 +208,7 @@ async def _send(cfg: Config, act, *, dry_run: bool, label: str,
                 max_units: Callable[[Naming], Collection[str]] = lambda naming: (), companion: bool = False) -> int:
     """Connect, and let `act` compute the changes against what systemd holds and send them (or
     print them): (changes, result). `max_units`: the units whose MemoryMax is ours to read
-    (Applier.max_units); `companion`: beside the kubelet's own Memory QoS (Applier.companion)."""
+    (Observer.max_units); `companion`: beside the kubelet's own Memory QoS (Observer.companion)."""
     try:
         systemd = await _connect()
     except SystemdError as e:
@@ -213,9 +216,11 @@ async def _send(cfg: Config, act, *, dry_run: bool, label: str,
         return EXIT_FAILURE
     try:
         naming = Naming.for_config(cfg)
-        applier = Applier(systemd, naming, cgroupfs=Cgroupfs(CGROUP_ROOT), on_restore=_restored,
-                          max_units=lambda: max_units(naming), companion=lambda: companion)
-        changes, result = await act(systemd, applier)
+        cgroupfs = Cgroupfs(CGROUP_ROOT)
+        observer = Observer(systemd, naming, cgroupfs=cgroupfs, max_units=lambda: max_units(naming),
+                            companion=lambda: companion)
+        applier = Applier(systemd, cgroupfs=cgroupfs, on_restore=_restored)
+        changes, result = await act(systemd, observer, applier)
     except SystemdError as e:
         _err(f"systemd: {e}")
         return EXIT_FAILURE
@@ -253,8 +258,8 @@ async def _status(cfg: Config, output: str) -> int:
     naming = Naming.for_config(cfg)
     ours = ceiling_units(ledger.OwnedSlices(CEILING_LEDGER_PATH, CEILING_LEDGER).names, naming, cfg)
     try:
-        applier = Applier(systemd, naming, max_units=lambda: ours)
-        await applier.refresh_all(u.unit for u in desired.units) if desired else await applier.refresh_all()
+        observer = Observer(systemd, naming, max_units=lambda: ours)
+        await observer.refresh_all(u.unit for u in desired.units) if desired else await observer.refresh_all()
     except SystemdError as e:
         _err(f"systemd: {e}")
         return EXIT_FAILURE
@@ -265,13 +270,14 @@ async def _status(cfg: Config, output: str) -> int:
     intake = PodIntake(LAST_PODS_PATH, write=False)
     intake.recall()
     if snapshot is not None:
-        intake.accept(snapshot, applier.live_pod_uids())
+        intake.accept(snapshot, observer.live_pod_uids())
         if intake.snapshot is not None and intake.snapshot.pods != snapshot.pods:
             desired = _desired(cfg, intake.snapshot, mode)  # with the pods carried over
-    rows = _unit_rows(desired, applier.observed)
+    held = observer.snapshot().held
+    rows = _unit_rows(desired, held)
     doc = {"node": None, "holding": None if snapshot is None or intake.holding is None else str(intake.holding),
            "podSource": source_error, "pods": [], "units": rows, "drift": sum(r["drift"] for r in rows),
-           "bestEffortCeiling": _ceiling_row(desired, applier.observed, naming, cfg),
+           "bestEffortCeiling": _ceiling_row(desired, held, naming, cfg),
            "burstableHigh": _lever_doc(desired, cfg),
            "foughtOver": fights.current(FIGHTS_PATH, time.time()), "protection": None,
            "companion": {"on": mode.companion, "why": mode.why}}

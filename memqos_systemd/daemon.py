@@ -47,14 +47,15 @@ from .applier import Applier
 from .cgroupfs import Cgroupfs
 from .companion import Companion
 from .config import Config, ConfigError
+from .drift import FIGHT_WINDOW, Drift, ForeignWrites, fight_line, foreign_write_line
 from .feature import Context
 from .intake import PodIntake
 from .in_force import made_from, reloaded
-from .kubelet_gate import FIGHT_WINDOW, ForeignWrites, fight_line, foreign_write_line
 from .ledger import ReservedSlices
 from .metrics import NoMetrics
 from .node import Capacity
 from .notify import Notifier, WarnOnce, watchdog_interval
+from .observe import Observer
 from .plan import NodeFacts, PlanError
 from .reconcile import DEFAULTS
 from .round import Inputs, Round
@@ -111,8 +112,9 @@ class Daemon:
         self.features = features.make(Context(outside.cgroupfs, outside.page_size, outside.metrics, outside.state_dir))
         self.round = Round(outside.metrics, outside.clock, self.features)
         self.systemd = None
+        self.observer: Observer | None = None  # what systemd and the kernel hold (observe.py)
         self.applier: Applier | None = None
-        # Beside the kubelet's own Memory QoS or not (companion.py): the applier asks it for every unit.
+        # Beside the kubelet's own Memory QoS or not (companion.py): the observer asks it for every unit.
         self.companion = Companion(config, outside.metrics)
         self.capacity = Capacity(outside.read_capacity)  # the node's memory (node.py)
         self.stopping = False
@@ -150,8 +152,8 @@ class Daemon:
 
     def on_unit_removed(self, name: str) -> None:
         ref = self.naming.parse_unit(name)
-        if self.applier is not None and ref is not None:
-            self.applier.forget(name)
+        if self.observer is not None and ref is not None:
+            self.observer.forget(name)
             self.agenda.unit_removed(name, ref.level)
             if ref.level == "pod":
                 self.wake()  # a pod kept only because its slice ran can go now
@@ -279,10 +281,14 @@ class Daemon:
         if not kind:
             return
         try:
-            await self.applier.refresh_all(self.reserved.retired, levels=kind.levels, trust_kernel=kind.trust_kernel)
+            read = await self.observer.refresh_all(self.reserved.retired, levels=kind.levels,
+                                                   trust_kernel=kind.trust_kernel)
         except SystemdError:
             self.agenda.put_back_refresh(kind, served)
             raise
+        finally:
+            self._drifted()
+        self.applier.after_read(read)
         self.agenda.refreshed(kind)
 
     async def _sleep(self, seconds: float) -> None:
@@ -312,11 +318,12 @@ class Daemon:
                                 on_job_removed=self.on_job_removed, on_reloading=self.on_reloading,
                                 on_returned=self.on_systemd_returned, on_overflow=self.on_signal_overflow)
         self.systemd = systemd
-        self.applier = Applier(systemd, self.naming, cgroupfs=self.out.cgroupfs, page_size=self.out.page_size,
-                               on_call=self.out.metrics.dbus_call, on_restore=self._oom_group,
-                               on_foreign=self._on_foreign_write,
-                               max_units=lambda: features.owned(self.features, "MemoryMax", self.naming, self.config),
-                               companion=lambda: self.companion.mode.companion)
+        self.observer = Observer(systemd, self.naming, cgroupfs=self.out.cgroupfs, page_size=self.out.page_size,
+                                 on_call=self.out.metrics.dbus_call,
+                                 max_units=lambda: features.owned(self.features, "MemoryMax", self.naming, self.config),
+                                 companion=lambda: self.companion.mode.companion)
+        self.applier = Applier(systemd, cgroupfs=self.out.cgroupfs, on_call=self.out.metrics.dbus_call,
+                               on_restore=self._oom_group)
         self.agenda.connected()
         log.info("connected to systemd %s", await systemd.version())
 
@@ -335,8 +342,8 @@ class Daemon:
         source_changed = source is not self.source
         self.reserved.config_changed(self.naming.reserved_slices(), naming.reserved_slices())
         self.config, self.naming, self.source = config, naming, source
-        if self.applier is not None:
-            self.applier.naming = naming
+        if self.observer is not None:
+            self.observer.naming = naming
         self.agenda.config_changed(self.out.clock(), resync_interval=config.resync_interval,
                                    poll_interval=config.kubelet.poll_interval,
                                    watch_source=hasattr(self.source, "changed"), source_changed=source_changed)
@@ -363,7 +370,7 @@ class Daemon:
             return
         if self.agenda.ask_kubelet() and await self.companion.ask(self.config, self.source):
             self.agenda.reread()  # what the cache holds is compared as the new mode has it
-        carried = self.intake.accept(snap, self.applier.live_pod_uids())
+        carried = self.intake.accept(snap, self.observer.live_pod_uids())
         self.intake.say("carried", [f"pod {p.display} is no longer listed by the pod source but its slice still"
                                     f" exists; keeping its protection until the slice is gone" for p in carried])
 
@@ -382,13 +389,15 @@ class Daemon:
         new, started = self.agenda.take_units()  # one announced while the round awaits stays queued
         inputs = self._inputs()
         try:
-            outcome = await self.round.run(inputs, self.applier, new=new, started=started,
+            outcome = await self.round.run(inputs, self.observer, self.applier, new=new, started=started,
                                            sure=lambda: not self.agenda.in_doubt(self.out.clock()),
                                            put_back=self.agenda.put_back_units)
         except PlanError as e:
             log.error("cannot plan, nothing changed: %s", e)
             self._looks(planned=False)  # else a past look: a spin
             return
+        finally:
+            self._drifted()  # (also from a round its read dropped)
         self.agenda.planned(self.round.planned_units, self.out.clock())
         self._looks(planned=True)
         if outcome is None or outcome.settled:
@@ -397,7 +406,8 @@ class Daemon:
         self._warn_once("plan", outcome.plan.warnings)
         if inputs.holding is not None:
             self._warn_once("holding", outcome.held_note(inputs.holding))
-        self.reserved.settle(lambda name: self.applier.observed.get(name) in (None, DEFAULTS))
+        held = self.observer.snapshot().held
+        self.reserved.settle(lambda name: held.get(name) in (None, DEFAULTS))
         self.reserved.keep(self.naming.reserved_slices())
         # The upper slices' cgroups as this round left them (the first round's opens them, and
         # arms their inotify watches); a write behind our back during our own is found here.
@@ -409,7 +419,7 @@ class Daemon:
             self.out.metrics.set_ready()
             log.info("ready: %s", status)
 
-    # ------------------------------------------------------------ the ticks, and what the applier reports
+    # ------------------------------------------------------------ the ticks, and what the reads found
     def _heartbeat(self) -> None:
         """The loop runs: WATCHDOG=1 to systemd (ignored by a unit without WatchdogSec=; a no-op
         outside systemd), and /livez stays 200."""
@@ -420,17 +430,23 @@ class Daemon:
         """A node, QoS or reserved slice whose cgroup no longer shows what systemd held for it at
         our last read or write was written by someone else; read it again (the next round puts
         ours back, and the read names the writer)."""
-        if self.applier is None or self.agenda.due(self.out.clock()).quiet:
+        if self.observer is None or self.agenda.due(self.out.clock()).quiet:
             return
-        if self.out.cgroupfs.watch(self.applier.upper_values(), self.out.page_size, skip=self.applier.writing):
+        if self.out.cgroupfs.watch(self.observer.upper_values(), self.out.page_size, skip=self.observer.writing):
             self.agenda.kernel_drift(self.out.clock())
             self.wake()
 
-    def _on_foreign_write(self, unit: str, before: dict[str, int], now: dict[str, int], writer: str) -> None:
+    def _drifted(self) -> None:
+        """The writes behind our back the observer's reads found (Observer.take_drift)."""
+        for record in self.observer.take_drift():
+            self._on_foreign_write(record)
+
+    def _on_foreign_write(self, record: Drift) -> None:
         """A read found a unit holding what someone else wrote, through systemd or to its cgroup
         file (`writer`): counted by level and writer, logged once an hour per unit and kind, and
         once when the unit becomes fought over (kubelet_gate.py), which status shows (fights.py);
         the next round puts ours back."""
+        unit, before, now, writer = record.unit, record.before, record.now, record.writer
         ref = self.naming.parse_unit(unit)
         level = ref.level if ref is not None else "reserved"  # a reserved slice a reload has just retired
         self.out.metrics.foreign_write(level, writer)

@@ -1,7 +1,7 @@
 """The units someone keeps writing behind our back, kept in a runtime file for `status` and `check`.
 
 The daemon puts its values back every time someone else writes a unit of ours (through systemd or
-to the cgroup file alone); when one unit is written again and again (kubelet_gate.ForeignWrites,
+to the cgroup file alone); when one unit is written again and again (drift.ForeignWrites,
 "a fight") it says so in the journal, and writes the fights here whenever one begins or is written
 again, so that `memqos-systemd status` and `check`, separate processes, can name them. The file
 lives next to the reserved-slice ledger (ledger.py), in the unit's RuntimeDirectory; the
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterable
 
 from . import runfile
-from .kubelet_gate import WRITERS, Fight
+from .drift import WRITERS, Fight
 
 __all__ = ["DEFAULT_PATH", "VERSION", "write", "current"]
 

@@ -25,29 +25,26 @@ kubepods-burstable.slice and kubepods-besteffort.slice itself every minute (its 
 setMemoryReserve), the very MemoryMax the plan may set on the BestEffort QoS slice (plan.py). The gate
 comes from the same /metrics, else its config file; the reserve only from its config file.
 
-A write found behind our back (Applier._compare) is one of two kinds (`WRITERS`): through systemd
+A write found behind our back (drift.judge) is one of two kinds (drift.WRITERS): through systemd
 (systemd holds other values than ours: the kubelet, `systemctl set-property`, libcontainer's
 `SetUnitProperties`), or to the cgroup file alone (`cgroupfs`: the kernel shows less than systemd
 holds: an agent that writes cgroupfs for its own Memory QoS such as koordlet, libcontainer's file
 write after its D-Bus call, a person's `echo`). Either way ours is put back through systemd.
-`ForeignWrites` says when to tell the journal (once an hour per unit and kind, `foreign_write_line`) and
-when a unit is fought over (more than FIGHT_WRITES writes within FIGHT_WINDOW, `fight_line`):
-ours is still put back every time, and `status` and the journal say so (fights.py keeps them in
-/run for `status` and `check`).
+Who most likely wrote it is said here (`likely_writer`, `who_writes`); when to tell the journal and
+when a unit is fought over is drift.py's (drift.ForeignWrites), and fights.py keeps the fights in
+/run for `status` and `check`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping
 
 from .naming import Naming
-from .quantity import show_value
 
 __all__ = ["Gate", "DEFAULT_ON_FROM", "memory_qos_gate", "qos_reserved", "parse_kubelet_metrics", "parse_version",
-           "WRITERS", "FOREIGN_LOG_EVERY", "FIGHT_WRITES", "FIGHT_WINDOW", "Fight", "ForeignWrites", "likely_writer",
-           "foreign_write_line", "fight_line", "GATE_FIX", "parse_labels", "who_writes", "written_how", "Mode",
+           "likely_writer", "GATE_FIX", "parse_labels", "who_writes", "written_how", "Mode",
            "companion_mode", "KUBELET_OWNS", "kubelet_owns"]
 
 DEFAULT_ON_FROM = (1, 37)
@@ -151,36 +148,11 @@ def companion_mode(setting: str, gate: Gate) -> Mode:
 
 
 # ---- writes behind our back -------------------------------------------------------------------------
-WRITERS = ("systemd", "cgroupfs")  # the kinds of writer (memqos_foreign_writes_total's `writer`)
-# A unit someone else keeps writing is logged at most this often; the metric counts every time.
-FOREIGN_LOG_EVERY = 3600.0
-# More than FIGHT_WRITES writes behind our back on one unit within FIGHT_WINDOW seconds is a fight:
-# a writer that comes back on a period, not a one-off. The writers known are periodic: the kubelet's
-# QoS manager (its Memory QoS gate, QOSReserved) every minute, an agent such as koordlet every few
-# seconds to a minute; a person's set-property or echo, or the kubelet's zeros at its start, is one
-# or two writes. So a once-a-minute writer is named after its 4th write (3 minutes), one every 10 s
-# after 30 s, and a person fixing a value by hand twice is not. A fight lasts until FIGHT_WINDOW
-# passes without a write.
-FIGHT_WRITES = 3
-FIGHT_WINDOW = 600.0
 GATE_FIX = ("leave its values to it: companion: auto (the default) or on in /etc/memqos-systemd/config.yaml, then"
             " systemctl reload memqos-systemd (the service then writes none of them, and keeps its own)")
 _CGROUPFS_WRITER = ("a cgroupfs writer (systemd still holds ours; something wrote the cgroup file around it: an"
                     " agent that writes cgroupfs for its own Memory QoS such as koordlet, a runtime's file write"
                     " after its D-Bus call, a person)")
-
-
-@dataclass
-class Fight:
-    """A unit someone keeps writing behind our back (times are the caller's clock)."""
-
-    unit: str
-    level: str
-    writers: set[str]  # of WRITERS
-    writes: int  # behind our back since `since`
-    since: float  # the first of the writes that made it a fight
-    last: float
-    changed: tuple[str, ...] = ()  # the properties the last write changed
 
 
 def likely_writer(unit: str, changed: tuple[str, ...] | list[str], writer: str, naming: Naming) -> str:
@@ -212,23 +184,6 @@ def who_writes(level: str, writer: str, gate_on: bool | None, qos_reserved: bool
     return " or ".join(named) or "another writer through systemd (systemctl set-property, another agent)"
 
 
-def _changed(before: Mapping[str, int], now: Mapping[str, int]) -> list[str]:
-    return [p for p in now if now[p] != before.get(p)]
-
-
-def foreign_write_line(unit: str, before: Mapping[str, int], now: Mapping[str, int], writer: str,
-                       naming: Naming) -> str:
-    """The journal's line for a write found behind our back: the unit, what changed, where (through
-    systemd, or in the cgroup file with systemd still holding ours), the likely writer."""
-    changed = _changed(before, now)
-    values = ", ".join(f"{p} {show_value(before[p])} -> {show_value(now[p])}" for p in changed if p in before)
-    where = "in its cgroup file, around systemd" if writer == "cgroupfs" else "through systemd"
-    return (f"{unit}: {values} changed without us {where}: {likely_writer(unit, changed, writer, naming)};"
-            f" putting ours back through systemd (logged once an hour per unit and kind; memqos_foreign_writes_total"
-            f" counts each time)")
-
-
-
 def qos_reserved(*, reported: bool | None = None, configured: bool | None = None, memory: str | None = None,
                  config_file: str | None = None) -> Gate:
     """Whether the kubelet caps the QoS slices' MemoryMax itself: its QOSReserved gate (`reported`
@@ -257,47 +212,3 @@ def written_how(writers) -> str:
                         for w in sorted(writers, reverse=True))
 
 
-def fight_line(fight: Fight, naming: Naming) -> str:
-    """The journal's line when a unit becomes fought over."""
-    kinds = written_how(fight.writers)
-    writer = likely_writer(fight.unit, fight.changed, "cgroupfs" if "cgroupfs" in fight.writers else "systemd",
-                           naming)
-    return (f"{fight.unit}: written behind our back {fight.writes} times in {fight.last - fight.since:.0f} s"
-            f" ({kinds}): {writer}; two writers are fighting: memqos-systemd keeps putting its values back"
-            f" every time, for as long as it lasts (`memqos-systemd status` shows it; over once"
-            f" {FIGHT_WINDOW / 60:.0f} min pass without a write)")
-
-
-@dataclass
-class ForeignWrites:
-    """Writes found behind our back, per unit: whether to log one (once an hour per unit and kind of
-    writer: a writer through systemd and then the file shows both) and which units are fought over
-    (`fights`). Times are the caller's clock (monotonic seconds)."""
-
-    fights: dict[str, Fight] = field(default_factory=dict)
-    _recent: dict[str, list[float]] = field(default_factory=dict)  # unit -> its last writes, within the window
-    _logged: dict[tuple[str, str], float] = field(default_factory=dict)  # (unit, writer) -> when last logged
-
-    def seen(self, unit: str, level: str, writer: str, before: Mapping[str, int], now_values: Mapping[str, int],
-             now: float) -> tuple[bool, Fight | None]:
-        """A write behind our back on `unit` found at `now`: (log its line now, the fight it began or None).
-        Fights with no write for FIGHT_WINDOW are over."""
-        self.fights = {u: f for u, f in self.fights.items() if f.last > now - FIGHT_WINDOW}
-        self._recent = {u: ts for u, ts in self._recent.items() if ts[-1] > now - FIGHT_WINDOW}
-        self._logged = {u: t for u, t in self._logged.items() if t > now - FOREIGN_LOG_EVERY}
-        recent = [t for t in self._recent.get(unit, []) if t > now - FIGHT_WINDOW][-FIGHT_WRITES:] + [now]
-        self._recent[unit] = recent
-        changed = tuple(_changed(before, now_values))
-        began = None
-        fight = self.fights.get(unit)
-        if fight is not None:
-            fight.writes += 1
-            fight.last = now
-            fight.writers.add(writer)
-            fight.changed = changed
-        elif len(recent) > FIGHT_WRITES:
-            began = self.fights[unit] = Fight(unit, level, {writer}, len(recent), recent[0], now, changed)
-        log = (unit, writer) not in self._logged
-        if log:
-            self._logged[(unit, writer)] = now
-        return log, began

@@ -55,7 +55,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from . import __version__
 from .cgroupfs import Cgroupfs, KeptFiles
 from .config_schema import MetricsConfig
-from .kubelet_gate import WRITERS
+from .drift import WRITERS
 from .plan import LEVELS, Plan
 from .quantity import UINT64_MAX
 from .signals import SignalView, header, qos_class_of, sample
@@ -236,7 +236,7 @@ class Metrics:
 
     def foreign_write(self, level: str, writer: str) -> None:
         """Someone else changed a unit of ours at `level` (plan.LEVELS: node, qos, reserved, pod,
-        container), through systemd or to its cgroup file alone (`writer`: kubelet_gate.WRITERS);
+        container), through systemd or to its cgroup file alone (`writer`: drift.WRITERS);
         it is put back. Anything else is counted as "other": the series stay a fixed, small set."""
         self._foreign_writes.labels(level=level if level in LEVELS else "other",
                                     writer=writer if writer in WRITERS else "other").inc()

@@ -38,7 +38,7 @@ class RuntimeKeep:
         self.cgroupfs = cgroupfs  # None: nothing read or kept (tests of the order alone)
         # Units whose runtime set memory.oom.group=1 (seen in the file before a write of ours):
         # put back after each write, and after each full re-read (a daemon-reload resets it too).
-        # Kept through Applier.forget(): a daemon-reload announces every unit removed, then new
+        # Kept through Observer.forget(): a daemon-reload announces every unit removed, then new
         # again; only a full re-read that no longer finds the unit drops it.
         self.oom_group_kill: set[str] = set()
         # on_restore(unit, None) after memory.oom.group was put back, (unit, why) when it could not be.

@@ -3,7 +3,7 @@ recording systemd stand-in (tests/fakesystemd.py), with a pod source the test co
 
 Tests ask the daemon through its public request API (`Harness.fetch_now()`, `Harness.resync_now()`,
 `daemon.agenda.reread()`, `daemon.request_reload()`, ...) and read its public state
-(`daemon.intake`, `daemon.applier`, `daemon.agenda`); none writes a private attribute.
+(`daemon.intake`, `daemon.observer`, `daemon.agenda`); none writes a private attribute.
 
 Beside the daemon:
 * `ControlledSource`: the pods (a list of pod dicts) or an exception the test sets; while `hold`
@@ -278,8 +278,8 @@ class Harness:
     @property
     def cache(self):
         """What the daemon believes systemd holds, by unit (None: not loaded; a unit it does not
-        know of is absent): the Applier's cache, read only."""
-        return self.daemon.applier.observed
+        know of is absent): the Observer's cache, read only."""
+        return self.daemon.observer.held
 
     def reconciles(self) -> float:
         return self.metrics.registry.get_sample_value("memqos_reconcile_duration_seconds_count") or 0

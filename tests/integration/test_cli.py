@@ -1178,7 +1178,7 @@ def test_check_names_the_writers_the_service_has_seen(node, kubelet, kubelet_pki
     check names the likely writer of each, the kubelet's MemoryQoS gate (on here) or a cgroupfs
     writer."""
     from memqos_systemd import fights
-    from memqos_systemd.kubelet_gate import Fight
+    from memqos_systemd.drift import Fight
     from memqos_systemd.metrics import Metrics
 
     kubelet.respond.metrics = (GATE_METRICS % 1).encode()
@@ -1214,7 +1214,7 @@ def test_status_names_the_units_fought_over(node):
     """The service keeps the units it finds written behind its back again and again in /run
     (fights.py); status shows those whose last write is within the window, in the table and JSON."""
     from memqos_systemd import fights
-    from memqos_systemd.kubelet_gate import Fight
+    from memqos_systemd.drift import Fight
 
     plan = node.plan()
     node.start_applied(plan)

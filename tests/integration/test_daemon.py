@@ -534,7 +534,7 @@ def test_a_new_pod_slice_the_kubelet_has_listed_costs_one_call_its_write_by_the_
             assert fake_systemd.write_of(calls[0]) == (NPOD, True, {"MemoryLow": 128 * MI})
             assert h.cache[NPOD] == {"MemoryMin": 0, "MemoryLow": 128 * MI,
                                                        "MemoryHigh": UINT64_MAX}
-            assert h.daemon.applier.runs == {}
+            assert h.daemon.observer.runs == {}
     run(body())
 
 
@@ -576,7 +576,7 @@ def test_a_pod_slice_loaded_before_its_start_costs_nothing_until_its_job_ends_th
             await h.settle()
             fake_systemd.clear_calls()
             fake_systemd.add_unit(NPOD, active_state="inactive")
-            await until(lambda: NPOD in h.daemon.applier.awaiting_start)
+            await until(lambda: NPOD in h.daemon.observer.starts.awaiting)
             await h.settle()
             assert fake_systemd.calls == []
             assert NPOD not in h.cache
@@ -585,7 +585,7 @@ def test_a_pod_slice_loaded_before_its_start_costs_nothing_until_its_job_ends_th
             await until(lambda: (h.memory(NPOD) or {}).get("MemoryLow") == 128 * MI)
             await h.settle()
             assert [c.method for c in fake_systemd.calls] == ["SetProperties"]
-            assert not h.daemon.applier.awaiting_start
+            assert not h.daemon.observer.starts.awaiting
     run(body())
 
 
@@ -922,7 +922,7 @@ def test_timer_resync_reads_the_upper_slices_and_every_nth_one_reads_every_unit(
             assert read == [[], [], scopes] * 2
             assert listed == [[UPPER_NAMES], [UPPER_NAMES], [h.daemon.naming.patterns()]] * 2
             # A unit the cache has no values for (its UnitNew missed) is read by the full one only.
-            h.daemon.applier.forget(BPOD)
+            h.daemon.observer.forget(BPOD)
             fake_systemd.clear_calls()
             await h.resync_now()
             assert units_read(fake_systemd) == [] and BPOD not in h.cache
@@ -997,10 +997,10 @@ def test_a_new_pod_slice_cached_from_its_cgroup_is_read_over_dbus_by_the_next_fu
             fake_systemd.add_unit(GPOD)
             await until(lambda: GPOD in h.cache)
             await h.settle()
-            assert GPOD in h.daemon.applier.unconfirmed
+            assert GPOD in h.daemon.observer.unconfirmed
             fake_systemd.clear_calls()
             await h.resync_now()
-            assert GPOD in units_read(fake_systemd) and GPOD not in h.daemon.applier.unconfirmed
+            assert GPOD in units_read(fake_systemd) and GPOD not in h.daemon.observer.unconfirmed
             fake_systemd.clear_calls()
             await h.resync_now()
             assert GPOD not in units_read(fake_systemd)

@@ -1,6 +1,6 @@
 """Someone else writes the units we manage (issues 15 and 29): found, counted, named, put back.
 
-Two kinds of writer (kubelet_gate.WRITERS):
+Two kinds of writer (drift.WRITERS):
 * through systemd: a v1.37 kubelet with its own Memory QoS gate on (the default) rewrites
   kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow every minute, explicit zeros
   under its default policy (../shared/notes/kubelet-2026.md); libcontainer's Set sends them over
@@ -27,7 +27,7 @@ from test_daemon import BCTR, BPOD, BURSTABLE, GUARANTEED, NODE_UNITS, RESERVED,
 
 import memqos_systemd.agenda as agenda_mod
 from memqos_systemd.cgroupfs import Cgroupfs, read_cgroup_memory
-from memqos_systemd.kubelet_gate import FIGHT_WRITES
+from memqos_systemd.drift import FIGHT_WRITES
 
 pytestmark = pytest.mark.integration
 
@@ -291,7 +291,7 @@ def test_a_cgroup_showing_more_protection_than_systemd_holds_is_read_once_not_at
         fake_systemd, tmp_path, inotify):
     """A MemoryLow raised in the file alone is left alone (reconcile.kernel_lost: more protection,
     as a parent's DefaultMemoryLow= shows too): systemd is asked once, and what the cgroup showed
-    is what the watch expects from then on (Applier.left), not at each look of the watch (every
+    is what the watch expects from then on (Observer.left), not at each look of the watch (every
     KERNEL_WATCH_INTERVAL after a drift), which cost PID 1 two GetAll a second and the daemon a
     round for as long as the value stayed. A second write is looked at again.
 
@@ -315,7 +315,7 @@ def test_a_cgroup_showing_more_protection_than_systemd_holds_is_read_once_not_at
             held = h.memory(qos)
             fake_systemd.clear_calls()
             fake_systemd.write_cgroup_file(qos, MemoryLow=held["MemoryLow"] + (64 << 20))
-            await until(lambda: reads() == 1 and qos in h.daemon.applier.left, timeout=found)
+            await until(lambda: reads() == 1 and qos in h.daemon.observer.left, timeout=found)
             after_read = len(cgroupfs.looks)
             await until(lambda: len(cgroupfs.looks) >= after_read + 4,  # four looks of the close watch
                         timeout=4 * agenda_mod.KERNEL_WATCH_INTERVAL + 2)

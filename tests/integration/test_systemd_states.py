@@ -120,12 +120,14 @@ def test_a_signal_for_another_unit_does_not_make_the_write_check_again(fake_syst
 EARLY = "kubepods-besteffort-pod1a2b3c4d_0000_4000_8000_000000000001.slice"  # sorts before POD: read first
 
 
-def _applier_like_the_daemon(sd):
+def _like_the_daemon(sd):
     from memqos_systemd.applier import Applier
     from memqos_systemd.naming import Naming
+    from memqos_systemd.observe import Observer
 
-    applier = Applier(sd, Naming("/"))
-    return applier, {"on_unit_removed": applier.forget}  # what Daemon.on_unit_removed does to the cache
+    observer = Observer(sd, Naming("/"))
+    # What Daemon.on_unit_removed does to the cache.
+    return observer, Applier(sd), {"on_unit_removed": observer.forget}
 
 
 def test_a_unit_removed_while_its_read_is_out_is_not_cached_again(fake_systemd):
@@ -137,17 +139,17 @@ def test_a_unit_removed_while_its_read_is_out_is_not_cached_again(fake_systemd):
 
     async def body():
         async with client(fake_systemd) as sd:
-            applier, handlers = _applier_like_the_daemon(sd)
+            observer, _, handlers = _like_the_daemon(sd)
             await sd.subscribe(**handlers)
             fake_systemd.delay_next("GetAll", 0.6)  # EARLY's read: POD's answer comes first
-            reading = asyncio.ensure_future(applier.refresh_units([EARLY, POD]))
+            reading = asyncio.ensure_future(observer.read([EARLY, POD]))
             await asyncio.sleep(0.2)
             fake_systemd.remove_unit(POD)  # POD's answer is in; its UnitRemoved follows
             await asyncio.sleep(0.1)
-            await reading
-            assert POD not in applier.observed, applier.observed
-            assert EARLY in applier.observed
-            assert POD not in applier.fresh
+            snap = await reading
+            assert POD not in observer.held, observer.held
+            assert EARLY in observer.held
+            assert POD not in snap.states and POD not in snap.held
     run(body())
 
 
@@ -158,15 +160,16 @@ def test_a_unit_removed_while_it_is_written_is_not_cached_again(fake_systemd):
 
     async def body():
         async with client(fake_systemd) as sd:
-            applier, handlers = _applier_like_the_daemon(sd)
+            observer, applier, handlers = _like_the_daemon(sd)
             await sd.subscribe(**handlers)
-            await applier.refresh_units([POD])
+            snap = await observer.read([POD])
             fake_systemd.delay_next("SetUnitProperties", 0.5)
-            writing = asyncio.ensure_future(applier.apply([Change(POD, "pod", {"MemoryLow": 64 * MiB}, "grow")]))
+            writing = asyncio.ensure_future(applier.apply([Change(POD, "pod", {"MemoryLow": 64 * MiB}, "grow")], snap))
             await asyncio.sleep(0.2)
             fake_systemd.remove_unit(POD)  # gone while the write is out
             result = await writing
-            assert POD not in applier.observed, applier.observed
+            observer.learn(result)  # what the round does with the writer's records
+            assert POD not in observer.held, observer.held
             assert result.ok
     run(body())
 
@@ -179,8 +182,8 @@ def test_a_light_refresh_lists_and_reads_only_the_upper_units_by_name(fake_syste
     change them."""
     from fakesystemd import unit_path
 
-    from memqos_systemd.applier import Applier
     from memqos_systemd.naming import Naming
+    from memqos_systemd.observe import Observer
     from memqos_systemd.reconcile import UNREAD
 
     for unit in ("kubepods.slice", "kubepods-burstable.slice", "kube.slice", POD, SCOPE):
@@ -189,25 +192,25 @@ def test_a_light_refresh_lists_and_reads_only_the_upper_units_by_name(fake_syste
 
     async def body():
         async with client(fake_systemd) as sd:
-            applier = Applier(sd, Naming("/", ("/system.slice",)))  # not subscribed: no signal reaches it
-            await applier.refresh_all(["kube.slice"])
-            applier.assume_started(EARLY, b"\x01" * 16)
+            observer = Observer(sd, Naming("/", ("/system.slice",)))  # not subscribed: no signal reaches it
+            await observer.refresh_all(["kube.slice"])
+            observer.assume_started(EARLY, b"\x01" * 16)
             fake_systemd.remove_unit("kubepods-burstable.slice")
             fake_systemd.remove_unit(SCOPE)
             fake_systemd.clear_calls()
-            await applier.refresh_all(["kube.slice"], levels={"node", "qos", "reserved"})
+            await observer.refresh_all(["kube.slice"], levels={"node", "qos", "reserved"})
             listed, *reads = fake_systemd.calls
             assert (listed.method, listed.args) == ("ListUnitsByPatterns", [[], sorted([*upper, "kube.slice"])])
             assert sorted((c.method, c.path) for c in reads) == [("GetAll", unit_path("kube.slice")),
                                                                   ("GetAll", unit_path("kubepods.slice"))]
-            assert set(applier.observed) == {"kubepods.slice", "kube.slice", POD, SCOPE, EARLY}
-            assert applier.observed[EARLY] is UNREAD and applier.runs == {EARLY: b"\x01" * 16}
+            assert set(observer.held) == {"kubepods.slice", "kube.slice", POD, SCOPE, EARLY}
+            assert observer.held[EARLY] is UNREAD and observer.runs == {EARLY: b"\x01" * 16}
             fake_systemd.clear_calls()
             with pytest.raises(ValueError, match="can be read by name"):
-                await applier.refresh_all(levels={"node", "pod"})
+                await observer.refresh_all(levels={"node", "pod"})
             assert fake_systemd.calls == []
-            await applier.refresh_all()  # the full re-read lists every unit of ours
-            assert set(applier.observed) == {"kubepods.slice", POD} and applier.runs == {}
+            await observer.refresh_all()  # the full re-read lists every unit of ours
+            assert set(observer.held) == {"kubepods.slice", POD} and observer.runs == {}
     run(body())
 
 
@@ -309,13 +312,13 @@ def test_writes_to_sibling_pod_slices_are_in_flight_together_and_their_parent_go
 
     async def body():
         async with client(fake_systemd) as sd:
-            applier, _ = _applier_like_the_daemon(sd)
-            await applier.refresh_units([qos, *pods])
+            observer, applier, _ = _like_the_daemon(sd)
+            snap = await observer.read([qos, *pods])
             fake_systemd.set_latency(0.02)  # one call at a time, as PID 1 answers
             fake_systemd.clear_calls()
             changes = [Change(qos, "qos", {"MemoryLow": 12 * 64 * MiB}, "grow")]
             changes += [Change(name, "pod", {"MemoryLow": 64 * MiB}, "grow") for name in pods]
-            result = await applier.apply(changes)
+            result = await applier.apply(changes, snap)
             assert result.ok and len(result.applied) == 13
     run(body())
     calls = [c for c in fake_systemd.calls if c.method in ("Get", "SetProperties")]

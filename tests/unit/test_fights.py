@@ -5,7 +5,7 @@ import json
 import pytest
 
 from memqos_systemd import fights
-from memqos_systemd.kubelet_gate import Fight
+from memqos_systemd.drift import Fight
 
 
 def test_written_then_read_back_while_current(tmp_path):

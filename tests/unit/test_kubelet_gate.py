@@ -77,10 +77,10 @@ def test_qos_reserved_gate_in_the_metrics():
 
 
 # ---- writes behind our back: the journal's lines and fights (issue 29) -----------------------------
-from memqos_systemd.kubelet_gate import (  # noqa: E402
-    FIGHT_WINDOW, FIGHT_WRITES, FOREIGN_LOG_EVERY, ForeignWrites, fight_line, foreign_write_line, likely_writer,
-    parse_labels, who_writes,
+from memqos_systemd.drift import (  # noqa: E402
+    FIGHT_WINDOW, FIGHT_WRITES, FOREIGN_LOG_EVERY, ForeignWrites, fight_line, foreign_write_line,
 )
+from memqos_systemd.kubelet_gate import likely_writer, parse_labels, who_writes  # noqa: E402
 from memqos_systemd.naming import Naming  # noqa: E402
 
 NAMING = Naming("/")

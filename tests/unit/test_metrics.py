@@ -183,7 +183,7 @@ def test_source_success_error_and_age():
 
 
 def test_foreign_writes_are_counted_by_level_and_writer_only():
-    """One series per level (plan.LEVELS) and writer (kubelet_gate.WRITERS), whatever the unit: a fleet's
+    """One series per level (plan.LEVELS) and writer (drift.WRITERS), whatever the unit: a fleet's
     series stay bounded; the journal names the unit."""
     m = Metrics()
     for _ in range(3):

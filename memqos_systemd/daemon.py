@@ -47,7 +47,6 @@ from .applier import Applier
 from .cgroupfs import Cgroupfs
 from .companion import Companion
 from .config import Config, ConfigError
-from .drift import FIGHT_WINDOW, Drift, ForeignWrites, fight_line, foreign_write_line
 from .feature import Context
 from .intake import PodIntake
 from .in_force import made_from, reloaded
@@ -119,7 +118,7 @@ class Daemon:
         self.capacity = Capacity(outside.read_capacity)  # the node's memory (node.py)
         self.stopping = False
         self._warn_once = WarnOnce(log)
-        self.foreign = ForeignWrites()  # writes behind our back: when to log them, which units are fought over
+        self.foreign = fights.ForeignLog(outside.metrics, outside.fights_path)  # writes behind our back
         self._oom_group = OomGroupJournal(outside.metrics.oom_group_restored)  # memory.oom.group put back
         self._wake = asyncio.Event()
         self._ticks_moved = asyncio.Event()  # an event brought a tick forward (Ticks.take_moved)
@@ -437,32 +436,12 @@ class Daemon:
             self.wake()
 
     def _drifted(self) -> None:
-        """The writes behind our back the observer's reads found (Observer.take_drift)."""
+        """The writes behind our back the observer's reads found (Observer.take_drift): the watch
+        closes in (the next round puts ours back), a feature takes its own part of each (a
+        feature's: said there), and the rest is counted, said and kept (fights.ForeignLog)."""
         for record in self.observer.take_drift():
-            self._on_foreign_write(record)
-
-    def _on_foreign_write(self, record: Drift) -> None:
-        """A read found a unit holding what someone else wrote, through systemd or to its cgroup
-        file (`writer`): counted by level and writer, logged once an hour per unit and kind, and
-        once when the unit becomes fought over (kubelet_gate.py), which status shows (fights.py);
-        the next round puts ours back."""
-        unit, before, now, writer = record.unit, record.before, record.now, record.writer
-        ref = self.naming.parse_unit(unit)
-        level = ref.level if ref is not None else "reserved"  # a reserved slice a reload has just retired
-        self.out.metrics.foreign_write(level, writer)
-        clock = self.out.clock()
-        self.agenda.foreign_write(clock)
+            self.agenda.foreign_write(self.out.clock())
+            taken = features.on_drift(self.features, record.unit, record.before, record.now, self.config)
+            self.foreign.seen(record, self.naming, taken, self.out.clock())
         if self.agenda.ticks.take_moved():  # the close watch begins within a second
             self._ticks_moved.set()
-        taken = features.on_drift(self.features, unit, before, now, self.config)  # a feature's: said there
-        if taken:
-            before, now = ({p: v for p, v in d.items() if p not in taken} for d in (before, now))
-            if before == now:
-                return
-        logged, began = self.foreign.seen(unit, level, writer, before, now, clock)
-        if logged:
-            log.warning("%s", foreign_write_line(unit, before, now, writer, self.naming))
-        if began is not None:
-            log.warning("%s", fight_line(began, self.naming))
-        if unit in self.foreign.fights and self.out.fights_path is not None:
-            fights.write(self.out.fights_path, self.foreign.fights.values(), FIGHT_WINDOW, time.time() - clock)

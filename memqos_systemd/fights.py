@@ -11,19 +11,24 @@ JSON: {"version": 1, "window": seconds, "units": [{"unit", "level", "writers": [
 "since", "last" (Unix times), "changed": [properties]}]}. A fight is current while `last` is within
 `window` of now: the reader judges, so a daemon that stopped leaves no fight shown for good. A
 file that cannot be read, or of another shape, shows no fight (with no warning: it is only shown).
+
+`ForeignLog` is what the daemon does with each write its reads found behind our back (drift.Drift),
+beside putting ours back at the next round: counted, said in the journal, and kept here.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Collection, Iterable
 
 from . import runfile
-from .drift import WRITERS, Fight
+from .drift import FIGHT_WINDOW, WRITERS, Drift, Fight, ForeignWrites, fight_line, foreign_write_line
+from .naming import Naming
 
-__all__ = ["DEFAULT_PATH", "VERSION", "write", "current"]
+__all__ = ["DEFAULT_PATH", "VERSION", "ForeignLog", "write", "current"]
 
 log = logging.getLogger("memqos_systemd")
 
@@ -65,3 +70,31 @@ def current(path: Path, now: float) -> list[dict]:
         return out
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return []
+
+
+class ForeignLog:
+    """A write found behind our back (drift.Drift): counted by level and writer (`metrics`), said in
+    the journal once an hour per unit and kind of writer and once when the unit becomes fought over
+    (drift.ForeignWrites), the fights kept at `path` (None: not kept) for status and check. The part
+    of the change a feature took on itself (feature.Feature.on_drift, `taken`) is said there."""
+
+    def __init__(self, metrics: Any, path: Path | None):
+        self.metrics, self.path = metrics, path
+        self.writes = ForeignWrites()
+
+    def seen(self, record: Drift, naming: Naming, taken: Collection[str], now: float) -> None:
+        unit, before, after, writer = record.unit, record.before, record.now, record.writer
+        ref = naming.parse_unit(unit)
+        level = ref.level if ref is not None else "reserved"  # a reserved slice a reload has just retired
+        self.metrics.foreign_write(level, writer)
+        if taken:
+            before, after = ({p: v for p, v in d.items() if p not in taken} for d in (before, after))
+            if before == after:
+                return
+        logged, began = self.writes.seen(unit, level, writer, before, after, now)
+        if logged:
+            log.warning("%s", foreign_write_line(unit, before, after, writer, naming))
+        if began is not None:
+            log.warning("%s", fight_line(began, naming))
+        if unit in self.writes.fights and self.path is not None:
+            write(self.path, self.writes.fights.values(), FIGHT_WINDOW, time.time() - now)

@@ -78,7 +78,7 @@ def test_beside_the_kubelet_nothing_it_writes_is_written_nor_fought_over(fake_sy
                 assert ours_written(h) == [] and h.sets() == []
                 assert all(h.memory(u)[k] == v * minute for u, p in KUBELET.items() for k, v in p.items())
             assert foreign(h) == 0
-            assert not h.daemon.foreign.fights
+            assert not h.daemon.foreign.writes.fights
     run(body())
 
 

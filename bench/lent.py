@@ -71,6 +71,29 @@ def render(result: dict, host: dict, meta: dict) -> str:
     return "\n".join(lines)
 
 
+def predict(capacity: int) -> str:
+    """The emulation alone, from the planned values and the pods' page cache as sized (no VM):
+    per layout, each pod's protection now (lent) and floor, with and without memory_recursiveprot."""
+    import lentcase
+    from memqos_systemd.effective import protection
+
+    lines = [f"Emulated only (effective.py on the planned values; capacity {mib(capacity)} MiB, BestEffort's usage"
+             " held to the ceiling where there is one): protected now (of it lent) → floor, MiB.", "",
+             "| layout | recursiveprot | g 80/128 | b 80/256 | o 96/32 | be 192 |", "|---|---|---|---|---|---|"]
+    for layout in LAYOUTS:
+        p = lentcase.planned(layout, capacity)
+        usage = {lentcase.leaf(n): spec[3] * MIB for n, spec in lentcase.PODS.items()}
+        if p.ceiling:
+            usage[lentcase.leaf("be")] = min(usage[lentcase.leaf("be")], p.ceiling.memory_max)
+        tree = lentcase.tree_of(p.units, usage)
+        for recursive in (True, False):
+            e = protection(tree, recursive=recursive)
+            cells = [f"{mib(e[lentcase.leaf(n)].protected)} ({mib(e[lentcase.leaf(n)].lent)}) →"
+                     f" {mib(lentcase.floor(tree, lentcase.leaf(n), recursive=recursive))}" for n in PODS]
+            lines.append(f"| {layout} | {'on' if recursive else 'off'} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     vmbench.common_args(ap)
@@ -78,7 +101,11 @@ def main() -> int:
     ap.add_argument("--layouts-off", default=",".join(LAYOUTS_OFF),
                     help="layouts run again after remounting cgroup2 without memory_recursiveprot ('' for none)")
     ap.add_argument("--render", metavar="JSON", help="only render a saved --json result")
+    ap.add_argument("--predict", metavar="MIB", type=int, help="only print the emulation's table for a node of MIB")
     args = ap.parse_args()
+    if args.predict:
+        print(predict(args.predict * MIB))
+        return 0
     if args.render:
         saved = json.load(open(args.render))
         result, host, meta = saved["result"], saved["host"], saved["meta"]

@@ -62,11 +62,16 @@ def recursiveprot() -> bool:
 
 
 def remount(on: bool) -> bool:
+    """With a source named, mount(8) replaces the superblock's flags rather than merging them with
+    what fstab says (../shared/notes/next-anchors-2026.md 1.4 (d))."""
     opts = "remount,nsdelegate" + (",memory_recursiveprot" if on else "")
-    p = subprocess.run(["mount", "-o", opts, CG], capture_output=True, text=True)
-    if p.returncode:
-        log(f"mount -o {opts}: {p.stderr.strip()}")
-    return recursiveprot() == on
+    for source in ("cgroup2", "none"):
+        p = subprocess.run(["mount", "-o", opts, source, CG], capture_output=True, text=True)
+        if p.returncode:
+            log(f"mount -o {opts} {source} {CG}: {p.stderr.strip()}")
+        if recursiveprot() == on:
+            return True
+    return False
 
 
 def drop_caches():

@@ -3,9 +3,9 @@ steps laid on the plan, its ledger kept, a rival writer heeded.
 
 plan.py plans the ceiling (`besteffort_ceiling`) and ceiling.py decides, purely, how far one write
 may lower it; this is the ceiling's side of a round, so that the round only calls it:
-* `units` are the units whose MemoryMax is ours, which the Applier reads with the other three
-  (`Applier.max_units`): the BestEffort QoS slice while the ceiling is on, and every slice of the
-  ledger until it holds infinity again;
+* `units` are the units whose MemoryMax is ours, which the observer reads with the other three
+  (`Observer.max_units`, through features.owned): the BestEffort QoS slice while the ceiling is
+  on, and every slice of the ledger until it holds infinity again;
 * `overlay` lays on the plan the MemoryMax to send now: the plan's, or a step towards it that never
   goes below the slice's usage (read through cgroupfs.py only then), or infinity where the ceiling
   is off and a MemoryMax of ours is left (a reload turned it off, or the service was stopped

@@ -8,7 +8,7 @@ features.py; the daemon and the round iterate the table and never name a feature
 
 * `name`: its config key, the key of its look again in the agenda.
 * `properties`, `units(naming, config)`: the properties it sets beyond the plan's three, and the
-  units on which they are its own to read and write (the Applier reads them with the other three);
+  units on which they are its own to read and write (the observer reads them with the other three);
   a property it sets nowhere else is never read as ours nor taken back.
 * `overlay(desired, observed, config, naming)`: the plan with what to send now laid on it, given
   what systemd holds (`observed`, the round's read: unit -> property -> value, None when not

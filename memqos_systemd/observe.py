@@ -54,7 +54,7 @@ Beside `held`, the cache keeps, per unit:
   keeps it as drop-ins while such a slice is not loaded, and unloads a slice nothing runs in soon
   after the write that loaded it. So there "not loaded" means "holds what we wrote", not "write it
   again": on systemd 252 a kube.slice that did not run was rewritten every 30 ms, each write loading
-  it (UnitNew, a round) and each round finding it unloaded (e2e 25-ceiling).
+  it (UnitNew, a round) and each round finding it unloaded (seen in e2e 25).
 """
 
 from __future__ import annotations
@@ -227,9 +227,8 @@ class Observer:
         # Whether we stand beside the kubelet's own Memory QoS (kubelet_gate.companion_mode): then
         # what it writes (kubelet_gate.KUBELET_OWNS) is neither compared, nor watched, nor ours.
         self.companion = companion
-        # The units whose MemoryMax is ours, read with the other three (the BestEffort ceiling while
-        # it is on, or a MemoryMax of ours is still to be taken back: ceiling_watch.py); asked at
-        # each read. Nowhere else is MemoryMax read: a runtime's or the kubelet's is not ours.
+        # The units whose MemoryMax is ours, read with the other three (a feature's: features.owned);
+        # asked at each read. Nowhere else is MemoryMax read: a runtime's or the kubelet's is not ours.
         self.max_units = max_units
         self.held: dict[str, dict[str, int] | None] = {}  # unit -> what systemd holds (None: not loaded)
         self.generation = 0  # bumped at every change to `held` (or possible change)

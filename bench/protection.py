@@ -39,6 +39,13 @@ KUBELET_TODAY = "kubelet of today / Tiered"
 KUBELET_COMPANION = "kubelet of today / Tiered + companion (ceiling)"
 # Issue 36's run: the kubelet of today alone and with the companion, ours alone, Hard; one boot.
 COMPANION_RUN = [KUBELET_TODAY, KUBELET_COMPANION, "effective / Tiered", "effective / Hard"]
+LEVER_CFG = "effective / Tiered + lever"
+CEILING_LEVER_CFG = "effective / Tiered + ceiling + lever"
+TIERED_SWAP = "swap: effective / Tiered"
+LEVER_SWAP = "swap: effective / Tiered + lever"
+CEILING_LEVER_SWAP = "swap: effective / Tiered + ceiling + lever"
+# Issue 35's run: the lever without and with the ceiling, the default beside them; then with swap.
+LEVER_RUN = [LEVER_CFG, "effective / Tiered", TIERED_SWAP, LEVER_SWAP, CEILING_LEVER_CFG, CEILING_LEVER_SWAP]
 # The last boot that ran the configurations issue 25's run leaves out (no daemon, kubelet, None).
 EARLIER = "bench/results/protection.json"
 
@@ -48,7 +55,7 @@ CONFIGS = [
     # None sets no protection (only MemoryHigh): one kind of pressure shows it equals "no daemon".
     {"name": "effective / None", "daemon": True, "hierarchy": "effective", "policy": "None", "pressures": ["file"]},
     {"name": "effective / Tiered", "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
-     "pressures": ["file", "anon", "mix", "burst", "none"]},
+     "pressures": ["file", "anon", "mix", "burst", "none", "price"]},
     # The planned BestEffort ceiling (issue 25) at its defaults.
     {"name": CEILING_CFG, "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
      "ceiling": {}, "pressures": ["file", "anon", "mix", "burst", "none"]},
@@ -61,11 +68,26 @@ CONFIGS = [
      "pressures": ["file", "anon", "mix", "burst", "none"]},
     {"name": KUBELET_COMPANION, "daemon": True, "hierarchy": "kubelet", "policy": "TieredReservation",
      "ceiling": {}, "pressures": ["file", "anon", "mix", "burst", "none"]},
+    # Issue 35: the Burstable lever (`burstableHigh: {enabled: true}`, headroom 0) on the default, and
+    # with the ceiling; "price" is a lone Burstable pod without a limit growing on an idle node.
+    {"name": LEVER_CFG, "daemon": True, "hierarchy": "effective", "policy": "TieredReservation", "lever": {},
+     "pressures": ["file", "anon", "mix", "burst", "none", "price"]},
+    {"name": CEILING_LEVER_CFG, "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
+     "ceiling": {}, "lever": {}, "pressures": ["file", "anon", "mix", "burst", "none"]},
+    # Issue 35's swap rows: the guest switches a swap file on for these (SWAP_MIB) and every
+    # container scope gets the MemorySwapMax the kubelet's LimitedSwap asks the runtime for.
+    {"name": TIERED_SWAP, "daemon": True, "hierarchy": "effective", "policy": "TieredReservation", "swap": True,
+     "pressures": ["file", "anon", "mix", "burst", "none"]},
+    {"name": LEVER_SWAP, "daemon": True, "hierarchy": "effective", "policy": "TieredReservation", "swap": True,
+     "lever": {}, "pressures": ["file", "anon", "mix", "burst", "none"]},
+    {"name": CEILING_LEVER_SWAP, "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
+     "swap": True, "ceiling": {}, "lever": {}, "pressures": ["file", "anon", "mix", "burst", "none"]},
 ]
 PRESSURES = ["file", "anon", "mix", "burst"]
 ALL_PRESSURES = PRESSURES + ["none"]
 PRESSURE_TEXT = {"file": "streams a file", "anon": "allocates until OOM", "mix": "holds anon + streams",
-                 "burst": "is Burstable, allocates until OOM", "none": "no neighbour"}
+                 "burst": "is Burstable, allocates until OOM", "none": "no neighbour",
+                 "price": "a lone Burstable pod grows on an idle node"}
 # The configurations of issue 25's run: one boot, these rows side by side.
 CEILING_RUN = [CEILING_CFG, "effective / Tiered", "effective / Hard"]
 
@@ -83,6 +105,7 @@ def params(args) -> dict:
         "health_interval_s": 1.0,
         "footprint": not args.no_footprint, "footprint_pods": 110, "footprint_settle_s": 20, "footprint_refault_s": 60,
         "pressure_timeout_s": 240,
+        "price_timeout_s": 90, "swap_mib": 512,
         "high_request_mib": 64, "high_limit_mib": 256, "high_over_mib": 12, "high_timeout_s": 180,
         "high_test": not args.no_high, "lowering": not args.no_lowering,
     }
@@ -135,8 +158,8 @@ def retouch(p):
 def glance(r: dict) -> list[str]:
     """The table an operator reads first: per configuration, what B keeps under each pressure,
     the worst G kept, and whom the OOM killer took."""
-    runs = [x for x in r["runs"] if "error" not in x]
-    configs = list(dict.fromkeys(x["config"] for x in r["runs"]))
+    runs = [x for x in r["runs"] if "error" not in x and x["pressure"] != "price"]
+    configs = list(dict.fromkeys(x["config"] for x in runs))
     pressures = [p for p in PRESSURES if any(x["pressure"] == p for x in runs)]
     who = {"BE": "BestEffort neighbour", "BN": "Burstable neighbour", "G": "**Guaranteed**", "B": "**Burstable**",
            "B2": "**idle Burstable**"}
@@ -378,6 +401,8 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None, earlier: dict
         "|---|---|---:|---:|---:|---:|---|---:|---|",
     ]
     for run in r["runs"]:
+        if run["pressure"] == "price":
+            continue
         if "error" in run:
             lines.append(f"| {run['config']} | {run['pressure']} | run failed: {run['error'][:80]} | | | | | | |")
             continue
@@ -514,7 +539,8 @@ def main() -> int:
     ap.add_argument("--plot", metavar="PNG", help="write the plot here (default with --write: docs/protection.png)")
     ap.add_argument("--configs", default="", help="comma-separated configuration names (default: Tiered, Tiered + "
                     "ceiling, Hard; 'all' for every one)")
-    ap.add_argument("--pressures", default=",".join(ALL_PRESSURES))
+    ap.add_argument("--pressures", default=",".join(ALL_PRESSURES),
+                    help="comma-separated; 'price' (a lone Burstable pod grows on an idle node) runs only when named")
     ap.add_argument("--no-high", action="store_true", help="skip the memory.high test")
     ap.add_argument("--no-footprint", action="store_true", help="skip the daemon's footprint (110 pods)")
     ap.add_argument("--no-lowering", action="store_true",
@@ -531,7 +557,7 @@ def main() -> int:
             meta = {"commit": commit, "machine": vmbench.machine()}
             p = params(args)
             vmbench.log(f"booting the VM ({len(p['configs'])} configurations x {len(p['pressures'])} pressures)")
-            results, host = vmbench.run_bench_vm([SCENARIO], deb=deb, timeout=1500, memory="1G,slots=2,maxmem=2G",
+            results, host = vmbench.run_bench_vm([SCENARIO], deb=deb, timeout=3000, memory="1G,slots=2,maxmem=2G",
                                                  workdir=work, params=p, src_repo=src, keep=args.keep)
             result = vmbench.scenario_output(results, SCENARIO, "protection.json")
         finally:

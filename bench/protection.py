@@ -577,7 +577,8 @@ def lever_tables(r: dict) -> list[str]:
             hi = n.get("memory_high")
             hi = "max" if hi is None or hi >= 1 << 62 else _mib(hi)
             end = (f"OOM-killed ({_victims([x])}) after {x['pressure_s']:.0f} s" if x.get("oom_kills") else
-                   f"still allocating, throttled, at {x['pressure_s']:.0f} s" if x.get("timed_out") else
+                   f"still allocating{', throttled at its MemoryHigh' if hi != 'max' else ', in reclaim'}, stopped at "
+                   f"{x['pressure_s']:.0f} s" if x.get("timed_out") else
                    f"done after {x['pressure_s']:.0f} s")
             out.append(f"| {x['config']} | {hi} | {_mib(p['peak'])} | {100 * p['peak'] / p['allocatable']:.0f} % | "
                        f"{'—' if p.get('to_95_s') is None else format(p['to_95_s'], '.1f')} | {end} |")

@@ -39,6 +39,13 @@ KUBELET_TODAY = "kubelet of today / Tiered"
 KUBELET_COMPANION = "kubelet of today / Tiered + companion (ceiling)"
 # Issue 36's run: the kubelet of today alone and with the companion, ours alone, Hard; one boot.
 COMPANION_RUN = [KUBELET_TODAY, KUBELET_COMPANION, "effective / Tiered", "effective / Hard"]
+LEVER_CFG = "effective / Tiered + lever"
+CEILING_LEVER_CFG = "effective / Tiered + ceiling + lever"
+TIERED_SWAP = "swap: effective / Tiered"
+LEVER_SWAP = "swap: effective / Tiered + lever"
+CEILING_LEVER_SWAP = "swap: effective / Tiered + ceiling + lever"
+# Issue 35's run: the lever without and with the ceiling, the default beside them; then with swap.
+LEVER_RUN = [LEVER_CFG, "effective / Tiered", TIERED_SWAP, LEVER_SWAP, CEILING_LEVER_CFG, CEILING_LEVER_SWAP]
 # The last boot that ran the configurations issue 25's run leaves out (no daemon, kubelet, None).
 EARLIER = "bench/results/protection.json"
 
@@ -48,7 +55,7 @@ CONFIGS = [
     # None sets no protection (only MemoryHigh): one kind of pressure shows it equals "no daemon".
     {"name": "effective / None", "daemon": True, "hierarchy": "effective", "policy": "None", "pressures": ["file"]},
     {"name": "effective / Tiered", "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
-     "pressures": ["file", "anon", "mix", "burst", "none"]},
+     "pressures": ["file", "anon", "mix", "burst", "none", "price"]},
     # The planned BestEffort ceiling (issue 25) at its defaults.
     {"name": CEILING_CFG, "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
      "ceiling": {}, "pressures": ["file", "anon", "mix", "burst", "none"]},
@@ -61,11 +68,26 @@ CONFIGS = [
      "pressures": ["file", "anon", "mix", "burst", "none"]},
     {"name": KUBELET_COMPANION, "daemon": True, "hierarchy": "kubelet", "policy": "TieredReservation",
      "ceiling": {}, "pressures": ["file", "anon", "mix", "burst", "none"]},
+    # Issue 35: the Burstable lever (`burstableHigh: {enabled: true}`, headroom 0) on the default, and
+    # with the ceiling; "price" is a lone Burstable pod without a limit growing on an idle node.
+    {"name": LEVER_CFG, "daemon": True, "hierarchy": "effective", "policy": "TieredReservation", "lever": {},
+     "pressures": ["file", "anon", "mix", "burst", "none", "price"]},
+    {"name": CEILING_LEVER_CFG, "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
+     "ceiling": {}, "lever": {}, "pressures": ["file", "anon", "mix", "burst", "none"]},
+    # Issue 35's swap rows: the guest switches a swap file on for these (SWAP_MIB) and every
+    # container scope gets the MemorySwapMax the kubelet's LimitedSwap asks the runtime for.
+    {"name": TIERED_SWAP, "daemon": True, "hierarchy": "effective", "policy": "TieredReservation", "swap": True,
+     "pressures": ["file", "anon", "mix", "burst", "none"]},
+    {"name": LEVER_SWAP, "daemon": True, "hierarchy": "effective", "policy": "TieredReservation", "swap": True,
+     "lever": {}, "pressures": ["file", "anon", "mix", "burst", "none"]},
+    {"name": CEILING_LEVER_SWAP, "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
+     "swap": True, "ceiling": {}, "lever": {}, "pressures": ["file", "anon", "mix", "burst", "none"]},
 ]
 PRESSURES = ["file", "anon", "mix", "burst"]
 ALL_PRESSURES = PRESSURES + ["none"]
 PRESSURE_TEXT = {"file": "streams a file", "anon": "allocates until OOM", "mix": "holds anon + streams",
-                 "burst": "is Burstable, allocates until OOM", "none": "no neighbour"}
+                 "burst": "is Burstable, allocates until OOM", "none": "no neighbour",
+                 "price": "a lone Burstable pod grows on an idle node"}
 # The configurations of issue 25's run: one boot, these rows side by side.
 CEILING_RUN = [CEILING_CFG, "effective / Tiered", "effective / Hard"]
 
@@ -83,6 +105,7 @@ def params(args) -> dict:
         "health_interval_s": 1.0,
         "footprint": not args.no_footprint, "footprint_pods": 110, "footprint_settle_s": 20, "footprint_refault_s": 60,
         "pressure_timeout_s": 240,
+        "price_timeout_s": 90, "swap_mib": 512,
         "high_request_mib": 64, "high_limit_mib": 256, "high_over_mib": 12, "high_timeout_s": 180,
         "high_test": not args.no_high, "lowering": not args.no_lowering,
     }
@@ -135,8 +158,8 @@ def retouch(p):
 def glance(r: dict) -> list[str]:
     """The table an operator reads first: per configuration, what B keeps under each pressure,
     the worst G kept, and whom the OOM killer took."""
-    runs = [x for x in r["runs"] if "error" not in x]
-    configs = list(dict.fromkeys(x["config"] for x in r["runs"]))
+    runs = [x for x in r["runs"] if "error" not in x and x["pressure"] != "price"]
+    configs = list(dict.fromkeys(x["config"] for x in runs))
     pressures = [p for p in PRESSURES if any(x["pressure"] == p for x in runs)]
     who = {"BE": "BestEffort neighbour", "BN": "Burstable neighbour", "G": "**Guaranteed**", "B": "**Burstable**",
            "B2": "**idle Burstable**"}
@@ -378,6 +401,8 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None, earlier: dict
         "|---|---|---:|---:|---:|---:|---|---:|---|",
     ]
     for run in r["runs"]:
+        if run["pressure"] == "price":
+            continue
         if "error" in run:
             lines.append(f"| {run['config']} | {run['pressure']} | run failed: {run['error'][:80]} | | | | | | |")
             continue
@@ -460,6 +485,106 @@ def render(r: dict, host: dict, meta: dict, plot_name: str | None, earlier: dict
     return "\n".join(lines)
 
 
+LEVER_MARKER = "protection-lever"
+WHO = {"BE": "BestEffort neighbour", "BN": "Burstable neighbour", "G": "**Guaranteed**", "B": "**Burstable**",
+       "B2": "**idle Burstable**"}
+
+
+def _b_keeps(run) -> str:
+    if run is None:
+        return "not run"
+    if "error" in run:
+        return "failed"
+    a, b = kept(run["pods"]["B"], "file")
+    v = min(100.0, 100 * a / b) if b else float("nan")
+    return f"**{v:.0f} %**" if v >= 90 else f"{v:.0f} %"
+
+
+def _victims(runs) -> str:
+    v = {}
+    for run in runs:
+        for k in run.get("oom_kills") or []:
+            v[k["pod"]] = v.get(k["pod"], 0) + 1
+    return ", ".join(f"{WHO.get(k, k)} ×{n}" for k, n in v.items()) or "none"
+
+
+def lever_tables(r: dict) -> list[str]:
+    """Issue 35's tables: per configuration, what B keeps against each neighbour without swap and
+    with it side by side, G's worst, OOM kills by victim, B's `low` events; every run's detail; the
+    lever's price (a lone Burstable pod on an idle node)."""
+    runs = [x for x in r["runs"] if x["pressure"] != "price"]
+    ok = [x for x in runs if "error" not in x]
+    base = list(dict.fromkeys(x["config"].removeprefix("swap: ") for x in runs))
+    pressures = [p for p in ALL_PRESSURES if any(x["pressure"] == p for x in ok) and p != "none"]
+
+    def find(cfg, pr):
+        return next((x for x in runs if x["config"] == cfg and x["pressure"] == pr), None)
+
+    out = ["| configuration | " + " | ".join(f"B keeps, neighbour {PRESSURE_TEXT[p]} (no swap / swap)"
+                                              for p in pressures)
+           + " | G keeps, worst anon / page cache (no swap / swap) | OOM kills, by victim: no swap / swap |",
+           "|---|" + "---:|" * len(pressures) + "---|---|"]
+    for cfg in base:
+        cells = [f"{_b_keeps(find(cfg, p))} / {_b_keeps(find('swap: ' + cfg, p))}" for p in pressures]
+        g = []
+        for c in (cfg, "swap: " + cfg):
+            mine = [x for x in ok if x["config"] == c]
+            if not mine:
+                g.append("not run")
+                continue
+            an = [0.0 if not x["pods"]["G"]["alive"] else min(100.0, 100 * kept(x["pods"]["G"], "anon")[0] /
+                                                              max(kept(x["pods"]["G"], "anon")[1], 1e-9))
+                  for x in mine]
+            fi = [0.0 if not x["pods"]["G"]["alive"] else min(100.0, 100 * kept(x["pods"]["G"], "file")[0] /
+                                                              max(kept(x["pods"]["G"], "file")[1], 1e-9))
+                  for x in mine]
+            g.append(f"{min(an):.0f}/{min(fi):.0f} %")
+        kills = [_victims([x for x in ok if x["config"] == c]) if any(x["config"] == c for x in ok) else "not run"
+                 for c in (cfg, "swap: " + cfg)]
+        label = f"{cfg} (the default)" if cfg == "effective / Tiered" else cfg
+        out.append(f"| {label} | " + " | ".join(cells) + f" | {' / '.join(g)} | {' / '.join(kills)} |")
+    out += ["", "Every run: B's page cache (and anonymous memory; with swap, what its slice had in swap after),"
+            " B's `low` events, G, the OOM kills, the neighbour's slice at the end (memory.high, memory.peak).", "",
+            "| configuration | neighbour | B page cache kept (MiB) | B anon before → after (swapped) | B `low` events "
+            "| G anon kept | G page cache kept | OOM kills | neighbour memory.high / peak (MiB) | swap used at the end "
+            "(MiB) |",
+            "|---|---|---:|---|---:|---:|---:|---|---|---:|"]
+    for x in runs:
+        if "error" in x:
+            out.append(f"| {x['config']} | {x['pressure']} | run failed: {x['error'][:80]} | | | | | | | |")
+            continue
+        B, G, n = x["pods"]["B"], x["pods"]["G"], x.get("neighbour") or {}
+        hi = n.get("memory_high")
+        hi = "max" if hi is None or hi >= 1 << 62 else _mib(hi)
+        sw = x.get("swap")
+        out.append(f"| {x['config']} | {PRESSURE_TEXT[x['pressure']]} | {cell_kept(B, 'file')} | "
+                   f"{B['before']['anon']:.0f} → {B['after']['anon']:.0f}"
+                   + (f" ({B['after'].get('swap', 0):.0f})" if sw else "") + f" | {B['events']['low']} | "
+                   f"{cell_kept(G, 'anon') if G['alive'] else '**killed**'} | {cell_kept(G, 'file')} | {kills_str(x)} | "
+                   f"{hi} / {_mib(n.get('peak'))} | {'—' if not sw else format(sw['used_kib'] / 1024, '.0f')} |")
+    price = [x for x in r["runs"] if x["pressure"] == "price" and "error" not in x]
+    if price:
+        out += ["", "The lever's price: a lone Burstable pod (request "
+                f"{r['params'].get('bn_request_mib')} Mi, no limit) allocates anonymous memory in 32 MiB steps up to "
+                f"{r['params']['hog_anon_mib']} MiB on an idle node: the other pods (G, B, B2) are there with their "
+                "requests and hold nothing. How far it got (its slice's memory.peak, the kernel's), as a share of "
+                "allocatable, and when it first came within 5 % of that (memory.current sampled every 0.1 s); "
+                f"stopped after {r['params'].get('price_timeout_s', '?')} s if still running.", "",
+                "| configuration | its MemoryHigh (MiB) | grew to (MiB) | of allocatable | within 5 % of that after (s) "
+                "| how it ended |", "|---|---:|---:|---:|---:|---|"]
+        for x in price:
+            p, n = x["price"], x.get("neighbour") or {}
+            hi = n.get("memory_high")
+            hi = "max" if hi is None or hi >= 1 << 62 else _mib(hi)
+            end = (f"OOM-killed ({_victims([x])}) after {x['pressure_s']:.0f} s" if x.get("oom_kills") else
+                   f"still allocating{', throttled at its MemoryHigh' if hi != 'max' else ', in reclaim'}, stopped at "
+                   f"{x['pressure_s']:.0f} s" if x.get("timed_out") else
+                   f"done after {x['pressure_s']:.0f} s")
+            out.append(f"| {x['config']} | {hi} | {_mib(p['peak'])} | {100 * p['peak'] / p['allocatable']:.0f} % | "
+                       f"{'—' if p.get('to_95_s') is None else format(p['to_95_s'], '.1f')} | {end} |")
+    return out
+
+
 def plot(r: dict, path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -514,16 +639,22 @@ def main() -> int:
     ap.add_argument("--plot", metavar="PNG", help="write the plot here (default with --write: docs/protection.png)")
     ap.add_argument("--configs", default="", help="comma-separated configuration names (default: Tiered, Tiered + "
                     "ceiling, Hard; 'all' for every one)")
-    ap.add_argument("--pressures", default=",".join(ALL_PRESSURES))
+    ap.add_argument("--pressures", default=",".join(ALL_PRESSURES),
+                    help="comma-separated; 'price' (a lone Burstable pod grows on an idle node) runs only when named")
     ap.add_argument("--no-high", action="store_true", help="skip the memory.high test")
     ap.add_argument("--no-footprint", action="store_true", help="skip the daemon's footprint (110 pods)")
     ap.add_argument("--no-lowering", action="store_true",
                     help="skip timing PID 1's SetUnitProperties when MemoryMax goes below a slice's usage")
     ap.add_argument("--render", metavar="JSON", help="only render a saved --json result")
+    ap.add_argument("--lever-tables", action="store_true",
+                    help="print issue 35's tables (the lever, no swap / swap, the price) of --render's result")
     args = ap.parse_args()
     if args.render:
         saved = json.load(open(args.render))
         result, host, meta = saved["result"], saved["host"], saved["meta"]
+        if args.lever_tables:
+            print("\n".join(lever_tables(result)))
+            return 0
     else:
         work = vmbench.tmpdir("memqos-bench-protection-")
         try:
@@ -531,7 +662,7 @@ def main() -> int:
             meta = {"commit": commit, "machine": vmbench.machine()}
             p = params(args)
             vmbench.log(f"booting the VM ({len(p['configs'])} configurations x {len(p['pressures'])} pressures)")
-            results, host = vmbench.run_bench_vm([SCENARIO], deb=deb, timeout=1500, memory="1G,slots=2,maxmem=2G",
+            results, host = vmbench.run_bench_vm([SCENARIO], deb=deb, timeout=3000, memory="1G,slots=2,maxmem=2G",
                                                  workdir=work, params=p, src_repo=src, keep=args.keep)
             result = vmbench.scenario_output(results, SCENARIO, "protection.json")
         finally:

@@ -22,7 +22,7 @@ it was reached; the daemon's health from convergence to the end (health.py: /met
 watchdog pings, its cgroup's memory.events), its restarts and watchdog kills, and its D-Bus writes
 after convergence. Then the memory.high test: a Burstable container allocating past its
 MemoryHigh. Parameters: payload/bench/params.json."""
-# e2e-timeout: 1500
+# e2e-timeout: 3000
 import asyncio
 import json
 import os
@@ -152,7 +152,11 @@ def pod_of(memcg, units):
 
 def stat_mib(unit):
     s = read_kv(os.path.join(slice_dir(unit), "memory.stat"))
-    return {"file": s.get("file", 0) / MIB, "anon": s.get("anon", 0) / MIB}
+    out = {"file": s.get("file", 0) / MIB, "anon": s.get("anon", 0) / MIB}
+    swapped = read_int(os.path.join(slice_dir(unit), "memory.swap.current"))
+    if swapped:
+        out["swap"] = swapped / MIB
+    return out
 
 
 def events(unit):
@@ -200,7 +204,7 @@ def the_pods(pressure):
                                  "limits": {"memory": f"{G_REQ}Mi", "cpu": "100m"}}], namespace="bench",
                  qos="Guaranteed")
     b = make_pod("burstable", [{"name": "app", "requests": {"memory": f"{B_REQ}Mi"}}], namespace="bench")
-    if pressure == "burst":
+    if pressure in ("burst", "price"):
         b2 = make_pod("burstable-idle", [{"name": "app", "requests": {"memory": f"{B2_REQ - BN_REQ}Mi"}}],
                       namespace="bench")
         bn = make_pod("burstable-hog", [{"name": "hog", "requests": {"memory": f"{BN_REQ}Mi"}}], namespace="bench")
@@ -239,11 +243,59 @@ async def converge(units, timeout=120):
     return False
 
 
+SWAPFILE = "/var/swap.bench"
+
+
+def set_swap(on: bool) -> int:
+    """Switch the benchmark's swap file on (made once: P["swap_mib"], fallocate'd on the guest's
+    ext4 root) or every swap off; the guest's SwapTotal in bytes afterwards."""
+    if on:
+        if not os.path.exists(SWAPFILE):
+            if subprocess.run(["fallocate", "-l", f"{P['swap_mib']}M", SWAPFILE]).returncode != 0:
+                subprocess.run(["dd", "if=/dev/zero", f"of={SWAPFILE}", "bs=1M", f"count={P['swap_mib']}",
+                                "status=none"], check=True)
+            os.chmod(SWAPFILE, 0o600)
+            subprocess.run(["mkswap", SWAPFILE], check=True, capture_output=True)
+        if meminfo_kib().get("SwapTotal", 0) == 0:
+            subprocess.run(["swapon", SWAPFILE], check=True)
+    else:
+        subprocess.run(["swapoff", "-a"], check=True)
+    return meminfo_kib().get("SwapTotal", 0) * 1024
+
+
+def limited_swap(qos, request_mib, swap_total):
+    """The memory.swap.max the kubelet's LimitedSwap asks the runtime for (KEP-2400; kuberuntime's
+    calcSwapForBurstablePods): 0 for Guaranteed and BestEffort containers (and a Burstable one whose
+    request equals its limit), else request / node memory capacity x the node's swap, truncated."""
+    if qos != "Burstable" or not request_mib:
+        return 0
+    return int(request_mib * MIB / CAPACITY * swap_total)
+
+
+async def converge_slice(unit, prop, f, timeout=60):
+    """Until the kernel's memory.<f> of one slice equals the daemon's desired `prop` for it."""
+    deadline = now() + timeout
+    while now() < deadline:
+        try:
+            want = desired(metrics()).get((unit, prop))
+        except OSError:
+            want = None
+        have = read_int(os.path.join(slice_dir(unit), "memory." + f))
+        if want is not None and have is not None and \
+                (have == UINT64_MAX if want == float("inf") else have == int(want)):
+            return True
+        await asyncio.sleep(1)
+    return False
+
+
 async def configure(bus, cfg):
+    OUT.setdefault("swap_total", {})[cfg["name"]] = set_swap(bool(cfg.get("swap")))
     if cfg["daemon"]:
         extra = {"systemReserved": {"memory": f"{SYSTEM_RESERVED_MIB}Mi"}}
         if "ceiling" in cfg:
             extra["bestEffortCeiling"] = {"enabled": "true", **cfg["ceiling"]}
+        if "lever" in cfg:
+            extra["burstableHigh"] = {"enabled": "true", **cfg["lever"]}
         # perUnit: the desired values of the pod slices and scopes, which converge() waits for.
         write_config(memoryReservationPolicy=cfg["policy"], hierarchy=cfg["hierarchy"], metrics={"perUnit": "true"},
                      **extra)
@@ -257,15 +309,16 @@ async def configure(bus, cfg):
 BE_QOS = "kubepods-besteffort.slice"
 
 
-async def sample(samples, units, stop):
+async def sample(samples, units, stop, nb):
     """Every 0.1 s: the B pod slice's and the Burstable QoS slice's `low` count, the BestEffort QoS
     slice's memory.high, memory.max, memory.current and its `max` count (the times its usage met
     memory.max)."""
     paths = {"b_low": (os.path.join(slice_dir(units["B"]["slice"]), "memory.events"), "low"),
              "q_low": (os.path.join(slice_dir("kubepods-burstable.slice"), "memory.events"), "low")}
     be = slice_dir(BE_QOS)
+    nb_dir = slice_dir(units[nb]["slice"])
     while not stop.is_set():
-        row = {"t": now()}
+        row = {"t": now(), "nb_cur": read_int(os.path.join(nb_dir, "memory.current"))}
         for k, (path, key) in paths.items():
             row[k] = read_kv(path).get(key, 0)
         row["be_high"] = read_int(os.path.join(be, "memory.high"))
@@ -373,13 +426,17 @@ async def one_run(bus, cfg, pressure):
     shutil.rmtree(CTL, ignore_errors=True)
     os.makedirs(CTL)
     pods = the_pods(pressure)
-    nb = "BN" if pressure == "burst" else "BE"  # the neighbour's pod
+    nb = "BN" if pressure in ("burst", "price") else "BE"  # the neighbour's pod
+    swap_total = OUT["swap_total"][cfg["name"]]
     write_pods(pods.values())
     drop_caches()
     units, procs = {}, {}
     # the protected pods and the idle one
     spec = {"G": dict(anon=P["g_anon_mib"], file=FILES["G"][0]), "B": dict(anon=P["b_anon_mib"], file=FILES["B"][0]),
             "B2": dict(anon=P["b2_anon_mib"], file=None)}
+    if pressure == "price":
+        # the lever's price: the others' requests are there, their pages are not (an idle node)
+        spec = {k: dict(anon=0, file=None) for k in spec}
     reqs = {"G": G_REQ, "B": B_REQ, "B2": B2_REQ - (BN_REQ if nb == "BN" else 0)}
     for k, s in spec.items():
         pod = pods[k]
@@ -387,6 +444,8 @@ async def one_run(bus, cfg, pressure):
         sl = pod_slice(pod["metadata"]["uid"], qos)
         extra = {"MemoryMax": G_REQ * MIB} if qos == "Guaranteed" else {}
         await start_slice(bus, sl, **extra)
+        if swap_total:  # the runtime's MemorySwapMax on the container (runc: memory.swap.max)
+            extra = dict(extra, MemorySwapMax=limited_swap(qos, reqs[k], swap_total))
         args = [PY, WS, "--ctl", CTL, "--name", k, "--anon", str(s["anon"]),
                 "--oom-score-adj", str(oom_adj(qos, reqs[k] * MIB))]
         if s["file"]:
@@ -407,6 +466,9 @@ async def one_run(bus, cfg, pressure):
         nb_units = units.pop(nb)
         run["converged"] = await converge(units)
         units[nb] = nb_units
+        if "lever" in cfg and nb == "BN":
+            # the lever's MemoryHigh on the Burstable neighbour's pod slice, before it allocates
+            run["nb_high_converged"] = await converge_slice(units[nb]["slice"], "MemoryHigh", "high")
         # from here on the daemon should write nothing unless the pressure asks it to (the
         # ceiling stepping down); its health is sampled by a process whose memory is locked
         t_conv = now()
@@ -434,7 +496,7 @@ async def one_run(bus, cfg, pressure):
     pid = daemon_pid() if cfg["daemon"] else 0
     cpu0 = cpu_seconds(pid) if pid else None
     samples, stop_sampling = [], asyncio.Event()
-    sampler = asyncio.create_task(sample(samples, units, stop_sampling))
+    sampler = asyncio.create_task(sample(samples, units, stop_sampling, nb))
     # the neighbour
     hog_json = os.path.join(CTL, nb + ".json")
     stream = ["bash", "-c", f"while [ ! -e {CTL}/go2 ]; do sleep 0.05; done; "
@@ -442,7 +504,7 @@ async def one_run(bus, cfg, pressure):
     hog_procs = []
     if pressure in ("file", "mix"):
         hog_procs.append(spawn(stream))
-    if pressure in ("anon", "mix", "burst"):
+    if pressure in ("anon", "mix", "burst", "price"):
         target = P["mix_anon_mib"] if pressure == "mix" else P["hog_anon_mib"]
         hold = 3600 if pressure == "mix" else 3
         adj = 1000 if nb == "BE" else oom_adj("Burstable", BN_REQ * MIB)
@@ -450,10 +512,15 @@ async def one_run(bus, cfg, pressure):
                                 "--oom-score-adj", str(adj), "--go", "go2"]))
     LEFT["procs"] += hog_procs
     if hog_procs:
-        await start_scope(bus, units[nb]["slice"], cid_of(neighbour), [p.pid for p in hog_procs])
+        nb_extra = {}
+        if swap_total:
+            nb_extra["MemorySwapMax"] = limited_swap(neighbour["status"]["qosClass"], BN_REQ if nb == "BN" else 0,
+                                                     swap_total)
+        await start_scope(bus, units[nb]["slice"], cid_of(neighbour), [p.pid for p in hog_procs], **nb_extra)
     t_p = now()
     open(os.path.join(CTL, "go2"), "w").close()
-    timeout = cfg.get("timeouts", {}).get(pressure, P["pressure_timeout_s"])
+    timeout = P["price_timeout_s"] if pressure == "price" else \
+        cfg.get("timeouts", {}).get(pressure, P["pressure_timeout_s"])
     if pressure == "none":
         await asyncio.sleep(P["idle_s"])  # no neighbour: does anything act?
     elif pressure == "mix":
@@ -499,6 +566,25 @@ async def one_run(bus, cfg, pressure):
     run["oom_kills"] = kills
     run["ceiling"] = ceiling_reached(samples, t_p, kills)
     run["alive"] = {k: procs[k].poll() is None for k in spec}
+    nbd = slice_dir(units[nb]["slice"])
+    run["neighbour"] = {"memory_high": read_int(os.path.join(nbd, "memory.high")),
+                        "peak": read_int(os.path.join(nbd, "memory.peak")),
+                        "swap_peak": read_int(os.path.join(nbd, "memory.swap.peak")),
+                        "swap_max": read_int(os.path.join(nbd, units[nb]["scope"], "memory.swap.max")),
+                        "current": read_int(os.path.join(nbd, "memory.current"))}
+    if pressure == "price":
+        # how far the lone pod grew (its slice's memory.peak) and how long it took to come within
+        # 5 % of that (the samples' memory.current; the kernel's peak is the upper bound)
+        cur = [(r["t"] - t_p, r["nb_cur"]) for r in samples if r.get("nb_cur") is not None]
+        top = max((c for _, c in cur), default=0)
+        run["price"] = {"peak": run["neighbour"]["peak"], "allocatable": ALLOCATABLE, "sampled_max": top,
+                        "to_95_s": next((t for t, c in cur if c >= 0.95 * top), None),
+                        "curve": [[round(t, 2), c] for t, c in cur[:: max(1, len(cur) // 120)]],
+                        "hog": run.get("hog")}
+    if swap_total:
+        run["swap"] = {"total": swap_total, "used_kib": meminfo_kib().get("SwapTotal", 0) - meminfo_kib().get("SwapFree", 0),
+                       "swap_max": {k: read_int(os.path.join(slice_dir(units[k]["slice"]), units[k]["scope"],
+                                                             "memory.swap.max")) for k in spec}}
     if cfg["daemon"]:
         health.terminate()
         try:
@@ -778,7 +864,12 @@ async def main():
     if P.get("footprint"):
         await footprint(bus)
     for cfg in P["configs"]:
-        await configure(bus, cfg)
+        try:
+            await configure(bus, cfg)
+        except Exception as e:  # a swap file that would not switch on: that configuration's runs only
+            say(f"configuration {cfg['name']} failed: {e!r}")
+            OUT["runs"].append({"config": cfg["name"], "pressure": "-", "error": f"configure: {e!r}"})
+            continue
         for pressure in [x for x in P["pressures"] if x in cfg.get("pressures", P["default_pressures"])]:
             try:
                 OUT["runs"].append(await one_run(bus, cfg, pressure))

@@ -3,8 +3,9 @@ reload that turns it on writes the MemoryHigh of the Burstable pod slice that no
 D-Bus like every other value; a reload that turns it off puts the plan's MemoryHigh (infinity, no
 pod-level limit) back; the pod capped by its container's limit and every other unit never move.
 
-The kernel's side (the pod throttled at memory.high, the neighbour's page cache kept) is not
-measured in the VM yet (docs/DESIGN.md, "The Burstable lever")."""
+The kernel's side (the pod throttled at memory.high, the neighbour's page cache kept) is measured
+in the VM by bench/protection.py (docs/BENCHMARKS.md, "Issue 35: the Burstable lever and swap
+(VM)"); e2e 25-ceiling (C2) checks the value on real systemd."""
 
 from __future__ import annotations
 

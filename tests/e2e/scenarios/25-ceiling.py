@@ -13,6 +13,9 @@ B. lower with usage above: the hog holds 200 MiB; a reload lowers the plan to 96
    plan. A thread asks PID 1 for a property every 50 ms meanwhile: its slowest answer is PID 1's
    responsiveness.
 C. disable: a reload with the ceiling off puts memory.max back to max; the ledger is empty.
+C2. the Burstable lever (issue 35): `burstableHigh` on: the Burstable pod no limit caps gets the
+   plan's MemoryHigh (allocatable - the others' requests) in the kernel, set over D-Bus (systemd
+   holds it), no other unit's memory.high moves; off: back to max (systemd: infinity).
 D. reset: on again, the service stopped, `memqos-systemd reset`: memory.max back to max.
 E. measured, with the service stopped: PID 1's SetUnitProperties on the slice while it sits at its
    ceiling (a page-cache reader pressing on it), and lowering MemoryMax to the usage (the step)
@@ -267,6 +270,33 @@ memqos_write_config(sample_config())
 check(memqos_reload(), "reload: bestEffortCeiling off")
 check(wait_for(lambda: be_max() == UINT64_MAX and ledger() == [], 10, 0.05),
       f"C. memory.max back to max ({fmt_bytes(be_max())}), the ledger empty {ledger()}")
+
+# --- C2. the Burstable lever (issue 35), on real systemd: on, then off -----------------------------
+# web (Burstable: app limited, sidecar not, so no limit caps the pod) gets MemoryHigh = allocatable -
+# the others' requests (db's 96Mi; batch is BestEffort), over D-Bus; off puts it back to max.
+web = units["web"]["slice"]
+lever_units = [u for n in units for u in (units[n]["slice"], *units[n]["scopes"])] + ["kubepods.slice",
+                                                                                     "kubepods-burstable.slice"]
+high_before = {u: read_cgroup_file(u, "memory.high") for u in lever_units}
+memqos_write_config(sample_config(burstableHigh={"enabled": True}))
+web_plan = next(u for u in memqos_plan()["units"] if u["unit"] == web)
+formula = max((64 * MIB // PAGE_SIZE + 1) * PAGE_SIZE, (alloc - 96 * MIB) // PAGE_SIZE * PAGE_SIZE)
+check(web_plan["MemoryHigh"] == formula and web_plan.get("burstableHigh", {}).get("othersRequestsBytes") == 96 * MIB,
+      f"the plan's lever for {web}: MemoryHigh {web_plan['MemoryHigh']} = allocatable {alloc} - the others' requests"
+      f" 96Mi = {formula} ({web_plan.get('burstableHigh')})")
+check(memqos_reload(), "reload: burstableHigh on")
+check(wait_for(lambda: read_cgroup_file(web, "memory.high") == str(formula), 10, 0.05),
+      f"C2. memory.high of {web} in the kernel is the plan's {read_cgroup_file(web, 'memory.high')}")
+check_eq(show(web, "MemoryHigh")["MemoryHigh"], str(formula), "systemd holds it: set over D-Bus (systemctl show)")
+moved = {u: v for u, v in ((u, read_cgroup_file(u, "memory.high")) for u in lever_units if u != web)
+         if v != high_before[u]}
+check(not moved, f"no other unit's memory.high moved ({len(lever_units) - 1} units) {moved}")
+memqos_write_config(sample_config())
+check(memqos_reload(), "reload: burstableHigh off")
+check(wait_for(lambda: read_cgroup_file(web, "memory.high") == "max", 10, 0.05)
+      and show(web, "MemoryHigh")["MemoryHigh"] == "infinity",
+      f"memory.high of {web} back to {read_cgroup_file(web, 'memory.high')}, systemd's MemoryHigh"
+      f" {show(web, 'MemoryHigh')['MemoryHigh']}")
 
 # --- the figures behind the defaults (docs/DESIGN.md, "The BestEffort ceiling") ----------------------
 starter = make_pod("starter", [{"name": "main"}])

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Collection, Iterable
+from typing import Collection, Iterable, Mapping
 
 __all__ = [
     "Agenda", "Due", "Refresh", "LIGHT_LEVELS", "FULL_RESYNC_EVERY", "SYSTEMD_SETTLE", "UNKNOWN_UNIT_PATIENCE",
@@ -316,13 +316,14 @@ class Agenda:
             self._drift_at = min(self._drift_at, self._drift_asked + KERNEL_DRIFT_GAP)
         self.ticks.watch_closely(now, KERNEL_WATCH_AFTER_DRIFT)
 
-    def look_again(self, feature: str, at: float) -> None:
-        """A feature (features.py) asks for a round at `at` (infinity: none): the last one it asked
-        for is replaced. A round may come earlier, for another reason."""
-        if at == float("inf"):
-            self._looks.pop(feature, None)
-        else:
-            self._looks[feature] = at
+    def look_again(self, looks: Mapping[str, float]) -> None:
+        """Features (features.looks) ask for a round each at its time (infinity: none): the last
+        one each asked for is replaced. A round may come earlier, for another reason."""
+        for feature, at in looks.items():
+            if at == float("inf"):
+                self._looks.pop(feature, None)
+            else:
+                self._looks[feature] = at
 
     def resync_now(self) -> None:
         """The resync timer comes round at the next step (the next deadline counts from then)."""

@@ -5,17 +5,18 @@
     signals,   pure: what
     timers)    is due)
 
-Events only say "look again": each handler below is one transition of the agenda. Each step of
-the loop asks the agenda what is due (a config reload, a connection, a re-read of what systemd
-holds, the pods), does it, and runs a round (round.py: the same as `apply --once`). Beside the
-steps, the ticks the agenda schedules (`Tick`: the heartbeat, the watch of the upper slices'
-cgroups) run in a loop of their own that never waits on systemd or the pod
-source, so a step that does never holds up the heartbeat.
+Events only say "look again": each handler (events.py for systemd's signals, the two readers
+here) is one transition of the agenda. Each step of the loop (mainloop.py) asks the agenda what
+is due (a config reload, a connection, a re-read of what systemd holds, the pods), does it, and
+runs a round (round.py: the same as `apply --once`). Beside the steps, the ticks the agenda
+schedules (`Tick`: the heartbeat, the watch of the upper slices' cgroups) run in a task of their
+own that never waits on systemd or the pod source, so a step that does never holds up the
+heartbeat.
 
 Where things plug in:
-* a systemd signal: `Systemd.subscribe` (in `_connect`), a handler here, its agenda transition;
-* a file descriptor: `_readers`, one line each;
-* a periodic task: a `Tick` of the agenda (its schedule, table-tested) and a line of `_ticks`.
+* a systemd signal: `Systemd.subscribe` (in `_connect`), a handler in events.py, its agenda transition;
+* a file descriptor: a line of the readers in `run`;
+* a periodic task: a `Tick` of the agenda (its schedule, table-tested) and a line of the ticks in `run`.
 * a feature laid on the plan: its module and a line of features.FEATURES, nothing here.
 
 Promises kept here:
@@ -32,8 +33,6 @@ Promises kept here:
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import signal
 import time
@@ -48,7 +47,9 @@ from .cgroupfs import Cgroupfs
 from .companion import Companion
 from .config import Config, ConfigError
 from .feature import Context
+from .events import SystemdEvents
 from .intake import PodIntake
+from .mainloop import MainLoop
 from .in_force import made_from, reloaded
 from .ledger import ReservedSlices
 from .metrics import NoMetrics
@@ -56,15 +57,11 @@ from .node import Capacity
 from .notify import Notifier, WarnOnce, watchdog_interval
 from .observe import Observer
 from .plan import NodeFacts, PlanError
-from .reconcile import DEFAULTS
 from .round import Inputs, Round
 from .runtime_keep import OomGroupJournal
 from .systemd import SystemdError
 
 log = logging.getLogger("memqos_systemd")
-
-KUBELET_UNIT = "kubelet.service"
-BACKOFF_MAX = 30.0
 
 
 @dataclass
@@ -89,12 +86,6 @@ class Outside:
     clock: Callable[[], float] = time.monotonic
 
 
-async def until_set(event: asyncio.Event, timeout: float) -> None:
-    """Wait until `event` is set, or for `timeout` seconds."""
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(event.wait(), timeout)
-
-
 class Daemon:
     def __init__(self, config_path: str | None, config: Config, outside: Outside):
         self.config_path = config_path
@@ -116,76 +107,21 @@ class Daemon:
         # Beside the kubelet's own Memory QoS or not (companion.py): the observer asks it for every unit.
         self.companion = Companion(config, outside.metrics)
         self.capacity = Capacity(outside.read_capacity)  # the node's memory (node.py)
-        self.stopping = False
         self._warn_once = WarnOnce(log)
         self.foreign = fights.ForeignLog(outside.metrics, outside.fights_path)  # writes behind our back
         self._oom_group = OomGroupJournal(outside.metrics.oom_group_restored)  # memory.oom.group put back
-        self._wake = asyncio.Event()
-        self._ticks_moved = asyncio.Event()  # an event brought a tick forward (Ticks.take_moved)
-        self._stop_event = asyncio.Event()
-        # Every periodic task beside the rounds, on the agenda's schedule (Tick).
-        self._ticks: dict[Tick, Callable[[], None]] = {
-            Tick.HEARTBEAT: self._heartbeat, Tick.WATCH: self.watch_upper_slices}
+        self.loop = MainLoop(self.agenda, outside.clock)  # steps, ticks, wake-ups, backoff (mainloop.py)
+        self.wake = self.loop.wake  # look at the agenda again now
+        # What each signal of systemd's means (events.py); the observer is made before it subscribes.
+        self.events = SystemdEvents(self.agenda, outside.clock, self.wake, outside.metrics, lambda: self.naming,
+                                    planned=self.round.names, forget=lambda unit: self.observer.forget(unit))
 
     @property
     def ready(self) -> bool:
         """The first round has been applied (READY=1)."""
         return self.notifier.readied
 
-    def _readers(self) -> list[tuple[Any, Callable[[], None]]]:
-        """Every file descriptor the loop waits on, and what it means."""
-        return [(self.out.memory_watcher, self.on_memory_event),
-                (self.out.cgroupfs.watch_notifier(), self.on_cgroup_written)]
-
-    # ------------------------------------------------------------ events: one transition each
-    def wake(self) -> None:
-        self._wake.set()
-        if self.agenda.ticks.take_moved():  # (an event that brought the close watch forward)
-            self._ticks_moved.set()
-
-    def on_unit_new(self, name: str) -> None:
-        ref = self.naming.parse_unit(name)
-        if ref is not None:
-            self.agenda.unit_new(name, ref.level, self.out.clock(), planned=self.round.names(name))
-            self.wake()
-
-    def on_unit_removed(self, name: str) -> None:
-        ref = self.naming.parse_unit(name)
-        if self.observer is not None and ref is not None:
-            self.observer.forget(name)
-            self.agenda.unit_removed(name, ref.level)
-            if ref.level == "pod":
-                self.wake()  # a pod kept only because its slice ran can go now
-
-    def on_job_removed(self, unit: str, result: str) -> None:
-        if result != "done":
-            return
-        if self.naming.parse_unit(unit) is not None:
-            self.agenda.job_done(unit)
-            self.wake()
-        elif unit == KUBELET_UNIT:
-            log.info("kubelet.service (re)started: re-reading the kubepods and QoS slices, and the pods")
-            self.agenda.kubelet_started(self.out.clock())
-            self.wake()
-
-    def on_reloading(self, active: bool) -> None:
-        self.agenda.systemd_changing(active, self.out.clock())
-        if not active:
-            log.info("systemd finished reloading: re-reading units")
-            self.wake()
-
-    def on_systemd_returned(self) -> None:
-        log.info("systemd is back on the bus (re-executed?): re-reading units")
-        self.agenda.systemd_returned(self.out.clock())
-        self.wake()
-
-    def on_signal_overflow(self) -> None:
-        log.warning("systemd sent unit signals faster than they could be handled; some were dropped:"
-                    " re-reading every unit and the pods")
-        self.out.metrics.signal_overflow()
-        self.agenda.overflow()
-        self.wake()
-
+    # ------------------------------------------------------------ events besides systemd's (events.py)
     def on_cgroup_written(self) -> None:
         """Someone wrote a watched cgroup file (Cgroupfs.watch_notifier): look at once, not at the
         next tick of the watch."""
@@ -204,41 +140,22 @@ class Daemon:
         self.wake()
 
     def stop(self) -> None:
-        self.stopping = True
-        self._stop_event.set()
-        self.wake()
+        self.loop.stop()
 
-    # ------------------------------------------------------------ the loop
+    # ------------------------------------------------------------ the loop (mainloop.py)
     async def run(self) -> int:
-        loop = asyncio.get_running_loop()
-        for sig, handler in ((signal.SIGHUP, self.request_reload), (signal.SIGTERM, self.stop),
-                             (signal.SIGINT, self.stop)):
-            loop.add_signal_handler(sig, handler)
-        readers = [(source.fileno(), handler) for source, handler in self._readers() if source is not None]
-        for fd, handler in readers:
-            loop.add_reader(fd, handler)
         if self.out.cgroupfs.watch_notifier() is None:
             log.warning("no inotify: a write to the node, QoS or reserved slices' cgroups is found by the watch's"
                         " timer only (within 5 s, 1 s while a writer is about)")
         self.reserved.start(self.naming.reserved_slices())  # dropped while we were stopped: reset once
         self.intake.recall()  # the pods of the last run, for the first carry_over
-        ticks = asyncio.create_task(self._tick_loop())
-        backoff = 1.0
         try:
-            while not self.stopping:
-                try:
-                    await self._step()
-                    backoff = 1.0
-                except SystemdError as e:
-                    log.error("systemd: %s; retrying in %.0fs", e, backoff)
-                    await self._backoff(backoff)
-                    backoff = min(backoff * 2, BACKOFF_MAX)
-                    continue
-                await self._sleep(self.agenda.timeout(self.out.clock()))
+            await self.loop.run(self._step, ticks={Tick.HEARTBEAT: self._heartbeat, Tick.WATCH: self.watch_upper_slices},
+                                readers=[(self.out.memory_watcher, self.on_memory_event),
+                                         (self.out.cgroupfs.watch_notifier(), self.on_cgroup_written)],
+                                signals={signal.SIGHUP: self.request_reload, signal.SIGTERM: self.stop,
+                                         signal.SIGINT: self.stop})
         finally:
-            ticks.cancel()
-            for fd, _ in readers:
-                loop.remove_reader(fd)
             self.out.cgroupfs.close_notifier()
             self.notifier.send("STOPPING=1")
             if self.systemd is not None:
@@ -265,15 +182,6 @@ class Daemon:
             await self._fetch()
         await self._round()
 
-    async def _tick_loop(self) -> None:
-        """The agenda's ticks, each when it is due. A tick never waits on systemd or the pod source."""
-        while not self.stopping:
-            for tick in self.agenda.ticks.due(self.out.clock()):
-                self._ticks[tick]()
-                self.agenda.ticks.done(tick, self.out.clock())
-            await until_set(self._ticks_moved, self.agenda.ticks.timeout(self.out.clock()))  # (a stop cancels it)
-            self._ticks_moved.clear()
-
     async def _refresh(self, now: float) -> None:
         """Re-read what systemd holds, as much as the agenda asks for."""
         kind, served = self.agenda.take_refresh(now)
@@ -290,18 +198,6 @@ class Daemon:
         self.applier.after_read(read)
         self.agenda.refreshed(kind)
 
-    async def _sleep(self, seconds: float) -> None:
-        await until_set(self._wake, seconds)  # an event that came while we worked returns at once
-        self._wake.clear()
-
-    async def _backoff(self, seconds: float) -> None:
-        """Wait after a failure. Unit and job signals do not cut it short (seen in the VM: a
-        stopped kubepods.slice and a stream of UnitNew made 157 failed calls in 3 s); only a stop
-        or a config reload does."""
-        deadline = self.out.clock() + seconds
-        while not self.stopping and not self.agenda.due(self.out.clock()).reload and self.out.clock() < deadline:
-            await until_set(self._stop_event, min(0.25, deadline - self.out.clock()))
-
     # ------------------------------------------------------------ steps
     async def _connect(self) -> None:
         if self.systemd is not None:
@@ -313,14 +209,12 @@ class Daemon:
             self.systemd = None
         systemd = await self.out.connect(self.out.bus_address)
         systemd.on_disconnect(self.wake)
-        await systemd.subscribe(on_unit_new=self.on_unit_new, on_unit_removed=self.on_unit_removed,
-                                on_job_removed=self.on_job_removed, on_reloading=self.on_reloading,
-                                on_returned=self.on_systemd_returned, on_overflow=self.on_signal_overflow)
-        self.systemd = systemd
         self.observer = Observer(systemd, self.naming, cgroupfs=self.out.cgroupfs, page_size=self.out.page_size,
                                  on_call=self.out.metrics.dbus_call,
                                  max_units=lambda: features.owned(self.features, "MemoryMax", self.naming, self.config),
                                  companion=lambda: self.companion.mode.companion)
+        await systemd.subscribe(**self.events.handlers())  # (a signal may come before it returns)
+        self.systemd = systemd
         self.applier = Applier(systemd, cgroupfs=self.out.cgroupfs, on_call=self.out.metrics.dbus_call,
                                on_restore=self._oom_group)
         self.agenda.connected()
@@ -330,7 +224,7 @@ class Daemon:
         """SIGHUP: the new config in full, or the old one kept; nothing changes until every part
         of the new one has been made."""
         self.agenda.reload_taken()
-        self.notifier.send("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
+        self.notifier.reloading()
         try:
             config, naming, source = reloaded(self.config_path, self.out.make_source, (self.config, self.source))
         except ConfigError as e:  # whatever went wrong: the old config stays in force
@@ -381,8 +275,7 @@ class Daemon:
 
     def _looks(self, planned: bool) -> None:
         """When each feature wants a round again (feature.Feature.look_again)."""
-        for feature in self.features:
-            self.agenda.look_again(feature.name, feature.look_again(self.out.clock(), planned))
+        self.agenda.look_again(features.looks(self.features, self.out.clock(), planned))
 
     async def _round(self) -> None:
         new, started = self.agenda.take_units()  # one announced while the round awaits stays queued
@@ -399,15 +292,13 @@ class Daemon:
             self._drifted()  # (also from a round its read dropped)
         self.agenda.planned(self.round.planned_units, self.out.clock())
         self._looks(planned=True)
-        if outcome is None or outcome.settled:
-            self.reserved.keep(self.naming.reserved_slices())  # a write that failed is tried again
+        settled = outcome is None or outcome.settled
+        self.reserved.after_round(self.naming.reserved_slices(), None if settled else self.observer.snapshot().held)
+        if settled:
             return
         self._warn_once("plan", outcome.plan.warnings)
         if inputs.holding is not None:
             self._warn_once("holding", outcome.held_note(inputs.holding))
-        held = self.observer.snapshot().held
-        self.reserved.settle(lambda name: held.get(name) in (None, DEFAULTS))
-        self.reserved.keep(self.naming.reserved_slices())
         # The upper slices' cgroups as this round left them (the first round's opens them, and
         # arms their inotify watches); a write behind our back during our own is found here.
         self.watch_upper_slices()
@@ -443,5 +334,4 @@ class Daemon:
             self.agenda.foreign_write(self.out.clock())
             taken = features.on_drift(self.features, record.unit, record.before, record.now, self.config)
             self.foreign.seen(record, self.naming, taken, self.out.clock())
-        if self.agenda.ticks.take_moved():  # the close watch begins within a second
-            self._ticks_moved.set()
+        self.loop.ticks_moved()  # the close watch begins within a second

@@ -37,5 +37,10 @@ def on_drift(features: Iterable[Feature], unit: str, before: Mapping[str, int], 
     return frozenset().union(*(f.on_drift(unit, before, now, config) for f in features))
 
 
+def looks(features: Iterable[Feature], now: float, planned: bool) -> dict[str, float]:
+    """When each feature wants a round again (Feature.look_again; infinity: none)."""
+    return {f.name: f.look_again(now, planned) for f in features}
+
+
 def by_name(features: Iterable[Feature], name: str) -> Feature | None:
     return next((f for f in features if f.name == name), None)

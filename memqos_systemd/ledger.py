@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from . import runfile
 from .naming import valid_slice_name
+from .reconcile import DEFAULTS
 
 __all__ = ["DEFAULT_PATH", "ReservedSlices", "OwnedSlices", "read", "write"]
 
@@ -105,6 +106,14 @@ class ReservedSlices:
     def settle(self, done: Callable[[str], bool]) -> None:
         """A retired slice is ours to reset once; after that (`done`) it is the operator's again."""
         self.retired = {n for n in self.retired if not done(n)}
+
+    def after_round(self, named: Iterable[str], held: Mapping[str, Any] | None) -> None:
+        """After a round: the retired slices whose values systemd now holds at the defaults (or
+        that are gone) are settled, when the round wrote (`held`: what systemd holds after it;
+        None: nothing to write), then the ledger is kept (a write of it that failed is tried again)."""
+        if held is not None:
+            self.settle(lambda name: held.get(name) in (None, DEFAULTS))
+        self.keep(named)
 
     def keep(self, named: Iterable[str]) -> None:
         """Write the config's slices and the retired ones to the ledger when they changed; one that

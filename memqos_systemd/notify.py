@@ -10,6 +10,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from typing import Iterable
 
 __all__ = ["Notifier", "WarnOnce", "setup_logging", "watchdog_interval"]
@@ -65,6 +66,10 @@ class Notifier:
 
     def watchdog(self) -> None:
         self.send("WATCHDOG=1")
+
+    def reloading(self) -> None:
+        """RELOADING=1 with the time it began (Type=notify-reload's form); READY=1 ends it."""
+        self.send("RELOADING=1", f"MONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
 
 
 def watchdog_interval() -> float | None:

@@ -213,13 +213,13 @@ class Harness:
             ledger_path=ledger_path, last_pods_path=last_pods_path, state_dir=state_dir,
             fights_path=fights_path)
         self.daemon = Daemon(str(self.config_path), parse_config(config or TIERED), outside)
-        handler = self.daemon.on_unit_removed
+        handler = self.daemon.events.on_unit_removed
 
         def on_unit_removed(name):
             self.events.append(("removed", name))
             return handler(name)
 
-        self.daemon.on_unit_removed = on_unit_removed  # what the daemon subscribes when it connects
+        self.daemon.events.on_unit_removed = on_unit_removed  # what the daemon subscribes when it connects
         self.task = None
 
     async def _connect(self, address):

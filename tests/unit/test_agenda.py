@@ -403,7 +403,7 @@ def _follow(a, look, t, following, moved):
     """What the daemon does after a round: the feature's Look, its `at` handed to the agenda."""
     from memqos_systemd.ceiling import FOLLOW_FIRST, FOLLOW_MAX
     look = agenda_mod.follow(look, t, following, moved, FOLLOW_FIRST, FOLLOW_MAX)
-    a.look_again("bestEffortCeiling", look.at)
+    a.look_again({"bestEffortCeiling": look.at})
     return look
 
 
@@ -450,12 +450,12 @@ def test_follow_table(look, now, following, moved, expected):
 
 def test_each_feature_has_its_own_look_and_infinity_drops_one():
     s = steady(poll=1000.0, resync=1000.0)
-    s.a.look_again("one", 15.0)
-    s.a.look_again("two", 12.0)
+    s.a.look_again({"one": 15.0})
+    s.a.look_again({"two": 12.0})
     assert s.a.timeout(10.0) == 2.0
-    s.a.look_again("two", float("inf"))
+    s.a.look_again({"two": float("inf")})
     assert s.a.timeout(10.0) == 5.0
-    s.a.look_again("one", 20.0)  # replaces its last
+    s.a.look_again({"one": 20.0})  # replaces its last
     assert s.a.timeout(10.0) == 10.0
 
 

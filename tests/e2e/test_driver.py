@@ -153,3 +153,15 @@ def test_each_finished_scenario_is_one_line_the_host_passes_on(tmp_path):
     assert [s.split(":")[0] for s in seen] == ["=== 00-pass", "=== 01-checkfail", "=== 03-skip"], seen
     assert seen[0].startswith("=== 00-pass: passed (exit 0, ") and seen[1].startswith("=== 01-checkfail: failed")
     assert seen[2].startswith("=== 03-skip: skipped")
+
+
+def test_scenarios_env_deselects_the_others_instead_of_failing_them():
+    # MEMQOS_E2E_SCENARIOS narrows a run like -k (conftest.py): the scenarios it leaves out are
+    # deselected, so the run neither boots them nor reports them as failed.
+    env = dict(os.environ, MEMQOS_E2E_SCENARIOS="55,smoke")
+    p = subprocess.run([sys.executable, "-m", "pytest", HERE, "--collect-only", "-q", "-p", "no:cacheprovider"],
+                       capture_output=True, text=True, env=env, cwd=HERE)
+    assert p.returncode == 0, p.stdout + p.stderr
+    chosen = sorted(line.split("[", 1)[1].rstrip("]") for line in p.stdout.splitlines() if "test_scenario[" in line)
+    assert chosen and all("55" in name or "smoke" in name for name in chosen), chosen
+    assert f"({len(e2e_vm.list_scenarios()) - len(chosen)} deselected)" in p.stdout, p.stdout

@@ -46,12 +46,12 @@ from .applier import Applier
 from .cgroupfs import Cgroupfs
 from .companion import Companion
 from .config import Config, ConfigError
-from .feature import Context
 from .events import SystemdEvents
-from .intake import PodIntake
-from .mainloop import MainLoop
+from .feature import Context
 from .in_force import made_from, reloaded
+from .intake import PodIntake
 from .ledger import ReservedSlices
+from .mainloop import MainLoop
 from .metrics import NoMetrics
 from .node import Capacity
 from .notify import Notifier, WarnOnce, watchdog_interval

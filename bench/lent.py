@@ -49,9 +49,12 @@ def press_cell(p: dict) -> str:
     alloc = p.get("alloc_mib", p["trace"][-1]["alloc_mib"] if p.get("trace") else 0)
     if p.get("stopped") in STOPS:
         why = STOPS[p["stopped"]]
-        if p["stopped"] == "thrashing" and p.get("thrash"):
-            why += f" (stall {p['thrash']['stall']:.0%}, {p['thrash']['refault_pages'] * 4 // 1024} MiB refaulted" \
-                   f" in {p['thrash']['window_s']} s)"
+        th = p.get("thrash")
+        if p["stopped"] == "thrashing" and th:
+            # PSI's total and the guest's clock disagree under TCG: its seconds, not a share
+            psi = "" if th.get("stall") is None else f", PSI some +{th['stall'] * th['window_s']:.1f} s"
+            last = f", last step {th['step_s']} s" if th.get("step_s") is not None else ""
+            why += f" ({th['refault_pages'] * 4 // 1024} MiB refaulted in {th['window_s']} s{psi}{last})"
         elif p.get("floors_at_mib") is not None and p["stopped"] != "floors":
             why += f" (floors reached at {p['floors_at_mib']} MiB)"
         return f"{why}; {alloc} MiB in {p.get('seconds', '?')} s"

@@ -11,7 +11,8 @@ memory.current, the node's memory PSI (`some` total) and file refaults (/proc/vm
             of kubepods without a breach is gone), and `past_mib` more was allocated after that
             (so a floor that does not hold shows)
   thrashing over the last `window_s`, the node stalled on memory (PSI some) at least `stall` of
-            the time AND refaulted at least `refault_mib` of page cache: only protected page cache
+            the time, or the last step took `slow_s` or more, AND refaulted at least `refault_mib`
+            of page cache: only protected page cache
             and the executables' is left, and the kernel is re-reading the executables. Both, as
             either alone comes with honest reclaim too: direct reclaim of cold page cache stalls
             the allocator, and reclaim scans every cgroup in proportion, so a few executables'
@@ -24,13 +25,13 @@ while executables' page cache can still be evicted and refaulted: each reclaim p
 progress, so the `low` pass never comes. Under TCG that thrashing ran 12 minutes once; the
 `floors` and `thrashing` stops end the run where the measure is taken, `time` bounds it anyway.
 
-At the stop it reads every watched cgroup's memory.stat once more, writes the trace and the reason
-to OUT and exits (its memory freed at once: a node left thrashing would slow the reads that follow).
+At the stop it frees its memory, then reads every watched cgroup's memory.stat once more, writes
+the trace and the reason to OUT and exits (a node left thrashing slowed those reads to minutes).
 
     press.py OUT SPEC_JSON
     SPEC_JSON: {"watch": {"label": {"path": "/sys/fs/cgroup/...", "floor": bytes or null}}, "cap_mib": N,
                 "time_s": 120, "margin_mib": 8, "past_mib": 16, "window_s": 3, "stall": 0.5,
-                "refault_mib": 4, "stat_every": 4}   (all but watch optional; these are the defaults)
+                "slow_s": 2, "refault_mib": 4, "stat_every": 4}   (all but watch optional; these are the defaults)
 
 The decisions are pure functions (tests/unit/test_bench_lent.py); stdlib only.
 """
@@ -46,7 +47,7 @@ MIB = 1 << 20
 PAGE = 4096
 EVENTS = "/sys/fs/cgroup/kubepods.slice/memory.events"
 DEFAULTS = {"events": EVENTS, "cap_mib": 1 << 20, "time_s": 120, "margin_mib": 8, "past_mib": 16, "window_s": 3.0,
-            "stall": 0.5, "refault_mib": 4, "stat_every": 4}
+            "stall": 0.5, "slow_s": 2.0, "refault_mib": 4, "stat_every": 4}
 
 
 def psi_some_us(text: str) -> int | None:
@@ -72,15 +73,19 @@ def vmstat_value(text: str, key: str) -> int | None:
 
 
 def floors_reached(current: dict, floors: dict, margin: int) -> bool:
-    """Every cgroup with a floor (bytes; None: not watched for it) at or below it + margin."""
-    return all(current[k] <= f + margin for k, f in floors.items() if f is not None and k in current)
+    """Every cgroup with a floor (bytes; None: not watched for it) at or below it + margin; never
+    when none has one (every pod protected whole: nothing in kubepods is for reclaim to reach)."""
+    watched = [(k, f) for k, f in floors.items() if f is not None and k in current]
+    return bool(watched) and all(current[k] <= f + margin for k, f in watched)
 
 
-def thrashing(samples: list, window: float, stall: float, refault_pages: int) -> dict | None:
+def thrashing(samples: list, window: float, stall: float, refault_pages: int, slow: float = 2.0) -> dict | None:
     """samples: (t s, PSI some total µs or None, file refaults in pages or None), oldest first. Over
     the last `window` seconds (from the newest sample back to the latest one at least `window`
-    older): the stalled share and the refaults, if both reach their thresholds; else None. Without
-    PSI (None) the refaults alone never decide."""
+    older): the stalled share and the refaults, if both reach their thresholds; else None. A last
+    step that took `slow` s or more counts as stalled too (in the VM, PSI's total lagged behind a
+    thrashing node's clock: 0.04 s of stall over a 4.5 s step, then 19.5 s at once). Without
+    PSI (None) and without a slow step the refaults alone never decide."""
     if len(samples) < 2:
         return None
     t1, s1, r1 = samples[-1]
@@ -92,12 +97,14 @@ def thrashing(samples: list, window: float, stall: float, refault_pages: int) ->
     if old is None:
         return None
     t0, s0, r0 = old
-    if None in (s0, s1, r0, r1) or t1 <= t0:
+    if None in (r0, r1) or t1 <= t0:
         return None
-    share = (s1 - s0) / 1e6 / (t1 - t0)
+    share = None if None in (s0, s1) else (s1 - s0) / 1e6 / (t1 - t0)
+    step = t1 - samples[-2][0]
     refaults = r1 - r0
-    if share >= stall and refaults >= refault_pages:
-        return {"stall": round(share, 3), "refault_pages": refaults, "window_s": round(t1 - t0, 2)}
+    if refaults >= refault_pages and ((share is not None and share >= stall) or step >= slow):
+        return {"stall": None if share is None else round(share, 3), "step_s": round(step, 2),
+                "refault_pages": refaults, "window_s": round(t1 - t0, 2)}
     return None
 
 
@@ -120,7 +127,7 @@ class Stopper:
             self.floors_at = alloc_mib
         if self.floors_at is not None and alloc_mib - self.floors_at >= s["past_mib"]:
             return "floors"
-        th = thrashing(self.samples, s["window_s"], s["stall"], s["refault_mib"] * MIB // PAGE)
+        th = thrashing(self.samples, s["window_s"], s["stall"], s["refault_mib"] * MIB // PAGE, s["slow_s"])
         if th is not None:
             self.thrash = th
             return "thrashing"
@@ -180,6 +187,9 @@ def main(argv: list[str]) -> int:
         why = stop.step(t, alloc, step["low"], current, step["psi_us"], step["refault"])
         if why is None and len(held) % 8 == 0:
             save(trace, "running")
+    # Free first: a node left thrashing made the last reads take minutes (the pods' page cache does
+    # not come back by itself: their readers are done).
+    held.clear()
     final = {k: stat_file(w["path"]) for k, w in watch.items()}
     trace[-1]["file"] = final
     save(trace, why, {"floors_at_mib": stop.floors_at, "thrash": stop.thrash,

@@ -200,7 +200,11 @@ def run(layout: str, recursive: bool) -> dict:
 
     # press
     r["before"] = counters(dict(leaves, kubepods=f"{CG}/kubepods.slice", **{"system.slice": f"{CG}/system.slice"}))
-    spec = {"watch": dict({n: {"path": leaves[n], "floor": r["emulated"][n]["floor"]} for n in PODS},
+    # A pod the emulation protects whole has no floor to reach (None): with every pod so, the presser
+    # goes on until the node thrashes, the protection is breached, or its time is up.
+    floors = {n: (None if r["emulated"][n]["floor"] >= r["emulated"][n]["usage"] else r["emulated"][n]["floor"])
+              for n in PODS}
+    spec = {"watch": dict({n: {"path": leaves[n], "floor": floors[n]} for n in PODS},
                           **{"system.slice": {"path": f"{CG}/system.slice", "floor": None}}),
             "cap_mib": CAP_MIB, "time_s": PARAMS.get("press_s", 120)}
     r["press_spec"] = spec

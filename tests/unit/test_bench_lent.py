@@ -103,6 +103,8 @@ M = MIB
     ({"be": 10 * M, "o": 99 * M}, {"be": 32 * M, "o": 96 * M}, True),     # o 3 MiB over: within the margin
     ({"be": 10 * M, "sys": 500 * M}, {"be": 0, "sys": None}, False),      # floor 0: down to the margin
     ({"be": 8 * M, "sys": 500 * M}, {"be": 0, "sys": None}, True),        # None: not watched for a floor
+    ({"be": 8 * M, "sys": 500 * M}, {"be": None, "sys": None}, False),    # no floor at all: never reached
+    ({}, {}, False),
 ])
 def test_floors_reached(current, floors, want):
     assert press.floors_reached(current, floors, 8 * M) is want
@@ -114,12 +116,15 @@ def test_floors_reached(current, floors, want):
     ([(0, 0, 0)], None),
     ([(0, 0, 0), (1, 900_000, 5000)], None),                    # less than the window back
     ([(0, 0, 0), (1, 0, 0), (2, 600_000, 256)], (0.3, 256)),    # both at their thresholds
-    ([(0, 0, 0), (2, 500_000, 5000)], None),                    # stalled 25 %: not thrashing
+    ([(0, 0, 0), (1, 0, 0), (2, 500_000, 5000)], None),         # stalled 25 %, 1 s steps: not thrashing
     ([(0, 0, 0), (2, 2_000_000, 100)], None),                   # stalled all along, no refaults: reclaim, not thrash
-    ([(0, None, 0), (2, None, 5000)], None),                    # no PSI: refaults alone never decide
-    ([(0, 0, None), (2, 2_000_000, None)], None),
+    ([(0, None, 0), (1, None, 0), (2, None, 5000)], None),      # no PSI, quick steps: refaults alone never decide
+    ([(0, None, 0), (2, None, 5000)], (None, 5000)),            # ... but a 2 s step counts as stalled
+    ([(0, 0, 0), (1, 0, 0), (3, 10, 300)], (0.0, 300)),         # PSI shows nothing (it lagged in the VM), 2 s step
+    ([(0, 0, None), (1, 0, 0), (2, 2_000_000, None)], None),
     # the newest sample against the latest one at least 2 s older (t 1), not the first
     ([(0, 0, 0), (1, 0, 0), (2.5, 100, 10), (3, 1_200_000, 400)], (0.6, 400)),
+    ([(0, 0, 0), (1, 0, 0), (2.5, 100, 10), (3, 100, 400)], None),       # quick steps, no stall
 ])
 def test_thrashing(samples, want):
     got = press.thrashing(samples, 2.0, 0.3, 256)
@@ -165,7 +170,13 @@ def test_stopper_keeps_where_the_floors_were_reached_and_what_thrashing_it_saw()
     s = stopper(past_mib=100)
     assert steps(s, [(0, 4, 0, 100, 0, 0), (1, 8, 0, 39, 0, 0), (2, 12, 0, 38, 0, 0),
                      (3, 16, 0, 38, 2_400_000, 5000)]) == ("thrashing", 16)
-    assert s.floors_at == 8 and s.thrash == {"stall": 0.8, "refault_pages": 5000, "window_s": 3}
+    assert s.floors_at == 8 and s.thrash == {"stall": 0.8, "step_s": 1, "refault_pages": 5000, "window_s": 3}
+
+
+def test_stopper_without_floors_presses_until_something_else_stops_it():
+    s = press.Stopper({"watch": {"be": {"path": "/x", "floor": None}}, "time_s": 120})
+    rows = [(0.1 * i, 4 * i, 0, 122, 0, 0) for i in range(1, 40)]
+    assert steps(s, rows) is None and s.floors_at is None
 
 
 EM_WHOLE = {"usage": 96 * M, "protected": 96 * M, "floor": 96 * M}

@@ -46,7 +46,8 @@ STOPS = {"low": "a `low` event", "floors": "floors reached, +16 MiB", "thrashing
 
 def press_cell(p: dict) -> str:
     """How the presser ended, for the table: its own reason, else systemd's result (an OOM kill)."""
-    alloc = p.get("alloc_mib", p["trace"][-1]["alloc_mib"] if p.get("trace") else 0)
+    # the trace's last step (the saved alloc_mib read 0 in 82eaf97's presser: taken after the free)
+    alloc = p["trace"][-1]["alloc_mib"] if p.get("trace") else p.get("alloc_mib", 0)
     if p.get("stopped") in STOPS:
         why = STOPS[p["stopped"]]
         th = p.get("thrash")

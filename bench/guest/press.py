@@ -189,11 +189,12 @@ def main(argv: list[str]) -> int:
             save(trace, "running")
     # Free first: a node left thrashing made the last reads take minutes (the pods' page cache does
     # not come back by itself: their readers are done).
+    alloc = len(held) * CHUNK_MIB
     held.clear()
     final = {k: stat_file(w["path"]) for k, w in watch.items()}
     trace[-1]["file"] = final
     save(trace, why, {"floors_at_mib": stop.floors_at, "thrash": stop.thrash,
-                      "seconds": round(time.monotonic() - t0, 1), "alloc_mib": len(held) * CHUNK_MIB})
+                      "seconds": round(time.monotonic() - t0, 1), "alloc_mib": alloc})
     return 0
 
 

@@ -123,3 +123,31 @@ def tree_of(units, usage: dict[str, int], read=None) -> Cgroup:
 
     tops = tuple(build(u) for u in kids.get(None, []) if u.level == "node")
     return Cgroup("/", sum(t.usage for t in tops), children=tops)
+
+
+TOLERANCE = 8 * MIB  # what a pod may lose beyond the emulation's prediction (page-cache noise, a chunk)
+
+
+def verdict(em: dict, before_file: int, after_file: int, tol: int = TOLERANCE) -> tuple[bool, str]:
+    """The emulation against the kernel for one pod. em: the emulation's usage, protected and floor
+    (bytes) before the pressure; before_file/after_file: memory.stat `file` before the pressure and
+    when it stopped. A pod the emulation protects whole (floor >= usage) loses at most `tol` of its
+    page cache; a partly protected one keeps at least its floor - `tol`. (ok, what was seen)"""
+    lost = before_file - after_file
+    if em["floor"] >= em["usage"]:
+        return lost <= tol, (f"protected whole by the emulation ({em['protected'] / MIB:.0f} of"
+                             f" {em['usage'] / MIB:.0f} MiB); it lost {lost / MIB:.1f} MiB of page cache")
+    return after_file >= em["floor"] - tol, (f"kept {after_file / MIB:.0f} MiB of page cache, the emulation's"
+                                             f" floor is {em['floor'] / MIB:.0f} MiB")
+
+
+# The runs in the order they are made: what matters first, so that a guest out of time loses the rest.
+PRIORITY = [("effective / Tiered", True), ("effective / Tiered + ceiling", True), ("kubelet (v1.37)", True),
+            ("effective / Tiered", False)]
+
+
+def run_order(layouts_on: list[str], layouts_off: list[str]) -> list[tuple[str, bool]]:
+    """(layout, memory_recursiveprot) of every run asked for, PRIORITY's first (those asked for),
+    then the other layouts with the option on, then off, each in the order given."""
+    asked = [(l, True) for l in layouts_on] + [(l, False) for l in layouts_off]
+    return [r for r in PRIORITY if r in asked] + [r for r in asked if r not in PRIORITY]

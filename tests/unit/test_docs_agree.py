@@ -179,6 +179,17 @@ def test_packaging_md_names_every_file_pybuild_copies_for_the_tests():
         assert deselected in repo_file("docs", "PACKAGING.md").read_text(encoding="utf-8"), deselected
 
 
+def test_every_bench_module_a_unit_test_imports_is_copied_for_the_debs_tests():
+    """The .deb's build-time tests run without bench/ beside them: each bench/guest module a unit
+    test imports must be in pybuild.testfiles (a missing one failed CI at collection)."""
+    copied = set(repo_file("debian", "pybuild.testfiles").read_text(encoding="utf-8").splitlines())
+    guest = {p.stem for p in repo_file("bench", "guest").glob("*.py")}
+    for test in repo_file("tests", "unit").glob("test_*.py"):
+        for name in re.findall(r"^\s*(?:import|from) (\w+)", test.read_text(encoding="utf-8"), re.M):
+            if name in guest:
+                assert f"bench/guest/{name}.py" in copied, (test.name, name)
+
+
 def test_every_metric_the_docs_name_with_labels_has_those_labels():
     """Issue 33: DESIGN named memqos_foreign_writes_total{unit=...}; its labels are level and writer."""
     from prometheus_client import CollectorRegistry

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "guest"))
+from repo_docs import repo_file  # noqa: E402  (the source tree, also from the .deb's build directory)
+
+sys.path.insert(0, str(repo_file("bench", "guest")))
 import lentcase  # noqa: E402
 
 from memqos_systemd.effective import Cgroup, protection  # noqa: E402
@@ -206,7 +208,7 @@ def test_run_order_puts_what_matters_first_and_keeps_only_what_is_asked():
 def load_lent():
     import importlib.util
 
-    path = Path(__file__).resolve().parents[2] / "bench" / "lent.py"
+    path = repo_file("bench", "lent.py")
     spec = importlib.util.spec_from_file_location("bench_lent", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -13,7 +13,7 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/memqos-systemd plan $(EXAMPLE_ARGS) --output table
 
 # The whole test suite: unit, integration (private dbus-daemon), e2e (real systemd in qemu).
-# About 30-35 minutes (README), as root; the e2e part prints a line per finished scenario as the VM runs.
+# About 25-35 minutes (README), as root; the e2e part prints a line per finished scenario as the VM runs.
 # The unit and integration tests run once, in the package build (against the built package, as
 # dpkg-buildpackage runs them); the venv then runs the VM suite and the manifests' schema test,
 # whose validator (kubernetes-validate) only PyPI has.

@@ -15,19 +15,19 @@ demo: $(VENV)/.installed
 # The whole test suite: unit, integration (private dbus-daemon), e2e (real systemd in qemu).
 # About 25-35 minutes (README), as root; the e2e part prints a line per finished scenario as the VM runs.
 # The unit and integration tests run once, in the package build (against the built package, as
-# dpkg-buildpackage runs them); the venv then runs the VM suite and the manifests' schema test,
-# whose validator (kubernetes-validate) only PyPI has.
-SCHEMA_TEST := tests/unit/test_deploy_kubernetes.py::test_every_object_is_valid_for_the_kubernetes_api
-test: $(VENV)/.installed deps-test $(VENV)/.pypi-test
+# dpkg-buildpackage runs them); the venv then runs the VM suite and the manifests' checks against
+# the Kubernetes API, which need the Go module proxy (tests/kube_api.py) as a package build must not.
+KUBE_API_TEST := tests/unit/test_deploy_kubernetes_api.py
+test: $(VENV)/.installed deps-test
 	scripts/install-deps.sh deb e2e image
 	$(MAKE) deb                             # with the unit and integration tests, as dpkg-buildpackage runs them
 	scripts/build-image.sh                  # the DaemonSet's image, from that .deb (e2e 18-daemonset)
-	$(PY) -m pytest $(SCHEMA_TEST) tests/e2e -v -ra
+	$(PY) -m pytest $(KUBE_API_TEST) tests/e2e -v -ra
 
 # test-unit needs root for apt: it installs the Debian packages of scripts/install-deps.sh test
-# (pytest, hypothesis, jsonpatch, dbus, openssl, and prometheus for promtool, installed without
-# starting or enabling its server) and one PyPI package, kubernetes-validate, into the venv only.
-test-unit: $(VENV)/.installed deps-test $(VENV)/.pypi-test
+# (pytest, hypothesis, jsonpatch, jsonschema, dbus, openssl, and prometheus for promtool, installed
+# without starting or enabling its server); the manifests' API checks take Go modules from the proxy.
+test-unit: $(VENV)/.installed deps-test
 	$(PY) -m pytest tests/unit -q
 
 test-integration: $(VENV)/.installed deps-test
@@ -63,20 +63,16 @@ deps-runtime:
 deps-test:
 	scripts/install-deps.sh test
 
-# The one test tool Debian does not package: the Kubernetes API schema validator, into the
-# venv only (tests/unit/test_deploy_kubernetes.py).
-$(VENV)/.pypi-test: tests/requirements-pypi.txt $(VENV)/.installed
-	$(PY) -m pip install --quiet --disable-pip-version-check -r tests/requirements-pypi.txt
-	touch $@
-
 $(VENV)/.installed: pyproject.toml
 	scripts/install-deps.sh runtime
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation --disable-pip-version-check -e .
 	touch $@
 
-# The e2e guest images (about 1.1 GB on disk each by du -sh: 1122 MB measured 2026-11-28) and the VM runs' logs are kept outside the tree, on purpose.
+# The e2e guest images (about 1.1 GB on disk each by du -sh: 1122 MB measured 2026-11-28), the Go builds (scripts/build-go.sh,
+# in /var/cache/memqos-e2e/go) and the VM runs' logs are kept outside the tree, on purpose.
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache
-	@echo "kept: the e2e guest image in /var/cache/memqos-e2e ($$(du -sh /var/cache/memqos-e2e 2>/dev/null | cut -f1 || echo absent))" \
-	  "and the VM runs' logs in /var/tmp/memqos-e2e-runs; drop them with: sudo rm -rf /var/cache/memqos-e2e /var/tmp/memqos-e2e-runs"
+	@echo "kept: the e2e guest image and the Go builds in /var/cache/memqos-e2e ($$(du -sh /var/cache/memqos-e2e 2>/dev/null | cut -f1 || echo absent))," \
+	  "the Go module cache ($$(du -sh "$$(go env GOMODCACHE 2>/dev/null || echo /nonexistent)" 2>/dev/null | cut -f1 || echo absent)) and the VM runs' logs in /var/tmp/memqos-e2e-runs;" \
+	  "drop them with: sudo rm -rf /var/cache/memqos-e2e /var/tmp/memqos-e2e-runs; go clean -modcache"

@@ -7,7 +7,7 @@ set -euo pipefail
 runtime=(python3 python3-venv python3-setuptools python3-dbus-next python3-pyudev python3-yaml python3-prometheus-client)
 # prometheus: promtool checks and tests the rules in monitoring/ (tests/unit/test_monitoring.py);
 # bookworm has promtool only in the server's package, installed below without starting the server.
-test=(python3-pytest python3-hypothesis python3-jsonpatch dbus openssl prometheus)
+test=(python3-pytest python3-hypothesis python3-jsonpatch python3-jsonschema dbus openssl prometheus)
 deb=(build-essential debhelper dh-python pybuild-plugin-pyproject python3-all lintian fakeroot)
 e2e=(qemu-system-x86 qemu-utils debootstrap e2fsprogs)
 image=(mmdebstrap umoci)

@@ -1,7 +1,7 @@
 """deploy/kubernetes/ (the DaemonSet route, issue 18) and its uninstall, as Kubernetes objects.
 
-Rendered as `kubectl apply -k` would (tests/manifests.py), validated against the API schema of
-Kubernetes 1.29 and 1.37 (kubernetes-validate, strict: an unknown field fails), and tied to the
+Rendered as `kubectl apply -k` would (tests/manifests.py), checked against the Kubernetes API in
+test_deploy_kubernetes_api.py, and tied to the
 daemon's own paths and settings, so the manifests cannot drift from the code. podspec (the VM
 scenario 18-daemonset's `podman run`) is checked against the same YAML: same mounts, user,
 capabilities.
@@ -19,7 +19,6 @@ import yaml
 
 from memqos_systemd import agenda, cgroupfs, config, last_pods, ledger, metrics, node
 from memqos_systemd.config import parse_config
-from prereq import require
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e" / "guest"))
@@ -75,18 +74,6 @@ def test_the_kustomization_makes_the_rbac_without_its_long_lived_token_and_the_d
     for (kind, _), o in objs.items():
         if kind not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
             assert o["metadata"]["namespace"] == NS, o
-
-
-@pytest.mark.parametrize("version", ["1.29.0", "1.37.0"])
-@pytest.mark.parametrize("directory", [DEPLOY, UNINSTALL], ids=["install", "uninstall"])
-def test_every_object_is_valid_for_the_kubernetes_api(version, directory):
-    try:
-        import kubernetes_validate
-    except ImportError:
-        kubernetes_validate = None
-    require(kubernetes_validate, "kubernetes-validate is not installed (make .venv/.pypi-test, from tests/requirements-pypi.txt)")
-    for o in manifests.render(directory):
-        kubernetes_validate.validate(o, version, strict=True)
 
 
 def test_the_configmap_is_a_config_the_daemon_accepts_and_matches_the_pod(objs, pod, ctr):

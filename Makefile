@@ -61,7 +61,7 @@ deps-runtime:
 	scripts/install-deps.sh runtime
 
 deps-test:
-	scripts/install-deps.sh test
+	scripts/install-deps.sh test kubeapi
 
 $(VENV)/.installed: pyproject.toml
 	scripts/install-deps.sh runtime

@@ -37,7 +37,7 @@ def _script_words() -> dict[str, set[str]]:
 
 def test_the_script_lists_exactly_the_parsers_subcommands_and_flags():
     assert _script_words() == _parser_words()
-    commands = re.search(r"^\s*(\w+(?:\|\w+)*)\) cmd=\$w", _script(), re.M).group(1).split("|")
+    commands = re.search(r"^\s*(\w+(?:\|\w+)*)\) \[ -z \"\$cmd\" \] && cmd=\$w", _script(), re.M).group(1).split("|")
     assert set(commands) == _parser_words()[""] - {"-h", "--help", "--version"}
 
 
@@ -72,9 +72,22 @@ def _complete(*words: str) -> list[str]:
     (("plan", "--output", ""), ["json", "table", "wide"]),
     (("status", "--output", "w"), ["wide"]),
     (("apply", "--d"), ["--dry-run"]),
-    (("apply", "--once", "--"), ["--help", "--config", "--once", "--dry-run"]),
+    (("apply", "--once", "--"), ["--help", "--config", "--dry-run"]),  # issue 43: --once is used
+    (("plan", "--output", "json", "--config", "x", "--o"), []),
+    (("plan", "--config=x", "--"), ["--help", "--pods", "--node-memory", "--page-size", "--output"]),
     (("check", "--pods"), []),
     (("plan", "--node-memory", ""), []),
+    # --flag=value, split at "=" as bash's default COMP_WORDBREAKS splits it, and whole
+    (("status", "--output", "=", ""), ["json", "table", "wide"]),
+    (("status", "--output", "=", "t"), ["table"]),
+    (("status", "--output=t",), ["--output=table"]),
+    (("status", "--output", "="), ["json", "table", "wide"]),
 ])
 def test_bash_completes_with_the_script(words, expected):
     assert _complete(*words) == expected
+
+
+def test_config_equals_completes_file_names(tmp_path):
+    (tmp_path / "config.yaml").write_text("")
+    assert _complete("apply", "--config", "=", f"{tmp_path}/con") == [f"{tmp_path}/config.yaml"]
+    assert _complete("apply", f"--config={tmp_path}/con") == [f"--config={tmp_path}/config.yaml"]

@@ -4,7 +4,7 @@ on; what the journal says of each write found, and when a writer is fought over.
 The kubelet writes kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow itself when its
 `MemoryQoS` feature gate is on: every minute (its QoS manager's UpdateCgroups), explicit zeros
 under its default policy. That gate is Beta and **on by default from v1.37**
-(../shared/notes/kubelet-2026.md), so a kubelet config that says nothing means "on" there. Two
+(its feature-gate table, pkg/features/kube_features.go), so a kubelet config that says nothing means "on" there. Two
 writers would fight; so with the gate on the service stands beside the kubelet (companion mode,
 `companion_mode`): it writes none of what the kubelet writes (`KUBELET_OWNS`) and keeps the rest.
 Forced to own every value (`companion: off`) it puts its own back within about a second

@@ -65,7 +65,7 @@ def recursiveprot() -> bool:
 
 def remount(on: bool) -> bool:
     """With a source named, mount(8) replaces the superblock's flags rather than merging them with
-    what fstab says (../shared/notes/next-anchors-2026.md 1.4 (d))."""
+    what fstab says (Tejun Heo, "cgroup: remove 'no' prefixed mount options", 2022, Linux 6.0)."""
     opts = "remount,nsdelegate" + (",memory_recursiveprot" if on else "")
     for source in ("cgroup2", "none"):
         p = subprocess.run(["mount", "-o", opts, source, CG], capture_output=True, text=True)

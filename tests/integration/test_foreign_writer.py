@@ -3,7 +3,7 @@
 Two kinds of writer (drift.WRITERS):
 * through systemd: a v1.37 kubelet with its own Memory QoS gate on (the default) rewrites
   kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow every minute, explicit zeros
-  under its default policy (../shared/notes/kubelet-2026.md); libcontainer's Set sends them over
+  under its default policy (the model of issue 29; issue 41 measures the real one); libcontainer's Set sends them over
   D-Bus and then writes the files too;
 * the cgroup file alone (`fake.write_cgroup_file`): an agent that writes cgroupfs for its own
   Memory QoS (koordlet), a person. systemd still holds ours; the kernel does not.

@@ -136,13 +136,38 @@ def test_every_document_the_product_cites_is_installed_by_the_package():
 def test_no_message_or_conffile_cites_a_document_by_its_place_in_the_source_tree():
     """README, docs/DESIGN.md: not where an operator of the .deb finds them."""
     texts = _product_texts()
-    texts = {w: t for w, t in texts.items() if w != "man page" and not w.startswith("units/")}
-    bare = re.compile(r"(?<![/\w])(?:docs/)?(?:README|DESIGN|DEPLOY|PACKAGING|RELIABILITY|BENCHMARKS)\b(?:\.md)?")
+    texts = {w: t for w, t in texts.items() if w != "man page"}
+    bare = re.compile(r"(?<![/\w])(?:docs/)?(?:README|DESIGN|DEPLOY|PACKAGING|RELIABILITY|BENCHMARKS|runbook)"
+                      r"\b(?:\.md)?")
     for where, text in texts.items():
         for line in text.splitlines():
             if where == "etc/config.yaml" and not line.startswith("#"):
                 continue
             assert not bare.search(line), (where, line)
+
+
+def test_the_packaged_readme_cites_only_documents_the_package_ships():
+    """Issue 43: the README the .deb installs named docs/BENCHMARKS.md, RELIABILITY.md and
+    PACKAGING.md, which it did not ship."""
+    shipped = set(repo_file("debian", "memqos-systemd.docs").read_text(encoding="utf-8").split())
+    cited = set(re.findall(r"\bdocs/[\w-]+\.md\b", repo_file("README.md").read_text(encoding="utf-8")))
+    assert cited and cited <= shipped, sorted(cited - shipped)
+
+
+def test_nothing_cites_notes_that_live_outside_the_repository():
+    """Issue 43: DESIGN cited ../shared/notes/, which neither the repository nor the package has."""
+    roots = ["README.md", "docs", "memqos_systemd", "etc", "man", "units", "deploy", "monitoring",
+             "completion", "debian", "bench", "scripts", "tests"]
+    outside = re.compile(r"\.\./shared\b|\bshared/notes\b")
+    for root in roots:
+        base = repo_file(root)
+        for path in [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file()):
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, OSError):
+                continue
+            if path.name != "test_docs_agree.py":
+                assert not outside.search(text), path.relative_to(base.parent)
 
 
 def _build_depends() -> set[str]:

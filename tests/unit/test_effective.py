@@ -20,7 +20,7 @@ PAGE = 4096
 
 
 def kubepods(be_usage: int, *, low: int = 30 * GI, min_: int = 40 * GI, be_pods: tuple[int, ...] = ()) -> Cgroup:
-    """The kubepods layout of ../shared/notes/next-anchors-2026.md 1.3: Guaranteed requests 10 (used
+    """The kubepods layout of issue 35's worked example: Guaranteed requests 10 (used
     10), Burstable requests 30 (used 10), BestEffort with no setting; kubepods min = ΣG + ΣB, low = ΣB."""
     be_children = tuple(Cgroup(f"be-pod{i}", u) for i, u in enumerate(be_pods))
     return Cgroup("/", 200 * GI, children=(

@@ -219,7 +219,7 @@ def three_class_node():
 
 
 def worked_tree(tmp_path: Path, p, *, mounts: str | None = None) -> Cgroupfs:
-    """The worked numbers of ../shared/notes/next-anchors-2026.md 1.3 on the plan's cgroups (GiB):
+    """The worked numbers of issue 35 (test_effective's kubepods) on the plan's cgroups (GiB):
     kubepods min 40 low 30; G pod 10 used, min 10; Burstable slice and pod low 30, 10 used;
     BestEffort 40 used, no setting. Whatever the plan says: the kernel's files are what counts."""
     fs = Cgroupfs(tmp_path, mounts=tmp_path / "mounts")

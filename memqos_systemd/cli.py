@@ -377,9 +377,7 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
                      f" others' requests")
         for lever in p.levers:
             name = f"  {one_line(lever.pod, limit)}"
-            lines += [name if wide else columns.fit(name, 100), f"      {lever.formula(p.allocatable)}"]
-            if lever.floored:
-                lines.append(f"      {lever.held()}: the others' requests leave less")
+            lines += [name if wide else columns.fit(name, 100), *(f"      {f}" for f in lever.formula(p.allocatable))]
     if context.finished_pods:
         lines.append(f"skipped: {context.finished_pods} finished pod(s) (Succeeded or Failed), which hold no memory")
     if p.warnings:
@@ -541,11 +539,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("reset", "set every managed property back to 0 / infinity (rollback)",
             "Set MemoryMin=0, MemoryLow=0, MemoryHigh=infinity on every unit we manage, through D-Bus,\n"
-            "children before parents. The rollback is:\n"
+            "children before parents, and MemoryMax=infinity on every slice whose MemoryMax the\n"
+            "service set (the BestEffort ceiling, kept in its ledger, /run/memqos-systemd/ceiling-slices).\n"
+            "The rollback is:\n"
             "  systemctl disable --now memqos-systemd && memqos-systemd reset\n"
             "(a running service would re-apply its plan; a stopped but enabled one comes back at boot).\n"
             "A config that cannot be read does not stop it: a warning names it, and reset goes by the\n"
-            "unit names it finds and the ledger of reserved slices the service wrote.\n"
+            "unit names it finds and the ledgers of the slices the service wrote (reserved slices:\n"
+            "/run/memqos-systemd/reserved-slices).\n"
             "Exit status: 0 done, 1 systemd unreachable or a call refused.")
     p.add_argument("--config", metavar="CONFIG", help=config_help)
     p.add_argument("--dry-run", action="store_true", help="print the D-Bus calls it would make and change nothing")

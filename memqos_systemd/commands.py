@@ -360,7 +360,9 @@ def _lever_doc(desired: Plan | None, cfg: Config) -> dict | None:
     lowers MemoryHigh (each pod's row says how); None when it is off and nothing of it is planned."""
     if not cfg.burstable_high.enabled and not (desired and desired.levers):
         return None
-    return {"enabled": cfg.burstable_high.enabled, "headroomBytes": cfg.burstable_high.headroom,
+    headroom = cfg.burstable_high.headroom
+    return {"enabled": cfg.burstable_high.enabled,
+            "headroomBytes": headroom.resolve(desired.allocatable) if desired else None,
             "companion": bool(desired and desired.companion),
             "pods": None if desired is None else len(desired.levers)}
 

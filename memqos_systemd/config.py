@@ -381,7 +381,7 @@ def _burstable_high(src, key, value) -> BurstableHighSettings:
     if isinstance(value, bool):
         # `burstableHigh: on` (YAML 1.1 reads a bare on/off/yes/no as a boolean): the defaults, on or off.
         return BurstableHighSettings(enabled=value)
-    fields = {"enabled": ("enabled", _bool), "headroom": ("headroom", _bytes)}
+    fields = {"enabled": ("enabled", _bool), "headroom": ("headroom", _bytes_or_percent)}
     return BurstableHighSettings(**_map_fields(src, key, value, fields,
                                                "must be a map (enabled, headroom), true/false, or null"))
 

@@ -87,8 +87,9 @@ class BurstableHighSettings:
     (docs/DESIGN.md, "The Burstable lever")."""
 
     enabled: bool = False
-    # Kept free below what the others' requests leave: MemoryHigh = allocatable - others - headroom.
-    headroom: int = 0
+    # Kept free below what the others' requests leave: MemoryHigh = allocatable - others - headroom;
+    # bytes, or a percentage of allocatable (Reserve.resolve(allocatable)), as the ceiling's.
+    headroom: Reserve = Reserve()
 
 
 @dataclass(frozen=True)

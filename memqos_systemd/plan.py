@@ -113,20 +113,21 @@ class Lever:
     request: int  # the pod's own request (overhead included)
     floored: bool  # the room was not above the request: held at request + a page
 
-    def formula(self, alloc: int) -> str:
-        """"MemoryHigh X = allocatable A - others' requests Y - headroom H" (bytes in IEC units; the
-        headroom only when set). A floored value is not that difference: `held` says so."""
-        text = (f"MemoryHigh {format_bytes(self.memory_high)} = allocatable {format_bytes(alloc)}"
-                f" - others' requests {format_bytes(self.others)}")
-        return text + (f" - headroom {format_bytes(self.headroom)}" if self.headroom else "")
-
-    def held(self) -> str:
-        """Why the value is above the formula's, when it is ("" when not)."""
-        return f"held at its request {format_bytes(self.request)} + a page" if self.floored else ""
+    def formula(self, alloc: int) -> tuple[str, ...]:
+        """The value and where it comes from, as lines that are true arithmetic: "MemoryHigh X =
+        allocatable A - others' requests Y - headroom H" (bytes in IEC units; the headroom only when
+        set), or, when that room is not above the pod's request, "MemoryHigh X = its request R + a
+        page" and the room that was less."""
+        room = f"allocatable {format_bytes(alloc)} - others' requests {format_bytes(self.others)}"
+        room += f" - headroom {format_bytes(self.headroom)}" if self.headroom else ""
+        if not self.floored:
+            return (f"MemoryHigh {format_bytes(self.memory_high)} = {room}",)
+        return (f"MemoryHigh {format_bytes(self.memory_high)} = its request {format_bytes(self.request)} + a page,",
+                f"held there: {room} leaves less")
 
     def describe(self, alloc: int) -> str:
-        """The formula, and why the value is above it when it is: one line."""
-        return self.formula(alloc) + (f" ({self.held()})" if self.floored else "")
+        """The formula on one line."""
+        return " ".join(self.formula(alloc))
 
 
 @dataclass(frozen=True)
@@ -453,9 +454,10 @@ def _levers(config: Config, node: NodeFacts, alloc: int, requests: int, pod_unit
         warnings.append("burstableHigh: not planned beside the kubelet's own Memory QoS (companion mode): a pod"
                         " slice's MemoryHigh is the kubelet's there; set companion: off to use it")
         return ()
-    if requests + s.headroom >= alloc:
+    headroom = s.headroom.resolve(alloc)
+    if requests + headroom >= alloc:
         warnings.append(f"burstableHigh: the Guaranteed and Burstable pods request {format_bytes(requests)}"
-                        f"{f' (+ headroom {format_bytes(s.headroom)})' if s.headroom else ''}, not less than"
+                        f"{f' (+ headroom {format_bytes(headroom)})' if headroom else ''}, not less than"
                         f" allocatable {format_bytes(alloc)}: every Burstable pod without a limit is held at its"
                         f" request + a page")
     levers = []
@@ -463,13 +465,13 @@ def _levers(config: Config, node: NodeFacts, alloc: int, requests: int, pod_unit
         u = pod_units[i]
         request = pod.request
         others = requests - request
-        value = min(burstable_high(alloc, others, s.headroom, request, node.page_size), MAX_BYTES)
+        value = min(burstable_high(alloc, others, headroom, request, node.page_size), MAX_BYTES)
         capped = _capped_at(pod)
         if (capped is not None and capped <= value) or u.memory_high <= value:
             continue  # a limit (or the KEP's MemoryHigh from it) already holds the pod there
         pod_units[i] = dataclasses.replace(u, memory_high=value)
-        floored = alloc - others - s.headroom < value
-        levers.append(Lever(u.unit, pod.key, value, others, s.headroom, request, floored))
+        floored = alloc - others - headroom < value
+        levers.append(Lever(u.unit, pod.key, value, others, headroom, request, floored))
     return tuple(levers)
 
 

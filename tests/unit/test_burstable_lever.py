@@ -4,12 +4,16 @@ is worked out by hand; the node is 16Gi with the default evictionHard 100Mi: all
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 import yaml
 
 from memqos_systemd.config import BurstableHighSettings, ConfigError, parse_config
+from memqos_systemd.config_schema import Reserve
 from memqos_systemd.naming import Naming
 from memqos_systemd.plan import INFINITY, Lever, NodeFacts, burstable_high, plan
+from memqos_systemd.quantity import format_bytes
 from memqos_systemd.reconcile import DEFAULTS, diff, reset_plan
 
 from test_plan import C, Gi, Mi, P, pod_unit, props, scope
@@ -62,9 +66,9 @@ def test_the_record_says_how():
         Lever(pod_unit(3), "default/b2", 13012 * Mi, 3172 * Mi, 100 * Mi, 512 * Mi, False),
     )
     assert p.lever_of(pod_unit(2)).formula(p.allocatable) == (
-        "MemoryHigh 13.21Gi = allocatable 15.9Gi - others' requests 2.6Gi - headroom 100Mi")
+        "MemoryHigh 13.21Gi = allocatable 15.9Gi - others' requests 2.6Gi - headroom 100Mi",)
     assert p.lever_of(pod_unit(4)) is None
-    assert run(NODE, **ON).levers[0].formula(ALLOC) == "MemoryHigh 13.3Gi = allocatable 15.9Gi - others' requests 2.6Gi"
+    assert run(NODE, **ON).levers[0].formula(ALLOC) == ("MemoryHigh 13.3Gi = allocatable 15.9Gi - others' requests 2.6Gi",)
 
 
 def test_a_lone_pod_gets_allocatable():
@@ -121,7 +125,8 @@ def test_a_pod_whose_request_exceeds_the_room_is_held_at_request_plus_a_page():
     b = P("b", "Burstable", 2, C("a", Gi, id_=2))  # room 16284 - 15360 = 924Mi < its 1024Mi
     p = run([g, b], **ON)
     assert highs(p)[pod_unit(2)] == Gi + 4096
-    assert p.levers[0].floored and p.levers[0].describe(p.allocatable).endswith("(held at its request 1Gi + a page)")
+    assert p.levers[0].floored and p.levers[0].describe(p.allocatable) == (
+        "MemoryHigh 1Gi = its request 1Gi + a page, held there: allocatable 15.9Gi - others' requests 15Gi leaves less")
     assert [w for w in p.warnings if w.startswith("burstableHigh:")] == [
         "burstableHigh: the Guaranteed and Burstable pods request 16Gi, not less than allocatable 15.9Gi:"
         " every Burstable pod without a limit is held at its request + a page"]
@@ -212,12 +217,15 @@ def test_reset_takes_it_back():
     ("", BurstableHighSettings()),
     ("burstableHigh:", BurstableHighSettings()),
     ("burstableHigh: {}", BurstableHighSettings()),
-    ("burstableHigh: {enabled: true}", BurstableHighSettings(True, 0)),
-    ("burstableHigh: {enabled: on, headroom: 256Mi}", BurstableHighSettings(True, 256 * Mi)),
-    ("burstableHigh: {enabled: off}", BurstableHighSettings(False, 0)),
-    ("burstableHigh: on", BurstableHighSettings(True, 0)),
-    ("burstableHigh: off", BurstableHighSettings(False, 0)),
-    ("burstableHigh: {headroom: 1073741824}", BurstableHighSettings(False, Gi)),
+    ("burstableHigh: {enabled: true}", BurstableHighSettings(True)),
+    ("burstableHigh: {enabled: on, headroom: 256Mi}", BurstableHighSettings(True, Reserve(256 * Mi))),
+    ("burstableHigh: {enabled: off}", BurstableHighSettings(False)),
+    ("burstableHigh: on", BurstableHighSettings(True)),
+    ("burstableHigh: off", BurstableHighSettings(False)),
+    ("burstableHigh: {headroom: 1073741824}", BurstableHighSettings(False, Reserve(Gi))),
+    # issue 43: a percentage of allocatable, as bestEffortCeiling.headroom takes
+    ("burstableHigh: {enabled: true, headroom: 10%}", BurstableHighSettings(True, Reserve(fraction=Fraction(1, 10)))),
+    ("burstableHigh: {enabled: true, headroom: 2.5%}", BurstableHighSettings(True, Reserve(fraction=Fraction(1, 40)))),
 ])
 def test_config(text, expected):
     assert parse_config(yaml.safe_load(text)).burstable_high == expected
@@ -253,7 +261,7 @@ def test_plan_table_says_how_each_pod_was_lowered_within_100_columns():
     assert "        a Burstable pod's MemoryHigh may be burstableHigh's: what the others' requests leave" in text
     lines = text.splitlines()
     at = lines.index("Burstable lever (burstableHigh) on 3 pod slice(s): none may grow into the others' requests")
-    assert lines[at + 1:at + 3] == ["  default/b1", "      " + p.lever_of(pod_unit(2)).formula(p.allocatable)]
+    assert lines[at + 1:at + 3] == ["  default/b1", "      " + p.lever_of(pod_unit(2)).describe(p.allocatable)]
     # off: no word of it
     assert "burstableHigh" not in plan_to_table(run(NODE), parse_config({}))
 
@@ -262,7 +270,31 @@ def test_plan_table_says_when_a_pod_is_held_at_its_request():
     from memqos_systemd.cli import plan_to_table
     pods = [P("g", "Guaranteed", 1, C("a", 15 * Gi, 15 * Gi, id_=1)), P("b", "Burstable", 2, C("a", Gi, id_=2))]
     text = plan_to_table(run(pods, **ON), parse_config(ON))
-    assert "      held at its request 1Gi + a page: the others' requests leave less" in text.splitlines()
+    lines = text.splitlines()
+    at = lines.index("  default/b")
+    assert lines[at + 1:at + 3] == ["      MemoryHigh 1Gi = its request 1Gi + a page,",
+                                      "      held there: allocatable 15.9Gi - others' requests 15Gi leaves less"]
+
+
+def test_a_percentage_headroom_is_of_allocatable():
+    p = run(NODE, burstableHigh={"enabled": True, "headroom": "10%"})
+    lever = p.lever_of(pod_unit(2))
+    assert lever.headroom == -(-p.allocatable // 10)
+    assert p.by_unit()[pod_unit(2)].memory_high == burstable_high(p.allocatable, lever.others, lever.headroom,
+                                                                  lever.request, 4096)
+
+
+def test_a_headroom_past_allocatable_prints_no_false_arithmetic():
+    """Issue 43: with headroom 1Ei the line said "MemoryHigh 100Mi = allocatable 14.4Gi - others'
+    requests 4.81Gi - headroom 1Ei". A value held at the request says so on the line itself."""
+    keys = {"burstableHigh": {"enabled": True, "headroom": "1Ei"}}
+    p = run(NODE, **keys)
+    assert p.levers and all(lever.floored for lever in p.levers)
+    for lever in p.levers:
+        first, why = lever.formula(p.allocatable)
+        assert first == f"MemoryHigh {format_bytes(lever.memory_high)} = its request {format_bytes(lever.request)} + a page,"
+        assert why.startswith("held there: allocatable ") and why.endswith(" - headroom 1Ei leaves less")
+        assert lever.describe(p.allocatable) == f"{first} {why}"
 
 
 def test_plan_json_says_how_on_the_pods_it_lowered():

@@ -35,3 +35,15 @@ def test_resets_own_warning_tells_the_same_story():
     source = Path(commands.__file__).read_text(encoding="utf-8")
     warning = next(line for line in source.splitlines() if "will re-apply its plan" in line)
     assert "systemctl disable --now" in warning
+
+
+@pytest.mark.parametrize("where", ["man page", "reset --help"])
+def test_every_reset_text_names_what_reset_puts_back(where):
+    """Issue 43: reset --help named MemoryMin/Low/High only, not the ceiling's MemoryMax nor the
+    ledgers reset goes by when the config cannot be read. The paths are the code's own."""
+    from memqos_systemd import ceiling_watch, ledger
+    text = {"man page": _man_text, "reset --help": lambda: _help("reset")}[where]()
+    flat = " ".join(text.replace("\\-", "-").split())
+    for words in ("MemoryMin=0", "MemoryLow=0", "MemoryHigh=infinity", "MemoryMax=infinity",
+                  str(ledger.DEFAULT_PATH), str(ceiling_watch.CEILINGS_PATH)):
+        assert words in flat, (where, words)

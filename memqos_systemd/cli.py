@@ -522,15 +522,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_daemon_command("run"))
 
     p = add("status", "per pod: protection, usage, breaches, pressure; drift marked; holding",
-            "Show the node's slices, then one line per pod (at most 100 columns; --output wide cuts no\n"
-            "name): QoS class, request, protection (MemoryMin/MemoryLow, the plan's), usage\n"
-            "(memory.current), the kernel's count of `low` events (reclaimed below its memory.low: soft\n"
-            "protection breached) and `oom_kill` since the pod's cgroup began, and PSI `full` avg10\n"
-            "(memory.pressure); its containers by name under it. A unit whose plan, systemd's values and\n"
-            "the kernel's memory.min/low/high disagree (DRIFT) is marked `!`, a reserved slice not yet\n"
-            "created too. Last, the summary: the node's protection against allocatable, and whether the\n"
-            "service holds (sends only raising values). --output json has every value, per unit and per\n"
-            "pod.")
+            "Show the node's slices, then one line per pod (at most 100 columns; --output wide cuts no name):\n"
+            "QoS class, request, protection (MIN/LOW: the plan's MemoryMin/MemoryLow), usage\n"
+            "(memory.current), NOW/LENT, the kernel's count of `low` events (reclaimed below its memory.low:\n"
+            "soft protection breached) and `oom_kill` since the pod's cgroup began, and PSI `full` avg10\n"
+            "(memory.pressure); its containers by name under it. A unit whose plan, systemd's values and the\n"
+            "kernel's memory.min/low/high disagree (DRIFT) is marked `!`, a reserved slice not yet created\n"
+            "too.\n\n"
+            "NOW: what the kernel protects of the pod now, as it computes it from every cgroup's usage and\n"
+            "settings: its effective memory.min or memory.low, whichever is larger, up to its usage. LENT:\n"
+            "the part of NOW that its own settings do not claim, lent by a parent's unclaimed protection\n"
+            "(memory_recursiveprot); BestEffort pods can only be lent. The same per QoS class follows\n"
+            "(\"protected now\": MIN/LOW NOW, PROTECTED, LENT).\n\n"
+            "Last, the summary: the node's protection against allocatable, and whether the service holds\n"
+            "(sends only raising values). --output json has every value, per unit and per pod.")
     p.add_argument("--config", metavar="CONFIG", help=config_help)
     p.add_argument("--output", choices=("json", "table", "wide"),
                    help="table for people (default on a terminal; names cut to fit 100 columns), wide (the table"

@@ -548,8 +548,13 @@ def _protection_lines(prot: dict) -> list[str]:
     lines = [columns.fit(f"protected now, as the kernel computes it (memory_recursiveprot {option}):", WIDTH)] + table
     be = prot["classes"]["BestEffort"]
     if be["lentBytes"]:
-        lines.append(columns.fit(f"! BestEffort holds {_human(be['lentBytes'])} of protection lent by {prot['node']},"
-                                 f" not its own (memory_recursiveprot)", WIDTH))
+        # What it costs and what to do, not only what it is (issue 43).
+        said = [f"! BestEffort holds {_human(be['lentBytes'])} of protection lent by {prot['node']}, not its own"
+                f" (memory_recursiveprot):",
+                "  reclaim spares that much of BestEffort, whose memory should go first, and reclaims elsewhere",
+                "  (outside the pods, Burstable pods beyond their requests); it shrinks as pods use their requests.",
+                "  To bound it: bestEffortCeiling in the config (man memqos-systemd, CONFIGURATION)."]
+        lines += [columns.fit(line, WIDTH) for line in said]
     return lines + [""]
 
 

@@ -47,7 +47,10 @@ def test_per_class_and_per_pod_with_what_besteffort_is_lent(tmp_path):
     assert row(lines, "BestEffort") == ["BestEffort", "QoS", "slice", "40Gi", "24Gi/16Gi", "24Gi", "24Gi"]
     assert row(lines, "Guaranteed") == ["Guaranteed", "its", "pods", "10Gi", "10Gi/4Gi", "10Gi", "0"]
     assert row(lines, "all") == ["all", "kubepods.slice", "60Gi", "40Gi/30Gi", "40Gi", "0"]
-    assert "! BestEffort holds 24Gi of protection lent by kubepods.slice, not its own (memory_recursiveprot)" in lines
+    at = lines.index("! BestEffort holds 24Gi of protection lent by kubepods.slice, not its own (memory_recursiveprot):")
+    # issue 43: what it costs and what to do, not only what it is
+    said = " ".join(lines[at + 1:at + 4])
+    assert "reclaim spares that much of BestEffort" in said and "Burstable pods" in said and "bestEffortCeiling" in said
     # The pod: usage 40, NOW/LENT 24/24 (protected now, of which lent) (the BestEffort slice's, all lent on by usage).
     pod = next(line for line in lines if "batch/hog" in line).split()
     assert pod[:6] == ["batch/hog", "BestEffort", "0", "0/0", "40Gi", "24Gi/24Gi"]
@@ -70,3 +73,14 @@ def test_a_mount_not_in_proc_mounts_is_taken_as_on_and_said_so(tmp_path):
 
 def test_no_protection_block_when_kubepods_cannot_be_read():
     assert _protection_doc(None, three_class_node()) is None
+
+
+def test_now_and_lent_are_explained_where_an_operator_looks():
+    """Issue 43: the NOW/LENT column was explained neither in status --help nor in the man page."""
+    from repo_docs import help_text, man_text
+    for where, text in (("status --help", help_text("status")), ("man page", man_text())):
+        flat = " ".join(re.sub(r"^\.[A-Z]{1,2} ", "", line) for line in text.splitlines())  # roff's .B, .RB...
+        flat = " ".join(flat.replace('"', "").split())
+        for words in ("NOW/LENT" if where == "status --help" else "NOW", "LENT is the part" if where == "man page"
+                      else "LENT: the part", "effective memory.min", "memory_recursiveprot"):
+            assert words in flat, (where, words)

@@ -7,6 +7,7 @@ import dataclasses
 import io
 import json
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -464,16 +465,27 @@ def cmd_reset(args: argparse.Namespace) -> int:
     return commands.reset(args, cfg)
 
 
+HELP_WIDTH = 100  # as the tables: --help on a wide terminal stays readable, and the same everywhere
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The descriptions as written (each line under HELP_WIDTH), the options wrapped to the terminal
+    but never wider than HELP_WIDTH."""
+
+    def __init__(self, prog: str, **kwargs):
+        kwargs.setdefault("width", min(HELP_WIDTH, shutil.get_terminal_size().columns - 2))
+        super().__init__(prog, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="memqos-systemd", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="memqos-systemd", description=DESCRIPTION, formatter_class=_HelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parser.commands = {}  # name -> its parser, for its own usage line (_parse)
 
     def add(name: str, help_: str, description: str) -> argparse.ArgumentParser:
         parser.commands[name] = sub.add_parser(name, help=help_, description=description,
-                                               formatter_class=argparse.RawDescriptionHelpFormatter)
+                                               formatter_class=_HelpFormatter)
         return parser.commands[name]
 
     config_help = f"the config file (default: {DEFAULT_CONFIG_PATH} when it exists, else built-in defaults)"
@@ -488,8 +500,9 @@ def build_parser() -> argparse.ArgumentParser:
             "  curl -fsS --cacert /var/lib/kubelet/pki/kubelet.crt --resolve \"$(hostname):10250:127.0.0.1\" \\\n"
             "    -H \"Authorization: Bearer $(cat /etc/memqos-systemd/kubelet-token)\" \\\n"
             "    \"https://$(hostname):10250/pods\" | memqos-systemd plan --pods -\n"
-            "  (the kubelet's authenticated port, as the packaged config reads it; /usr/share/doc/memqos-systemd/README.md, \"On a kubeadm node\";\n"
-            "  -f: an answer other than 200, such as 401 for a wrong token, is curl's error, not plan's input)"
+            "  (the kubelet's authenticated port, as the packaged config reads it;\n"
+            "  /usr/share/doc/memqos-systemd/README.md, \"On a kubeadm node\"; -f: an answer other than 200,\n"
+            "  such as 401 for a wrong token, is curl's error, not plan's input)"
             % DEFAULT_CONFIG_PATH)
     p.add_argument("--pods", required=True, metavar="PODS",
                    help="a PodList, a Pod, or a list of Pods as JSON or YAML (as the kubelet's /pods serves); - for stdin")

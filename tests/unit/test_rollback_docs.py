@@ -47,3 +47,4 @@ def test_every_reset_text_names_what_reset_puts_back(where):
     for words in ("MemoryMin=0", "MemoryLow=0", "MemoryHigh=infinity", "MemoryMax=infinity",
                   str(ledger.DEFAULT_PATH), str(ceiling_watch.CEILINGS_PATH)):
         assert words in flat, (where, words)
+

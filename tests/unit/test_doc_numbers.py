@@ -138,3 +138,13 @@ def test_the_man_page_names_each_config_key_once_in_its_list():
     listing = man[start:man.index("The installed file lists every key")]
     keys = re.findall(r"^\.B[R]? (\w+)", listing, re.M) + re.findall(r"^\.RB \( ?(\w+)", listing, re.M)
     assert keys and len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+
+
+def test_readme_says_make_tests_cost_once_not_as_a_log():
+    """Issue 43: the paragraph on make test's cost had grown into a log of past runs (five dates,
+    three commits). One measurement, the latest, with its date and commit."""
+    readme = _find("README.md").read_text(encoding="utf-8")
+    start = readme.index("`make test` costs about")
+    para = readme[start:readme.index("\n\n", start)]
+    assert len(re.findall(r"\b20\d\d-\d\d-\d\d\b", para)) == 1, para
+    assert len(re.findall(r"\b[0-9a-f]{7,40}\b", para)) == 1, para

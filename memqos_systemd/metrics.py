@@ -36,7 +36,6 @@ whatever the scraper accepts (compressing it would cost more CPU than the scrape
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import math
 import resource
@@ -56,6 +55,7 @@ from . import __version__
 from .cgroupfs import Cgroupfs, KeptFiles
 from .config_schema import MetricsConfig
 from .drift import WRITERS
+from .hosts import is_loopback
 from .plan import LEVELS, Plan
 from .quantity import UINT64_MAX
 from .signals import SignalView, header, qos_class_of, sample
@@ -328,7 +328,7 @@ class Metrics:
             return [f"{text}\n".encode()]
 
         server = MetricsServer(app, host, port)
-        if not _is_loopback(host):
+        if not is_loopback(host):
             log.warning("metrics: serving on %s, which is not a loopback address (as configured)", listen)
         return server
 
@@ -364,15 +364,6 @@ def parse_listen(listen: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ValueError(f"metrics.listen: {listen!r} must be HOST:PORT (e.g. 127.0.0.1:9759)")
     return host, int(port)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class _SilentHandler(WSGIRequestHandler):

@@ -51,6 +51,7 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 from ..config import KubeletSettings, url_problem
+from ..hosts import is_loopback
 from .snapshot import MAX_RESPONSE_BYTES, Snapshot, SourceError, snapshot_from_doc
 
 __all__ = ["KubeletSource", "MAX_TOKEN_BYTES", "redact", "node_hostname", "KUBELET_CA_HINT", "unreachable_in_service"]
@@ -94,15 +95,6 @@ def node_hostname() -> str:
     return socket.gethostname().strip().lower()
 
 
-def _is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _show_url(url: str) -> str:
     """A URL for a message, without what may be a credential (userinfo, the query)."""
     scheme, sep, rest = url.partition("://")
@@ -137,7 +129,7 @@ class KubeletSource:
         # The names the serving certificate may carry (see the module's docstring).
         if config.server_name:
             self._names: tuple[str, ...] = (config.server_name,)
-        elif _is_loopback(self._host):
+        elif is_loopback(self._host):
             self._names = tuple(dict.fromkeys((self._host, hostname())))
         else:
             self._names = (self._host,)

@@ -101,7 +101,8 @@ class CeilingWatch:
         self.following = False
         if target is not None:
             usage = self.cgroupfs.usage(unit) if target < (INFINITY if held is None else held) else None
-            s = step(target, held, usage, self.page_size)
+            take = desired.ceiling.take if desired.ceiling is not None and target == desired.ceiling.memory_max else 0
+            s = step(target, held, usage, self.page_size, take)
             value, self.following = s.value, s.following
             if value != INFINITY:
                 self.ledger.add(unit)  # before the write: reset must know, whatever happens next
@@ -157,6 +158,11 @@ class CeilingWatch:
         round could not plan, and a past look would spin)."""
         self._look = follow(self._look, now, planned and self.following, self.moved, FOLLOW_FIRST, FOLLOW_MAX)
         return self._look.at
+
+    notifier = None  # nothing to watch (feature.py)
+
+    def woken(self, now: float) -> float:
+        return float("inf")
 
     def on_drift(self, unit: str, before: Mapping[str, int], now: Mapping[str, int], config: Config) -> frozenset[str]:
         """The feature's side of a change made without us (feature.py): MemoryMax, when `stand_down` takes it."""

@@ -16,6 +16,10 @@ no plan (`reset`), a search of the kubepods tree finds. What is read there:
   inotify watch on each file that says when anyone writes it (`Cgroupfs.watch_notifier`).
 * memory.current of a slice (`Cgroupfs.usage`): how far a MemoryMax of ours may go down in one
   write (a feature's step, features.py).
+* memory.current, the `low` count of memory.events and the `some` total of memory.pressure of the
+  pod slices with requests (`Cgroupfs.owners_seen`), through descriptors kept open: what a line
+  that follows usage is drawn from (lending.py), at each of its looks; and a PSI trigger on
+  kubepods.slice's memory.pressure (`Cgroupfs.pressure_wake`) that says when its tasks stall.
 * memory.events, memory.pressure and memory.current of the pod and QoS slices and the container
   scopes (`KeptFiles`, parsed by `flat_keyed` and `psi_totals`): read at each scrape, for the
   metrics (signals.py says which file goes into which metric), and by `status`
@@ -56,6 +60,7 @@ import errno
 import os
 import re
 import resource
+import select
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +73,7 @@ __all__ = [
     "Cgroupfs", "KeptFiles", "RuntimeSettings", "INVOCATION_XATTRS", "ROOT", "cgroup_path", "plan_cgroup_paths",
     "dir_of_control_group", "read_file", "read_value", "read_invocation_id", "read_cgroup_memory",
     "read_memory_events", "read_pressure", "parse_pressure", "parse_flat_keyed", "flat_keyed", "psi_totals",
-    "MOUNTS", "recursive_protection",
+    "MOUNTS", "recursive_protection", "PressureWake",
 ]
 
 ROOT = Path("/sys/fs/cgroup")
@@ -366,6 +371,8 @@ class Cgroupfs:
         self._watched: dict[str, dict[str, int]] = {}  # unit -> {property: open descriptor} (watch)
         self._written: _Inotify | None = None  # says when a watched file is written (watch_notifier)
         self._watch_ids: dict[str, list[int]] = {}  # unit -> its files' inotify watch descriptors
+        self._owners = KeptFiles(limit=1024)  # owners_seen's files
+        self._wake: PressureWake | None = None  # pressure_wake
 
     def place(self, plan: Plan) -> Mapping[str, Path]:
         """Where a plan's units' cgroups are ({unit: directory}; a container scope's is in its pod
@@ -419,6 +426,29 @@ class Cgroupfs:
         """memory.current of a slice (a feature's steps down, features.py); None when it cannot be
         read. Opened each time: read only while a MemoryMax of ours is above its plan or going down."""
         return read_value(self.root / cgroup_path(unit) / "memory.current") if unit.endswith(".slice") else None
+
+    def owners_seen(self, units: Iterable[str]) -> dict[str, tuple[int | None, int | None, int | None]]:
+        """Of each slice: memory.current, the `low` count of memory.events and the `some` total of
+        memory.pressure in µs (each None when it cannot be read), through descriptors kept open
+        between calls (KeptFiles: a pread each); the descriptors of slices not asked for close."""
+        out, paths = {}, set()
+        for unit in units:
+            where = str(self.root / cgroup_path(unit))
+            files = [f"{where}/memory.current", f"{where}/memory.events", f"{where}/memory.pressure"]
+            paths.update(files)
+            current, events, pressure = (self._owners.read(f) for f in files)
+            low = flat_keyed(events).get(b"low") if events is not None else None
+            some = psi_totals(pressure).get(b"some") if pressure is not None else None
+            out[unit] = (None if current is None else parse_value(current),
+                         int(low) if low is not None and low.isdigit() else None, None if some is None else int(some))
+        self._owners.keep_only(paths)
+        return out
+
+    def pressure_wake(self) -> "PressureWake":
+        """The one PressureWake of this mount (made at the first call)."""
+        if self._wake is None:
+            self._wake = PressureWake(self.root)
+        return self._wake
 
     def recursive_protection(self) -> bool | None:
         """Whether the cgroup2 mount at `root` has memory_recursiveprot (systemd mounts with it; a
@@ -548,6 +578,76 @@ class Cgroupfs:
         finally:
             os.close(fd)
         return None
+
+
+# ---- a PSI trigger (Cgroupfs.pressure_wake) -------------------------------------------------------
+class PressureWake:
+    """Says when the tasks of one cgroup stall on memory, with no look at all in between: a PSI
+    trigger (Documentation/accounting/psi.rst, "Userspace monitor usage") on its memory.pressure,
+    `some STALL WINDOW` in µs: the kernel signals POLLPRI once the tasks were stalled for STALL
+    within a WINDOW, at most once a window. The trigger is a registration on our own open file,
+    gone when it closes: no value of the cgroup's is written, so systemd's state is not touched.
+
+    `fileno()` is an epoll of its own, readable while the trigger has fired (asyncio's readers
+    wait for POLLIN, a trigger raises POLLPRI only), made at once so that the loop can watch it
+    from its start; `arm` puts the trigger on a unit's cgroup, `disarm` takes it off, `drain` takes
+    what fired. A kernel without PSI, or a file that cannot be opened for writing: not armed (the
+    looks on their timer alone)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._epoll = select.epoll()
+        self._fd: int | None = None
+        self.armed: tuple[str, int, int] | None = None  # (unit, stall µs, window µs)
+
+    def fileno(self) -> int:
+        return self._epoll.fileno()
+
+    def arm(self, unit: str, stall_us: int, window_us: int) -> bool:
+        """The trigger on `unit`'s memory.pressure (again only when it changes); whether it is armed."""
+        if self.armed == (unit, stall_us, window_us) and self._fd is not None:
+            return True
+        self.disarm()
+        path = self.root / cgroup_path(unit) / "memory.pressure"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            os.write(fd, f"some {stall_us} {window_us}".encode() + b"\0")
+            self._epoll.register(fd, select.EPOLLPRI)
+        except OSError:
+            os.close(fd)
+            return False
+        self._fd, self.armed = fd, (unit, stall_us, window_us)
+        return True
+
+    def disarm(self) -> None:
+        if self._fd is not None:
+            try:
+                self._epoll.unregister(self._fd)
+            except OSError:
+                pass
+            os.close(self._fd)
+        self._fd, self.armed = None, None
+
+    def drain(self) -> bool:
+        """Whether the trigger fired since the last drain. A cgroup gone (POLLERR) disarms it."""
+        try:
+            events = self._epoll.poll(0)
+        except OSError:
+            return False
+        fired = False
+        for _, mask in events:
+            if mask & (select.EPOLLERR | select.EPOLLHUP | select.EPOLLNVAL):
+                self.disarm()
+            elif mask & select.EPOLLPRI:
+                fired = True
+        return fired
+
+    def close(self) -> None:
+        self.disarm()
+        self._epoll.close()
 
 
 # ---- inotify (Cgroupfs.watch_notifier), through libc: no module of the standard library has it -----

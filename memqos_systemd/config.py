@@ -29,13 +29,15 @@ from typing import Any, NamedTuple
 import yaml
 
 from .config_schema import (COMPANION_SETTINGS, ENFORCE, HIERARCHIES, POLICIES, BurstableHighSettings,
-                            CeilingSettings, Config, ConfigError, KubeletSettings, MetricsConfig, Reservation, Reserve)
+                            CeilingSettings, Config, ConfigError, KubeletSettings, LendingSettings, MetricsConfig,
+                            Reservation, Reserve)
 from .documents import DocumentError, decode
 from .naming import valid_slice_name
 from .quantity import NEGATIVE, NOT_A_QUANTITY, QuantityError, parse_quantity, parse_whole_bytes
 
 __all__ = [
-    "ConfigError", "Config", "CeilingSettings", "BurstableHighSettings", "KubeletSettings", "MetricsConfig", "Reserve",
+    "ConfigError", "Config", "CeilingSettings", "BurstableHighSettings", "LendingSettings", "KubeletSettings",
+    "MetricsConfig", "Reserve",
     "load_config", "parse_config", "kubelet_config_subset", "config_present", "read_yaml", "shown_path", "POLICIES",
     "HIERARCHIES", "COMPANION_SETTINGS", "DEFAULT_CONFIG_PATH", "Reservation",
 ]
@@ -386,6 +388,17 @@ def _burstable_high(src, key, value) -> BurstableHighSettings:
                                                "must be a map (enabled, headroom), true/false, or null"))
 
 
+def _lending(src, key, value) -> LendingSettings:
+    if value is None:
+        return LendingSettings()
+    if isinstance(value, bool):
+        # `lending: on` (YAML 1.1 reads a bare on/off/yes/no as a boolean): the defaults, on or off.
+        return LendingSettings(enabled=value)
+    fields = {"enabled": ("enabled", _bool), "headroom": ("headroom", _bytes_or_percent)}
+    return LendingSettings(**_map_fields(src, key, value, fields, "must be a map (enabled, headroom), true/false,"
+                                                                  " or null"))
+
+
 # key -> (dataclass attribute, checker). Planner keys first; all are also
 # KubeletConfiguration fields except hierarchy and protectionHeadroom.
 _PLANNER = {
@@ -410,6 +423,7 @@ _DAEMON = {
     "companion": ("companion", lambda s, k, v: _companion(s, k, v)),
     "bestEffortCeiling": ("best_effort_ceiling", _best_effort_ceiling),
     "burstableHigh": ("burstable_high", _burstable_high),
+    "lending": ("lending", _lending),
 }
 # Keys that are gone, and what took their place: a clear error rather than "not a known key".
 _REPLACED = {

@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Mapping, NamedTuple
 
 __all__ = [
-    "ConfigError", "Config", "CeilingSettings", "BurstableHighSettings", "KubeletSettings", "MetricsConfig", "Reserve",
+    "ConfigError", "Config", "CeilingSettings", "BurstableHighSettings", "LendingSettings", "KubeletSettings", "MetricsConfig", "Reserve",
     "Reservation", "POLICIES", "HIERARCHIES", "COMPANION_SETTINGS", "ENFORCE",
 ]
 
@@ -93,6 +93,18 @@ class BurstableHighSettings:
 
 
 @dataclass(frozen=True)
+class LendingSettings:
+    """The `lending:` block: the lines of the BestEffort ceiling and of the Burstable lever (where
+    those are on) follow what the pods with requests use instead of their requests (lending.py),
+    off unless `enabled` (docs/DESIGN.md, "Lines that follow usage")."""
+
+    enabled: bool = False
+    # Never lent: kept free below what the owners of requests use and their slack; bytes, or a
+    # percentage of allocatable (Reserve.resolve(allocatable)).
+    headroom: Reserve = Reserve(bytes=64 * 2**20)
+
+
+@dataclass(frozen=True)
 class Config:
     # --- planner (KubeletConfiguration names) ---
     memory_reservation_policy: str = "None"
@@ -129,6 +141,8 @@ class Config:
     best_effort_ceiling: CeilingSettings = CeilingSettings()
     # The Burstable lever (plan.burstable_high), off unless `burstableHigh: {enabled: true}`.
     burstable_high: BurstableHighSettings = BurstableHighSettings()
+    # The levers' lines follow usage (lending.py), off unless `lending: {enabled: true}`.
+    lending: LendingSettings = LendingSettings()
     # Where each planner value came from, for `check`/logs: key -> "default"|"kubelet"|"config".
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
     # What an operator must be told about the file that is not an error (load_config): one line each.

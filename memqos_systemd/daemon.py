@@ -15,7 +15,7 @@ heartbeat.
 
 Where things plug in:
 * a systemd signal: `Systemd.subscribe` (in `_connect`), a handler in events.py, its agenda transition;
-* a file descriptor: a line of the readers in `run`;
+* a file descriptor: a line of the readers in `run` (a feature's: its `notifier`);
 * a periodic task: a `Tick` of the agenda (its schedule, table-tested) and a line of the ticks in `run`.
 * a feature laid on the plan: its module and a line of features.FEATURES, nothing here.
 
@@ -99,7 +99,8 @@ class Daemon:
         self.intake = PodIntake(outside.last_pods_path)  # the pods to act on, and whether we hold
         self.reserved = ReservedSlices(outside.ledger_path)
         # What is laid on the round's plan (features.py), each with its state.
-        self.features = features.make(Context(outside.cgroupfs, outside.page_size, outside.metrics, outside.state_dir))
+        self.features = features.make(Context(outside.cgroupfs, outside.page_size, outside.metrics, outside.state_dir,
+                                              clock=outside.clock))
         self.round = Round(outside.metrics, outside.clock, self.features)
         self.systemd = None
         self.observer: Observer | None = None  # what systemd and the kernel hold (observe.py)
@@ -128,6 +129,11 @@ class Daemon:
         self.out.cgroupfs.drain_notifier()
         self.watch_upper_slices()
 
+    def on_feature_woken(self, notifier) -> None:
+        """A feature's notifier is readable (feature.Feature.notifier): the look it asks for."""
+        self.agenda.look_again(features.woken(self.features, notifier, self.out.clock()))
+        self.wake()
+
     def on_memory_event(self) -> None:
         if self.out.memory_watcher is not None:
             for _ in self.out.memory_watcher.poll_events():
@@ -152,7 +158,9 @@ class Daemon:
         try:
             await self.loop.run(self._step, ticks={Tick.HEARTBEAT: self._heartbeat, Tick.WATCH: self.watch_upper_slices},
                                 readers=[(self.out.memory_watcher, self.on_memory_event),
-                                         (self.out.cgroupfs.watch_notifier(), self.on_cgroup_written)],
+                                         (self.out.cgroupfs.watch_notifier(), self.on_cgroup_written),
+                                         *[(n, lambda n=n: self.on_feature_woken(n))
+                                           for n in features.notifiers(self.features)]],
                                 signals={signal.SIGHUP: self.request_reload, signal.SIGTERM: self.stop,
                                          signal.SIGINT: self.stop})
         finally:

@@ -21,13 +21,17 @@ features.py; the daemon and the round iterate the table and never name a feature
   daemon runs (`planned` False: the round could not plan); the agenda holds it (Agenda.look_again).
 * `on_drift(unit, before, now, config)`: a read found `unit` changed without us: the properties of
   that change it takes on itself (said and handled there); the rest is a foreign write as usual.
+* `notifier`, `woken(now)`: an object whose fileno() the loop watches (None: none); when it is
+  readable the daemon asks `woken` when to look again (now, or infinity when what woke it is
+  nothing to the feature) and hands that to the agenda, as a look_again.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from .cgroupfs import Cgroupfs
 from .config_schema import Config
@@ -46,6 +50,7 @@ class Context:
     metrics: Any = None  # metrics.Metrics, or None: NoMetrics
     state_dir: Path | None = None  # where it keeps its files in /run (beside ledger.py's); None: none kept
     write: bool = True  # False: a dry run, whose files are read and never written
+    clock: Callable[[], float] = time.monotonic  # the daemon's clock (monotonic seconds)
 
 
 class Feature(Protocol):
@@ -66,3 +71,8 @@ class Feature(Protocol):
 
     def on_drift(self, unit: str, before: Mapping[str, int], now: Mapping[str, int],
                  config: Config) -> frozenset[str]: ...
+
+    @property
+    def notifier(self) -> Any: ...
+
+    def woken(self, now: float) -> float: ...

@@ -12,11 +12,13 @@ from typing import Callable, Iterable, Mapping
 from .ceiling_watch import CeilingWatch
 from .config_schema import Config
 from .feature import Context, Feature
+from .lending_watch import LendingWatch
 from .naming import Naming
 
 __all__ = ["FEATURES", "make", "owned", "on_drift", "by_name"]
 
 FEATURES: tuple[Callable[[Context], Feature], ...] = (
+    LendingWatch.made,  # lending: the ceiling's and the lever's lines follow usage (before the ceiling, which steps them)
     CeilingWatch.made,  # bestEffortCeiling: a MemoryMax on the BestEffort QoS slice, stepped down with its usage
 )
 
@@ -40,6 +42,20 @@ def on_drift(features: Iterable[Feature], unit: str, before: Mapping[str, int], 
 def looks(features: Iterable[Feature], now: float, planned: bool) -> dict[str, float]:
     """When each feature wants a round again (Feature.look_again; infinity: none)."""
     return {f.name: f.look_again(now, planned) for f in features}
+
+
+def woken(features: Iterable[Feature], notifier, now: float) -> dict[str, float]:
+    """`notifier` was readable: when each feature whose notifier it is wants a round (Feature.woken)."""
+    return {f.name: f.woken(now) for f in features if f.notifier is notifier}
+
+
+def notifiers(features: Iterable[Feature]) -> list:
+    """The notifiers the loop watches (Feature.notifier), each once."""
+    out = []
+    for f in features:
+        if f.notifier is not None and all(f.notifier is not n for n in out):
+            out.append(f.notifier)
+    return out
 
 
 def by_name(features: Iterable[Feature], name: str) -> Feature | None:

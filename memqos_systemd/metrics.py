@@ -174,6 +174,16 @@ class Metrics:
                               "The BestEffort ceiling: MemoryMax of the BestEffort QoS slice as planned (kind=planned)"
                               " and as systemd holds it (kind=held; above the plan while it steps down with the"
                               " slice's usage); +Inf: none", ["kind"], registry=r)
+        self._lend_line = Gauge("memqos_lending_line_bytes",
+                                "A line that follows usage (lending: {enabled: true}): the BestEffort ceiling's MemoryMax"
+                                " (lever=bestEffortCeiling, pod empty) or a Burstable pod slice's MemoryHigh"
+                                " (lever=burstableHigh) as last drawn, which the writes step towards",
+                                ["lever", "pod"], registry=r)
+        self._lend_lent = Gauge("memqos_lending_lent_bytes",
+                                "What that line lends: the memory the pods with requests requested and do not use"
+                                " (nor are about to) that it gives above the line with every request reserved",
+                                ["lever", "pod"], registry=r)
+        self._lent_shown: set[tuple[str, str]] = set()
         self._companion = Gauge("memqos_companion_mode", "1 while the service stands beside the kubelet's own Memory"
                                 " QoS (its MemoryQoS gate on, or companion: on) and writes none of what the kubelet"
                                 " writes; 0 while every value is ours", registry=r)
@@ -253,6 +263,22 @@ class Metrics:
         """The BestEffort ceiling after a round: planned and held MemoryMax (None: none)."""
         self._ceiling.labels("planned").set(_bytes_value(UINT64_MAX if planned is None else planned))
         self._ceiling.labels("held").set(_bytes_value(UINT64_MAX if held is None else held))
+
+    def lending(self, plan: Plan | None) -> None:
+        """The lines that follow usage after a round (plan.Ceiling.lent, plan.Lever.lent); None: lending off."""
+        lines = {}
+        if plan is not None and plan.ceiling is not None and plan.ceiling.lent is not None:
+            lines[("bestEffortCeiling", "")] = (plan.ceiling.memory_max, plan.ceiling.lent)
+        for lever in plan.levers if plan is not None else ():
+            if lever.lent is not None:
+                lines[("burstableHigh", lever.pod)] = (lever.memory_high, lever.lent)
+        for gone in self._lent_shown - lines.keys():  # a series goes with its line, not between scrapes
+            self._lend_line.remove(*gone)
+            self._lend_lent.remove(*gone)
+        for labels, (line, lent) in lines.items():
+            self._lend_line.labels(*labels).set(line)
+            self._lend_lent.labels(*labels).set(lent)
+        self._lent_shown = set(lines)
 
     # ---------------------------------------------------------------- serving
 
@@ -353,6 +379,7 @@ class NoMetrics:
     def foreign_write(self, level: str, writer: str) -> None: pass
     def oom_group_restored(self, ok: bool) -> None: pass
     def besteffort_ceiling(self, planned: int | None, held: int | None) -> None: pass
+    def lending(self, plan: Plan | None) -> None: pass
     def companion(self, on: bool) -> None: pass
 
 

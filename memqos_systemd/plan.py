@@ -41,7 +41,7 @@ from .naming import Naming, NamingError, container_scope, reserved_slice
 from .pods import Pod, containers_peak, one_line
 from .quantity import MAX_BYTES, UINT64_MAX, format_bytes, page_up
 
-__all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "Ceiling", "Lever", "allocatable", "memory_high",
+__all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "Ceiling", "Lever", "Owner", "allocatable", "memory_high",
            "kubelet_memory_high", "besteffort_ceiling", "ceiling_misfits", "burstable_high", "qos_reserved_writer",
            "plan"]
 
@@ -98,6 +98,21 @@ class Ceiling:
     requests: int  # the Guaranteed and Burstable pods' requests, summed
     headroom: int
     minimum: int
+    # How far one write may go below the slice's usage (ceiling.step): 0 for the static line; a
+    # line that follows usage (lending.py) takes back what it lent.
+    take: int = 0
+    lent: int | None = None  # a line that follows usage: what it lends (lending.Lent); None: the static line
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A pod with a memory request (Guaranteed or Burstable): what a line that follows usage
+    reserves for it (lending.py)."""
+
+    unit: str  # its pod slice
+    pod: str  # "namespace/name"
+    qos: str
+    request: int  # overhead included (PodRequests)
 
 
 @dataclass(frozen=True)
@@ -112,6 +127,8 @@ class Lever:
     headroom: int
     request: int  # the pod's own request (overhead included)
     floored: bool  # the room was not above the request: held at request + a page
+    kep: int = INFINITY  # the MemoryHigh the pod had before the lever (the KEP's; infinity without a pod limit)
+    lent: int | None = None  # a line that follows usage: what it lends above this static line; None: static
 
     def formula(self, alloc: int) -> tuple[str, ...]:
         """The value and where it comes from, as lines that are true arithmetic: "MemoryHigh X =
@@ -139,6 +156,7 @@ class Plan:
     ceiling: Ceiling | None = None  # bestEffortCeiling, when planned
     companion: bool = False  # beside the kubelet's own Memory QoS (NodeFacts.kubelet_writes)
     levers: tuple[Lever, ...] = ()  # burstableHigh: every pod slice it lowers the MemoryHigh of
+    owners: tuple[Owner, ...] = ()  # every planned pod with a memory request, in the units' order
 
     def lever_of(self, unit: str) -> Lever | None:
         return next((lv for lv in self.levers if lv.unit == unit), None)
@@ -285,6 +303,7 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
     seen_units: set[str] = set()
     pods_requests: list[tuple[str, int]] = []  # (pod, its request) of every planned pod
     burstable: list[tuple[int, Pod]] = []  # (index in pod_units, pod) of every planned Burstable pod
+    owners: list[Owner] = []
 
     for pod in sorted(pods, key=lambda p: (p.namespace, p.name, p.uid)):
         try:
@@ -342,6 +361,8 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
         held[pod.qos][1] += plow
         requested[pod.qos] += request
         pods_requests.append((pod.display, request))
+        if request > 0 and pod.qos != "BestEffort":
+            owners.append(Owner(pod_unit, pod.key, pod.qos, request))
 
     total = sum(requested.values())
     if total > alloc:
@@ -391,7 +412,7 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
     units = _fit((*root_units, node_unit, *reserved_units, *qos_units, *pod_units, *container_units))
     if node.kubelet_writes:
         units = tuple(dataclasses.replace(u, kubelet=kubelet_owns(u.level)) for u in units)
-    return Plan(node.capacity, alloc, units, tuple(warnings), ceiling, node.kubelet_writes, levers)
+    return Plan(node.capacity, alloc, units, tuple(warnings), ceiling, node.kubelet_writes, levers, tuple(owners))
 
 
 def qos_reserved_writer(config: Config) -> str | None:
@@ -471,7 +492,7 @@ def _levers(config: Config, node: NodeFacts, alloc: int, requests: int, pod_unit
             continue  # a limit (or the KEP's MemoryHigh from it) already holds the pod there
         pod_units[i] = dataclasses.replace(u, memory_high=value)
         floored = alloc - others - headroom < value
-        levers.append(Lever(u.unit, pod.key, value, others, headroom, request, floored))
+        levers.append(Lever(u.unit, pod.key, value, others, headroom, request, floored, u.memory_high))
     return tuple(levers)
 
 

@@ -56,3 +56,20 @@ def test_no_step_below_the_usage_and_never_up_while_lowering(usage, held):
         assert got.value >= usage and got.value >= 900 * Mi
     assert got.value <= was
     assert got.following == (got.value > 900 * Mi)
+
+
+@pytest.mark.parametrize("target, held, usage, take, expected", [
+    # a line that follows usage takes back what it lent: at most `take` below the usage a write
+    (900 * Mi, INF, 1500 * Mi, 64 * Mi, Step(1436 * Mi, True)),
+    (900 * Mi, 1436 * Mi, 1436 * Mi, 64 * Mi, Step(1372 * Mi, True)),  # the usage followed (an OOM kill, reclaim)
+    (900 * Mi, 1436 * Mi, 1500 * Mi, 64 * Mi, Step(1436 * Mi, True)),  # it did not: nothing lower yet, nothing sent
+    (900 * Mi, INF, 950 * Mi, 64 * Mi, Step(900 * Mi, False)),  # within a take: the line
+    (900 * Mi, INF, 964 * Mi, 64 * Mi, Step(900 * Mi, False)),
+    (900 * Mi, INF, 964 * Mi + 1, 64 * Mi, Step(900 * Mi + PAGE, True)),
+    (900 * Mi, INF, 1500 * Mi, 64 * Mi + 1, Step(1436 * Mi, True)),  # in whole pages, down
+    (0, INF, 10 * Mi, 64 * Mi, Step(0, False)),
+    (900 * Mi, INF, None, 64 * Mi, Step(INF, True)),  # no usage: nothing lowered
+    (1500 * Mi, 900 * Mi, 3000 * Mi, 64 * Mi, Step(1500 * Mi, False)),  # raising: at once
+])
+def test_step_takes_back_a_bounded_step(target, held, usage, take, expected):
+    assert step(target, held, usage, PAGE, take) == expected

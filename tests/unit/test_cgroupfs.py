@@ -157,12 +157,16 @@ def test_kernel_shows_page_rounded_values():
 
 def test_the_only_write_is_memory_oom_group_back_to_1():
     """cgroupfs.py writes one file: memory.oom.group, the value 1 (docs/DESIGN.md, "The one file we
-    write"). Everything else is read-only."""
+    write"). Besides, a PSI trigger is registered on memory.pressure (PressureWake): a poll
+    registration on our own open file, gone with it, which sets no value of the cgroup's.
+    Everything else is read-only."""
     src = Path(cgroupfs.__file__).read_text()
     opens = re.findall(r"os\.open\(([^)]*)\)", src)
     writes = [args for args in opens if "O_RDONLY" not in args]
-    assert writes == ['where / "memory.oom.group", os.O_WRONLY'] and len(opens) > 1
-    assert re.findall(r"os\.write\(([^)]*)\)", src) == ['fd, b"1"']
+    assert writes == ['where / "memory.oom.group", os.O_WRONLY',
+                      "path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC"] and len(opens) > 2
+    assert 'path = self.root / cgroup_path(unit) / "memory.pressure"' in src
+    assert re.findall(r"os\.write\(([^)]*)\)", src) == ['fd, b"1"', 'fd, f"some {stall_us} {window_us}".encode(']  # (the regex stops at its ")")
     assert not re.search(r"write_text|write_bytes|open\([^)]*['\"][wa]", src)
 
 
@@ -257,3 +261,30 @@ def test_memory_max_is_compared_where_it_is_ours(tmp_path):
     assert fs.watch({unit: {**held, "MemoryMax": 500 << 20}}, 4096) == [unit]  # reopened with memory.max
     assert len(os.listdir("/proc/self/fd")) == before + 4
     assert fs.usage(unit) == 123456789 and fs.usage("nothing.slice") is None
+
+
+def test_owners_seen_reads_usage_low_and_stall_and_none_where_it_cannot(tmp_path):
+    fs = Cgroupfs(tmp_path)
+    a = "kubepods-burstable-poda.slice"
+    where = tmp_path / cgroup_path(a)
+    where.mkdir(parents=True)
+    (where / "memory.current").write_text("123\n")
+    (where / "memory.events").write_text("low 7\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    (where / "memory.pressure").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=4567\n"
+                                           "full avg10=0.00 avg60=0.00 avg300=0.00 total=89\n")
+    gone = "kubepods-burstable-podb.slice"
+    assert fs.owners_seen([a, gone]) == {a: (123, 7, 4567), gone: (None, None, None)}
+    (where / "memory.current").write_text("456\n")
+    assert fs.owners_seen([a]) == {a: (456, 7, 4567)}  # through the kept descriptor
+
+
+def test_pressure_wake_is_not_armed_where_no_trigger_can_be_put(tmp_path):
+    """A plain file (no PSI: no kernfs poll) or no file at all: not armed, never fires."""
+    fs = Cgroupfs(tmp_path)
+    wake = fs.pressure_wake()
+    assert wake is fs.pressure_wake() and wake.fileno() >= 0
+    assert not wake.arm("kubepods.slice", 10_000, 1_000_000) and wake.armed is None
+    (tmp_path / "kubepods.slice").mkdir()
+    (tmp_path / "kubepods.slice" / "memory.pressure").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    assert not wake.arm("kubepods.slice", 10_000, 1_000_000) and not wake.drain()
+    wake.close()

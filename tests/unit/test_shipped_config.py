@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from memqos_systemd import config
-from memqos_systemd.config import BurstableHighSettings, CeilingSettings, Config, KubeletSettings, MetricsConfig, load_config, parse_config
+from memqos_systemd.config import (BurstableHighSettings, CeilingSettings, Config, KubeletSettings, LendingSettings,
+                                   MetricsConfig, load_config, parse_config)
 
 
 def _shipped() -> Path:
@@ -76,7 +77,7 @@ def _mentioned(text: str) -> tuple[set[str], dict[str, set[str]]]:
     doc = yaml.safe_load(_uncommented(text))
     top = set(doc)
     nested = {k: set(v) for k, v in doc.items()
-              if isinstance(v, dict) and k in ("kubelet", "metrics", "bestEffortCeiling", "burstableHigh")}
+              if isinstance(v, dict) and k in ("kubelet", "metrics", "bestEffortCeiling", "burstableHigh", "lending")}
     return top, nested
 
 
@@ -116,7 +117,8 @@ def test_names_every_top_level_key_config_py_knows():
 
 @pytest.mark.parametrize("block, record", [("kubelet", KubeletSettings), ("metrics", MetricsConfig),
                                            ("bestEffortCeiling", CeilingSettings),
-                                           ("burstableHigh", BurstableHighSettings)])
+                                           ("burstableHigh", BurstableHighSettings),
+                                           ("lending", LendingSettings)])
 def test_names_every_nested_key_config_py_knows(block, record):
     _, nested = _mentioned(_text())
     fields = {_norm(f.name) for f in dataclasses.fields(record)}

@@ -379,6 +379,10 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
         for lever in p.levers:
             name = f"  {one_line(lever.pod, limit)}"
             lines += [name if wide else columns.fit(name, 100), *(f"      {f}" for f in lever.formula(p.allocatable))]
+    if cfg.lending.enabled and (ceiling or p.levers):  # lending.py: drawn from usage, which a plan has not
+        lines += ["lending on: the service draws these lines from what the pods with requests use, not from",
+                  "       their requests, and lends what they neither use nor are about to (the lines now:",
+                  "       memqos-systemd status, metrics memqos_lending_line_bytes and memqos_lending_lent_bytes)"]
     if context.finished_pods:
         lines.append(f"skipped: {context.finished_pods} finished pod(s) (Succeeded or Failed), which hold no memory")
     if p.warnings:

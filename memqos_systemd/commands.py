@@ -36,6 +36,7 @@ from .reconcile import DEFAULTS, MAY_CREATE, reset_plan
 from .round import Inputs, Round
 from .ceiling import step
 from .ceiling_watch import CEILING_LEDGER, CEILINGS_PATH, CeilingWatch, ceiling_units
+from .lending_watch import lines_now
 from .feature import Context
 from .runfile import RunLockHeld, hold_run_lock
 from .signals import CLASSES, Protection, ProtectionView
@@ -273,6 +274,8 @@ async def _status(cfg: Config, output: str) -> int:
         intake.accept(snapshot, observer.live_pod_uids())
         if intake.snapshot is not None and intake.snapshot.pods != snapshot.pods:
             desired = _desired(cfg, intake.snapshot, mode)  # with the pods carried over
+    if desired is not None:  # lending on: the lines a look draws now from the pods' usage, not the static ones
+        desired = lines_now(desired, Cgroupfs(CGROUP_ROOT), cfg, _page_size(), time.monotonic())
     held = observer.snapshot().held
     rows = _unit_rows(desired, held)
     doc = {"node": None, "holding": None if snapshot is None or intake.holding is None else str(intake.holding),
@@ -349,6 +352,7 @@ def _ceiling_row(desired: Plan | None, observed: dict, naming: Naming, cfg: Conf
     return {"unit": unit, "enabled": cfg.best_effort_ceiling.enabled,
             "MemoryMax": planned.memory_max if planned else None, "systemd": values.get("MemoryMax"),
             "usageBytes": read_value(where / "memory.current"),
+            "lentBytes": planned.lent if planned else None,  # lending on: what the line lends; None: static
             "requestsBytes": planned.requests if planned else None,
             "headroomBytes": (planned.headroom if planned else
                               cfg.best_effort_ceiling.headroom.resolve(desired.allocatable) if desired else None), "minimumBytes": cfg.best_effort_ceiling.minimum,
@@ -372,7 +376,7 @@ def _lever_of(desired: Plan, unit: str) -> dict | None:
     if lever is None:
         return None
     return {"MemoryHigh": lever.memory_high, "othersRequestsBytes": lever.others, "headroomBytes": lever.headroom,
-            "heldAtRequest": lever.floored, "formula": lever.describe(desired.allocatable)}
+            "heldAtRequest": lever.floored, "lentBytes": lever.lent, "formula": lever.describe(desired.allocatable)}
 
 
 def _protection(desired: Plan) -> Protection | None:
@@ -566,7 +570,9 @@ def _ceiling_lines(c: dict) -> list[str]:
     state = " (steps down with the usage)" if stepping else ""
     first = (f"BestEffort ceiling ({c['unit']}): plan {_human(planned) if planned is not None else 'none'},"
              f" systemd holds {_human(held)}{state}, usage {_human(c['usageBytes'])}")
-    how = (f"allocatable - requests {_human(c['requestsBytes'])} - headroom {_human(c['headroomBytes'])}"
+    how = (f"follows usage: lends {_human(c['lentBytes'])} above allocatable - requests {_human(c['requestsBytes'])}"
+           f" - headroom {_human(c['headroomBytes'])}" if planned is not None and c.get("lentBytes") is not None
+           else f"allocatable - requests {_human(c['requestsBytes'])} - headroom {_human(c['headroomBytes'])}"
            f" (at least {_human(c['minimumBytes'])})" if planned is not None
            else "off" if not c["enabled"] else "left to the kubelet's QOSReserved (plan --output table says why)")
     ev = c["events"]

@@ -40,7 +40,7 @@ from .naming import Naming
 from .plan import Plan
 from .reconcile import UNREAD
 
-__all__ = ["LendingWatch", "PRESS_TRIGGER", "PRESS_WINDOW"]
+__all__ = ["LendingWatch", "PRESS_TRIGGER", "PRESS_WINDOW", "lines_now"]
 
 log = logging.getLogger("memqos_systemd")
 
@@ -69,6 +69,7 @@ class LendingWatch:
         self.moved = False  # the last look moved something
         self.stepping = False  # a lever pod's MemoryHigh is held above its line for its usage
         self._seen: dict[str, lending.Seen] = {}
+        self._headroom = 0  # lending.headroom, as the last look resolved it
         self._drawn_for: Plan | None = None  # the plan the lines were last drawn for
         self._overlaid: tuple | None = None  # (desired, key, overlaid plan)
         self._look = Look()
@@ -116,7 +117,7 @@ class LendingWatch:
         self.lines, self.state = lending.draw(owners, self._seen, alloc=desired.allocatable, headroom=headroom,
                                               ceiling=ceiling, page_size=self.page_size, state=self.state, now=now)
         self.moved = self.lines.moved
-        self._drawn_for, self._due = desired, False
+        self._drawn_for, self._due, self._headroom = desired, False, headroom
         self._say(before, self.lines)
 
     def _lay(self, desired: Plan, observed: Mapping[str, Mapping[str, int] | None]) -> Plan:
@@ -137,8 +138,9 @@ class LendingWatch:
             return self._overlaid[2]
         ceiling, units = desired.ceiling, desired.units
         if lines.ceiling is not None and ceiling is not None:
+            # its headroom lending's: what it lends is above allocatable - requests - that headroom
             ceiling = dataclasses.replace(ceiling, memory_max=lines.ceiling.value, take=lending.TAKE,
-                                          lent=lines.ceiling.lent)
+                                          lent=lines.ceiling.lent, headroom=self._headroom)
         levers = tuple(dataclasses.replace(lv, memory_high=lines.lever(lv.unit).value, lent=lines.lever(lv.unit).lent)
                        if lines.lever(lv.unit) is not None else lv for lv in desired.levers)
         units = tuple(dataclasses.replace(u, memory_max=ceiling.memory_max)
@@ -172,3 +174,16 @@ class LendingWatch:
 
     def on_drift(self, unit: str, before: Mapping[str, int], now: Mapping[str, int], config: Config) -> frozenset[str]:
         return frozenset()
+
+
+def lines_now(desired: Plan, cgroupfs: Cgroupfs, config: Config, page_size: int, now: float) -> Plan:
+    """`desired` with the lines a first look draws now (for `status`): the owners read once, no
+    trigger armed, nothing stepped. A first look knows no growth rate and no press held, so the
+    service's own lines may stand lower by a growing owner's slack or a pressed owner's request
+    (its metrics show its own). `desired` itself when lending is off or has no line to draw."""
+    if not config.lending.enabled or (desired.ceiling is None and not desired.levers):
+        return desired
+    watch = LendingWatch(cgroupfs, page_size)
+    watch._draw(desired, config.lending.headroom.resolve(desired.allocatable), now)
+    # each lever taken as held at its line: laid as drawn, not stepped from what systemd holds
+    return watch._lay(desired, {lent.unit: {"MemoryHigh": lent.value} for lent in watch.lines.levers})

@@ -133,10 +133,14 @@ class Lever:
     def formula(self, alloc: int) -> tuple[str, ...]:
         """The value and where it comes from, as lines that are true arithmetic: "MemoryHigh X =
         allocatable A - others' requests Y - headroom H" (bytes in IEC units; the headroom only when
-        set), or, when that room is not above the pod's request, "MemoryHigh X = its request R + a
-        page" and the room that was less."""
+        set); when that room is not above the pod's request, "MemoryHigh X = its request R + a page"
+        and the room that was less; on a line that follows usage (lending.py), what it lends above
+        that room."""
         room = f"allocatable {format_bytes(alloc)} - others' requests {format_bytes(self.others)}"
         room += f" - headroom {format_bytes(self.headroom)}" if self.headroom else ""
+        if self.lent is not None:
+            return (f"MemoryHigh {format_bytes(self.memory_high)} follows usage: lends {format_bytes(self.lent)}"
+                    f" above {room}",)
         if not self.floored:
             return (f"MemoryHigh {format_bytes(self.memory_high)} = {room}",)
         return (f"MemoryHigh {format_bytes(self.memory_high)} = its request {format_bytes(self.request)} + a page,",

@@ -330,7 +330,7 @@ def test_status_shows_the_lever_on_the_pods_it_lowers():
     assert doc["burstableHigh"] == {"enabled": True, "headroomBytes": 100 * Mi, "companion": False, "pods": 2}
     assert doc["pods"][0]["burstableHigh"] == {
         "MemoryHigh": 13524 * Mi, "othersRequestsBytes": 2660 * Mi, "headroomBytes": 100 * Mi, "heldAtRequest": False,
-        "formula": "MemoryHigh 13.21Gi = allocatable 15.9Gi - others' requests 2.6Gi - headroom 100Mi"}
+        "lentBytes": None, "formula": "MemoryHigh 13.21Gi = allocatable 15.9Gi - others' requests 2.6Gi - headroom 100Mi"}
     lines = status_lines(doc)
     at = lines.index("Burstable lever (burstableHigh): MemoryHigh on 2 pod slice(s), none grows into"
                      " others' requests")

@@ -21,9 +21,10 @@ features.py; the daemon and the round iterate the table and never name a feature
   daemon runs (`planned` False: the round could not plan); the agenda holds it (Agenda.look_again).
 * `on_drift(unit, before, now, config)`: a read found `unit` changed without us: the properties of
   that change it takes on itself (said and handled there); the rest is a foreign write as usual.
-* `notifier`, `woken(now)`: an object whose fileno() the loop watches (None: none); when it is
-  readable the daemon asks `woken` when to look again (now, or infinity when what woke it is
-  nothing to the feature) and hands that to the agenda, as a look_again.
+* `notifier`, `woken(now)` (optional: a feature without them watches nothing): an object whose
+  fileno() the loop watches (None: none); when it is readable the daemon asks `woken` when to look
+  again (now, or infinity when what woke it is nothing to the feature) and hands that to the
+  agenda, as a look_again.
 """
 
 from __future__ import annotations

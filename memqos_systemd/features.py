@@ -46,16 +46,22 @@ def looks(features: Iterable[Feature], now: float, planned: bool) -> dict[str, f
 
 def woken(features: Iterable[Feature], notifier, now: float) -> dict[str, float]:
     """`notifier` was readable: when each feature whose notifier it is wants a round (Feature.woken)."""
-    return {f.name: f.woken(now) for f in features if f.notifier is notifier}
+    return {f.name: f.woken(now) for f in features if _notifier(f) is notifier}
 
 
 def notifiers(features: Iterable[Feature]) -> list:
     """The notifiers the loop watches (Feature.notifier), each once."""
     out = []
     for f in features:
-        if f.notifier is not None and all(f.notifier is not n for n in out):
-            out.append(f.notifier)
+        n = _notifier(f)
+        if n is not None and all(n is not m for m in out):
+            out.append(n)
     return out
+
+
+def _notifier(feature: Feature):
+    """A feature's notifier; one that watches nothing need not say so (feature.py)."""
+    return getattr(feature, "notifier", None)
 
 
 def by_name(features: Iterable[Feature], name: str) -> Feature | None:

@@ -160,12 +160,16 @@ def units_of(pods: list[dict]) -> list[tuple[str, str]]:
     return units
 
 
-def config_dict(url: str, speed: float) -> dict:
+def config_dict(url: str, speed: float, lending: bool = False) -> dict:
+    """The node's config; `lending`: TieredReservation with the two levers whose lines follow
+    usage (issue 44), which read every Guaranteed and Burstable pod's cgroup at each look."""
+    extra = {"memoryReservationPolicy": "TieredReservation", "bestEffortCeiling": {"enabled": True},
+             "burstableHigh": {"enabled": True}, "lending": {"enabled": True}} if lending else {}
     return {"kubelet": {"url": url, "pollInterval": f"{int(DEFAULT_POLL * 1000 / speed)}ms"},
             "resyncInterval": f"{int(DEFAULT_RESYNC * 1000 / speed)}ms",
             "enforceNodeAllocatable": ["pods", "kube-reserved", "system-reserved"],
             "kubeReservedCgroup": "/kube.slice", "systemReservedCgroup": "/system.slice",
-            "kubeReserved": {"memory": "1Gi"}, "systemReserved": {"memory": "1Gi"}}
+            "kubeReserved": {"memory": "1Gi"}, "systemReserved": {"memory": "1Gi"}, **extra}
 
 
 # ------------------------------------------------------------------ parent: the outside world
@@ -257,6 +261,8 @@ def parent(args) -> int:
                "--cgroup", os.path.join(work, "cgroup"), "--metrics-port", str(port)]
         if args.no_pod_signals:
             cmd.append("--no-pod-signals")
+        if args.lending:
+            cmd.append("--lending")
         if args.watch_every:
             cmd += ["--watch-every", str(args.watch_every)]
         env = {**os.environ, "NOTIFY_SOCKET": os.path.join(work, "notify"), "WATCHDOG_USEC": "30000000"}
@@ -265,6 +271,7 @@ def parent(args) -> int:
         stop.set()
         with open(out) as f:
             result = json.load(f)
+        result["lending"] = args.lending
         result["scrape"] = {"every_s": args.scrape, "pod_signals": not args.no_pod_signals,
                             "bytes": seen.get("bytes", 0), "scrapes": seen.get("scrapes", 0)}
         result["node"] = {"pods": PODS, "units": len(units), "pods_json_bytes": len(body),
@@ -309,6 +316,8 @@ def report(r: dict) -> None:
               + (f"; reading them: {1000 * r['signals_read_s']:.2f} ms per scrape" if r.get("signals_read_s") else ""))
     if r.get("watch_every"):
         print(f"the upper slices' cgroups read every {r['watch_every']:g} s for good (--watch-every)")
+    if r.get("lending"):
+        print("lending on (--lending): both levers' lines follow usage, every owner's cgroup read at each look")
     print(f"idle window: {w['seconds']:.0f} s at intervals / {r['speed']:g} (poll {DEFAULT_POLL / r['speed']:g} s,"
           f" resync {DEFAULT_RESYNC / r['speed']:g} s);"
           f" D-Bus calls {w['dbus_calls']}, writes {w['writes']}")
@@ -379,7 +388,7 @@ def child(args) -> int:
     speed = args.speed
     if args.watch_every:
         agenda_mod.KERNEL_WATCH_IDLE = agenda_mod.KERNEL_WATCH_INTERVAL = args.watch_every
-    cfg = parse_config(config_dict(args.url, speed))
+    cfg = parse_config(config_dict(args.url, speed, args.lending))
     if args.no_pod_signals:
         set_plan = Metrics.set_plan
         Metrics.set_plan = lambda self, plan, cgroupfs=None, settings=None: set_plan(self, plan)
@@ -577,6 +586,9 @@ def main() -> int:
                     help="run without the protection signals (the pod and QoS slices' files), for comparison")
     ap.add_argument("--watch-every", type=float, default=0.0,
                     help="read the upper slices' cgroups every this many seconds for good (0: the daemon's own)")
+    ap.add_argument("--lending", action="store_true",
+                    help="TieredReservation, bestEffortCeiling, burstableHigh and lending on (issue 44): the lines"
+                         " follow usage, every Guaranteed and Burstable pod's cgroup read at each look")
     ap.add_argument("--json", help="also write the raw results here")
     ap.add_argument("--render", metavar="JSON", help="print the report of saved results (--json) and exit")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

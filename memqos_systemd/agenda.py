@@ -35,7 +35,7 @@ from typing import Collection, Iterable, Mapping
 
 __all__ = [
     "Agenda", "Due", "Refresh", "LIGHT_LEVELS", "FULL_RESYNC_EVERY", "SYSTEMD_SETTLE", "UNKNOWN_UNIT_PATIENCE",
-    "FAST_POLL_FIRST", "KUBELET_START_PATIENCE", "KUBELET_START_RETRY", "SOURCE_WATCH_INTERVAL",
+    "FAST_POLL_FIRST", "KUBELET_START_PATIENCE", "KUBELET_START_RETRY", "KUBELET_START_WINDOW", "SOURCE_WATCH_INTERVAL",
     "KERNEL_WATCH_INTERVAL", "KERNEL_WATCH_IDLE", "KERNEL_WATCH_ALERT", "KERNEL_WATCH_AFTER_KUBELET_START",
     "KERNEL_WATCH_AFTER_DRIFT", "KERNEL_DRIFT_GAP", "HEARTBEAT_INTERVAL", "Tick", "Ticks",
     "Look", "follow",
@@ -65,6 +65,16 @@ FAST_POLL_FIRST = 0.1
 # this long, a failed fetch is tried again every KUBELET_START_RETRY seconds, not at the next poll.
 KUBELET_START_PATIENCE = 30.0
 KUBELET_START_RETRY = 0.25
+# What the kubelet writes just after its start is its own (kubelet_gate.kubelets_write): its reset
+# of kubepods.slice and the Burstable slice to 0 lands once its container manager starts, seconds
+# after the process (its /pods may answer before or after). For this long after the start job
+# ended, such a write is the kubelet's start (put back, counted apart), not a foreign write.
+KUBELET_START_WINDOW = 120.0
+# Until the kubelet answers after its start (its /metrics, its /configz: asked at the first /pods
+# that answers), what it writes itself is being decided: a write of its found then that its new
+# configuration may make its own is left to it (Companion.hold). For at most
+# KUBELET_START_PATIENCE: a kubelet that does not answer is then taken as what its config file and
+# its last answers say.
 # A pods file is looked at this often for edits (its stat; the source says whether it changed).
 SOURCE_WATCH_INTERVAL = 1.0
 # The node, QoS and reserved slices' memory.min/low/high are read from their cgroups (a few pread
@@ -235,6 +245,8 @@ class Agenda:
         # Ask the kubelet whether its own Memory QoS is on (companion mode) at the next fetch that
         # succeeds: at start, after a config reload, after the kubelet (re)started.
         self._ask_kubelet = True
+        self._kubelet_start_seen = False  # a kubelet start not yet taken (take_kubelet_start)
+        self._deciding = False  # the kubelet started and has not answered since (deciding)
 
     # ---- events ---------------------------------------------------------------------------
     def unit_new(self, name: str, level: str, now: float, planned: bool) -> None:
@@ -264,6 +276,7 @@ class Agenda:
         moment a node's pods start (issue 6), and drift on them is found by the full resync."""
         self._kubelet_started = now
         self._ask_kubelet = True  # it may have come back with its Memory QoS gate flipped
+        self._kubelet_start_seen = self._deciding = True
         self._pending = max(self._pending, Refresh.LIGHT)
         self._want_fetch = True
         self.ticks.watch_closely(now, KERNEL_WATCH_AFTER_KUBELET_START)
@@ -353,6 +366,30 @@ class Agenda:
         asked, self._ask_kubelet = self._ask_kubelet, False
         return asked
 
+    def ask_again(self) -> None:
+        """The kubelet did not answer what it writes itself while its mode is being decided: ask at
+        the next fetch, KUBELET_START_RETRY after this one (_retry_at)."""
+        self._ask_kubelet = True
+
+    def take_kubelet_start(self) -> bool:
+        """Whether the kubelet has started since this was last asked (its config file is read
+        again then: Companion.kubelet_started). Taken when asked."""
+        seen, self._kubelet_start_seen = self._kubelet_start_seen, False
+        return seen
+
+    def kubelet_answered(self) -> None:
+        """The kubelet was asked what it writes itself since its start: its mode is decided."""
+        self._deciding = False
+
+    def deciding(self, now: float) -> bool:
+        """Whether the kubelet has started and not answered yet (for at most KUBELET_START_PATIENCE):
+        a write of its found now may be its own under a configuration not known yet."""
+        return self._deciding and now < self._kubelet_started + KUBELET_START_PATIENCE
+
+    def kubelet_starting(self, now: float) -> bool:
+        """Whether the kubelet started less than KUBELET_START_WINDOW ago: a reset found now is its start's."""
+        return now < self._kubelet_started + KUBELET_START_WINDOW
+
     def source_changed(self) -> None:
         """The pod source says its document changed (a pods file edited)."""
         self._source_changed = True
@@ -386,20 +423,27 @@ class Agenda:
         return self._fetch_started + self._fast_poll
 
     def _retry_at(self, now: float) -> float:
-        """When to ask a kubelet that has just started, and did not answer, again."""
-        if self._fetch_failing and now < self._kubelet_started + KUBELET_START_PATIENCE:
+        """When to ask a kubelet that has just started, and did not answer (its /pods, or what it
+        writes itself while that is being decided), again."""
+        if ((self._fetch_failing or (self._ask_kubelet and self._deciding))
+                and now < self._kubelet_started + KUBELET_START_PATIENCE):
             return self._fetch_ended + KUBELET_START_RETRY
         return float("inf")
 
     def timeout(self, now: float) -> float:
         """How long the daemon may sleep before something is due (an event wakes it earlier)."""
         wake = min(self._next_poll, self._next_resync, self._fast_poll_at(), self._retry_at(now), self._drift_at,
-                   *self._looks.values())
+                   self._decided_at(now), *self._looks.values())
         if self.watch_source:
             wake = min(wake, now + SOURCE_WATCH_INTERVAL)
         if now < self._quiet_until:
             wake = min(wake, self._quiet_until)
         return max(wake - now, 0.0)
+
+    def _decided_at(self, now: float) -> float:
+        """When the kubelet's patience ends while it is being decided (a look then: Companion.release)."""
+        end = self._kubelet_started + KUBELET_START_PATIENCE
+        return end if self._deciding and now < end else float("inf")
 
     def in_doubt(self, now: float) -> bool:
         """Whether the cache may lack units systemd holds until the next full re-read: systemd is

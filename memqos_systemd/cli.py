@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from . import __version__, columns
 from .documents import DocumentError, decode
-from .kubelet_gate import companion_mode, memory_qos_gate
+from .kubelet_gate import Mode, companion_mode, kubelet_facts, properties_where
 from .config import DEFAULT_CONFIG_PATH, Config, ConfigError, config_present, load_config, shown_path
 from .plan import INFINITY, MAX_PAGE_SIZE, NodeFacts, Plan, PlanError, UnitPlan, plan
 from .pods import PodsError, count_finished, one_line, parse_pods
@@ -217,10 +217,12 @@ def _check_names(cfg: Config, src: str) -> None:
             raise UsageError(f"{src}: {key}: {path!r}: {e}") from None
 
 
-def plan_to_json(p: Plan, pending: Mapping[str, str] | None = None) -> dict:
+def plan_to_json(p: Plan, pending: Mapping[str, str] | None = None, mode: Mode | None = None) -> dict:
     """The `plan --output json` document (a contract: see `issues show 2`). `pending`: pod key ->
     the reason of a resize the kubelet has not allocated (`resizePending` on the pod's unit).
-    A container's unit also names the container (`container`, issue 20)."""
+    A container's unit also names the container (`container`, issue 20). Beside the kubelet's own
+    Memory QoS each unit says which of its values are the kubelet's (`kubelet`), and `kubelet` says
+    what it writes as its own and why (`mode`)."""
     units = []
     for u in p.units:
         entry: dict[str, Any] = {"unit": u.unit, "level": u.level}
@@ -242,10 +244,18 @@ def plan_to_json(p: Plan, pending: Mapping[str, str] | None = None) -> dict:
             entry["burstableHigh"] = {"othersRequestsBytes": lever.others, "headroomBytes": lever.headroom,
                                       "requestBytes": lever.request, "heldAtRequest": lever.floored}
         units.append(entry)
+    mins, lows, kmin, klow = p.protected()
     doc = {"node": {"capacityBytes": p.capacity, "allocatableBytes": p.allocatable},
-           "units": units, "warnings": list(p.warnings)}
+           "units": units, "warnings": list(p.warnings),
+           # each byte once: the pod slices' (the node and QoS slices back the same bytes)
+           "protected": {"MemoryMin": mins, "MemoryLow": lows, "kubeletMemoryMin": kmin, "kubeletMemoryLow": klow}}
     if p.companion:  # beside the kubelet's own Memory QoS (each unit's `kubelet`: what it writes there)
         doc["companion"] = True
+    if mode is not None:
+        doc["kubelet"] = {"mode": mode.name, "why": mode.why,
+                          "writes": {lv: sorted(props) for lv, props in p.kubelet.levels.items() if props},
+                          "memoryReservationPolicy": mode.facts.policy if mode.facts else None,
+                          "memoryThrottlingFactor": mode.facts.factor if mode.facts else None}
     return doc
 
 
@@ -293,12 +303,18 @@ def _name_cell(u: UnitPlan, pending: Mapping[str, str] | None, limit: int) -> st
     return u.unit
 
 
+# The kubelet `plan` takes a kubeletConfigFile's for (it asks no kubelet): the release this one is
+# built against (docs/DESIGN.md, "hierarchy: kubelet is the kubelet of v1.37").
+PLAN_KUBELET = "v1.37"
+
+
 @dataclass(frozen=True)
 class TableContext:
     """Where a plan's inputs came from, for the table's header and footer."""
     config: str = "built-in defaults"
     capacity_from: str = "MemTotal of /proc/meminfo"
     finished_pods: int = 0
+    mode: Mode | None = None  # beside the kubelet's own Memory QoS or not, and what it writes
 
 
 LEGEND = "legend: MemoryMin is never reclaimed, MemoryLow is reclaimed last, MemoryHigh throttles above it"
@@ -329,9 +345,12 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
     ceiling = p.ceiling is not None
     header = (("SLICE / POD / CONTAINER", "LEVEL", "MemoryMin", "MemoryLow", "MemoryHigh")
               + (("MemoryMax",) if ceiling else ()) + (("UNIT",) if wide else ()))
+    def cell(u: UnitPlan, prop: str, value: int) -> str:
+        return _show_bytes(value) + ("*" if prop in u.kubelet else "")  # the kubelet's, as its config makes it
+
     rows = [("  " * d + columns.as_printed(_name_cell(u, pending, limit), encoding), u.level,
-             _show_bytes(u.memory_min), _show_bytes(u.memory_low),
-             _show_bytes(u.memory_high)) + ((_show_bytes(u.memory_max) if u.memory_max is not None else "",)
+             cell(u, "MemoryMin", u.memory_min), cell(u, "MemoryLow", u.memory_low),
+             cell(u, "MemoryHigh", u.memory_high)) + ((_show_bytes(u.memory_max) if u.memory_max is not None else "",)
                                             if ceiling else ())
             + ((columns.as_printed(u.unit, encoding),) if wide else ()) for d, u in _tree_order(p)]
     widths = [max(columns.width(r[i]) for r in [header, *rows]) for i in range(len(header))]
@@ -347,9 +366,19 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
     lines = [
         f"node: capacity {format_bytes(p.capacity)} ({context.capacity_from}), allocatable {format_bytes(p.allocatable)}",
         f"config: {context.config}",
-        f"  policy {cfg.memory_reservation_policy}, hierarchy {cfg.hierarchy}, throttling factor {factor}",
-        "",
+        f"  memqos-systemd: policy {cfg.memory_reservation_policy}, hierarchy {cfg.hierarchy}, throttling factor {factor}",
     ]
+    mode = context.mode
+    if mode is not None and not cfg.kubelet_file and mode.facts is not None and mode.facts.gate.on is None:
+        lines.append("  the kubelet: not read (no kubeletConfigFile): every value shown is memqos-systemd's")
+    elif mode is not None:
+        kubelet = [f"  the kubelet: {mode.name}"]
+        known = mode.facts is not None and mode.facts.gate.on is not None and mode.why.startswith("the kubelet's")
+        kubelet.append(f"    {mode.facts.describe() if known else mode.why}")
+        kubelet.append(f"    it writes {properties_where(p.kubelet.levels)} (marked *, as its own config makes them);"
+                       f" memqos-systemd the rest" if p.kubelet else "    it writes none of these values: each is memqos-systemd's")
+        lines += [w for line in kubelet for w in columns.wrap(line, TABLE_WIDTH, indent="      ")]
+    lines.append("")
     for r in [header, *rows]:
         lines.append("  ".join(columns.ljust(c, w) if i in left else columns.rjust(c, w)
                                for i, (c, w) in enumerate(zip(r, widths))).rstrip())
@@ -357,17 +386,20 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
     if p.levers:
         lines.append("        a Burstable pod's MemoryHigh may be burstableHigh's: what the others' requests leave")
     if p.companion:
-        lines += ["companion mode: the kubelet writes MemoryMin, MemoryLow and MemoryHigh of every row (shown as it",
-                  "        writes them: a reserved slice's MemoryMin as it enforces it); memqos-systemd only MemoryMax"]
-    top = [u for u in p.units if u.level == "node"]
-    node = top[-1] if top else None
-    protected = node.memory_min + node.memory_low if node else 0
+        lines.append("        *: the kubelet's value (it writes it itself; shown as its own config makes it, never sent)")
+    # Each byte once: the pod slices' protection (the node and QoS slices back the same bytes).
+    mins, lows, kmin, klow = p.protected()
     reserved = sum(u.memory_min for u in p.units if u.level == "reserved")
+    kreserved = sum(u.memory_min for u in p.units if u.level == "reserved" and "MemoryMin" in u.kubelet)
     pods = sum(1 for u in p.units if u.level == "pod")
-    lines.append(f"total: protects {_show_bytes(protected)} of {format_bytes(p.allocatable)} allocatable for {pods} pod(s)"
-                 + (f" (MemoryMin {_show_bytes(node.memory_min)}, MemoryLow {_show_bytes(node.memory_low)})" if node else ""))
+    lines.append(f"total: {pods} pod(s) protected by {_show_bytes(mins + lows)} of {format_bytes(p.allocatable)}"
+                 f" allocatable: MemoryMin {_show_bytes(mins)} + MemoryLow {_show_bytes(lows)}")
+    if p.companion:
+        lines.append(f"       of which the kubelet writes {_show_bytes(kmin + klow)} (MemoryMin {_show_bytes(kmin)} +"
+                     f" MemoryLow {_show_bytes(klow)}), memqos-systemd {_show_bytes(mins + lows - kmin - klow)}")
     if reserved:
-        lines.append(f"       and {format_bytes(reserved)} of MemoryMin for the reserved slices")
+        lines.append(f"       and {format_bytes(reserved)} of MemoryMin for the reserved slices"
+                     + (f" ({_show_bytes(kreserved)} of it the kubelet's)" if p.companion else ""))
     if ceiling:
         c = p.ceiling
         lines += [f"BestEffort ceiling: MemoryMax {_show_bytes(c.memory_max)} on {c.unit}",
@@ -415,11 +447,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except PodsError as e:
         raise UsageError(f"--pods {args.pods}: {e}") from None
     # Beside the kubelet's own Memory QoS as the config tells it (companion: on, or auto with a
-    # kubeletConfigFile whose featureGates turn it on); the kubelet itself is not asked here.
-    mode = companion_mode(cfg.companion, memory_qos_gate(configured=cfg.kubelet_memory_qos_gate,
-                                                         config_file=cfg.kubelet_config_file))
+    # kubeletConfigFile that turns its gate on, its policy and factor from that file or its
+    # defaults); the kubelet itself is not asked here.
+    # A kubelet config file means a kubelet: its version is taken as the one this release knows.
+    mode = companion_mode(cfg.companion, kubelet_facts(file=cfg.kubelet_file, unasked="not asked: plan reads files only",
+                                                       version=PLAN_KUBELET if cfg.kubelet_file else None))
     node = NodeFacts(capacity=_node_memory(args.node_memory), page_size=_page_size(args.page_size),
-                     kubelet_writes=mode.companion)
+                     kubelet=mode.writes)
     try:
         result = plan(pods, node, cfg)
     except PlanError as e:
@@ -428,11 +462,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     pending = {pod.key: pod.resize_pending for pod in pods if pod.resize_pending}
     output = args.output or ("table" if sys.stdout.isatty() else "json")
     if output == "json":
-        json.dump(plan_to_json(result, pending), sys.stdout, indent=2)
+        json.dump(plan_to_json(result, pending, mode), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         context = TableContext(cfg_source, "--node-memory" if args.node_memory else "MemTotal of /proc/meminfo",
-                               count_finished(doc))
+                               count_finished(doc), mode)
         print(plan_to_table(result, cfg, pending, context=context, wide=output == "wide",
                             encoding=getattr(sys.stdout, "encoding", None)))
     return EXIT_OK
@@ -578,10 +612,12 @@ def build_parser() -> argparse.ArgumentParser:
             "Check that this node can run memqos-systemd and say what is wrong if not: systemd as PID 1\n"
             "and the system bus socket, systemd >= 240 reachable over D-Bus, cgroup v2 unified with the\n"
             "memory controller, memory_recursiveprot, kernel >= 5.9, the config, the kubelet's\n"
-            "cgroupDriver (from its config file) and its own MemoryQoS gate (an error when it is on: two\n"
-            "writers would fight), and the pod source as the service will see it. A config that cannot\n"
-            "be used stops it first (every other check needs it); after that every check runs, whatever\n"
-            "an earlier one found.\n"
+            "cgroupDriver (from its config file), who writes what beside the kubelet's own Memory QoS\n"
+            "(its MemoryQoS gate, memoryReservationPolicy and memoryThrottlingFactor, from its /metrics,\n"
+            "its /configz and its config file: an error when nothing protects the pods, or when the\n"
+            "service writes over what the kubelet writes itself), and the pod source as the service\n"
+            "will see it. A config that cannot be used stops it first (every other check needs it);\n"
+            "after that every check runs, whatever an earlier one found.\n"
             "One line per finding (ok, warn, error). Exit status: 0 when nothing is an error (warnings\n"
             "allowed), 1 when something is (no pod source answering is one: the service would protect\n"
             "no pod), 2 when the config cannot be used (one line names the key and the value).")

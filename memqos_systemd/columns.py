@@ -78,11 +78,13 @@ def ellipsis(encoding: str | None) -> str:
 
 def wrap(text: str, columns: int, indent: str = "") -> list[str]:
     """`text` in lines of at most `columns` columns, broken at spaces, every line after the first
-    starting with `indent`. A word longer than a line (a URL, a path) is never split: it
-    takes a line of its own, however long."""
+    starting with `indent` (the first keeps the blanks `text` starts with). A word longer than a
+    line (a URL, a path) is never split: it takes a line of its own, however long."""
     lines: list[str] = []
-    line, used = "", 0
-    for word in text.split(" "):
+    body = text.lstrip(" ")
+    lead = text[:len(text) - len(body)]
+    line, used = "", width(lead)
+    for word in body.split(" "):
         w = width(word)
         if line and used + 1 + w > columns:
             lines.append(line)
@@ -90,6 +92,7 @@ def wrap(text: str, columns: int, indent: str = "") -> list[str]:
         elif line:
             line, used = f"{line} {word}", used + 1 + w
         else:
-            line, used = word, w
+            line, used = word, used + w
     lines.append(line)
+    lines[0] = lead + lines[0]
     return lines

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Collection
 
-from . import columns, features, fights, last_pods, ledger
+from . import columns, features, fights, last_pods, ledger, promtext
 from .applier import Applier, ApplyResult, summarize
 from .cgroupfs import (
     Cgroupfs, cgroup_path, kernel_shows, read_cgroup_memory, read_file, read_memory_events, read_pressure, read_value,
@@ -23,14 +23,15 @@ from .cgroupfs import (
 from .config import DEFAULT_CONFIG_PATH, Config, config_present
 from .daemon import Daemon, Outside
 from .intake import PodIntake
-from .kubelet_gate import GATE_FIX, Mode, companion_mode, kubelet_owns, parse_labels, who_writes, written_how
+from .kubelet_gate import (GATE_FIX, KNOWN_POLICIES, Mode, Writes, companion_mode, properties_where, who_writes,
+                           who_writes_what, writes, written_how)
 from .metrics import Metrics, parse_listen
 from .naming import Naming, container_scope
 from .node import MemoryWatcher, check_node, kubelet_config_findings, page_size, read_meminfo, systemd_findings
 from .notify import setup_logging
 from .observe import Observer
 from .pods import one_line
-from .plan import INFINITY, NodeFacts, Plan, plan
+from .plan import INFINITY, NodeFacts, Plan, levers_on, plan
 from .quantity import format_bytes
 from .reconcile import DEFAULTS, MAY_CREATE, reset_plan
 from .round import Inputs, Round
@@ -89,13 +90,18 @@ def _fetch(cfg: Config):
 
 
 def _desired(cfg: Config, snapshot, mode: Mode) -> Plan:
-    return plan(list(snapshot.pods), NodeFacts(read_meminfo(), _page_size(), mode.companion), cfg)
+    return plan(list(snapshot.pods), NodeFacts(read_meminfo(), _page_size(), mode.writes), cfg)
 
 
 async def _mode(cfg: Config) -> Mode:
-    """Beside the kubelet's own Memory QoS or not, as the service decides it (its /metrics asked once)."""
-    gate, _, _ = await asyncio.to_thread(kubelet_gates, cfg)
-    return companion_mode(cfg.companion, gate)
+    """Beside the kubelet's own Memory QoS or not, and what it writes as its own, as the service
+    decides it (its /metrics and /configz asked once, its config file read)."""
+    facts, _, _ = await asyncio.to_thread(kubelet_gates, cfg)
+    return companion_mode(cfg.companion, facts)
+
+
+def _left_to_it(mode: Mode) -> str:
+    return f"{mode.name} ({mode.why}): left to the kubelet: {properties_where(mode.writes.levels) or 'nothing'}"
 
 
 # ------------------------------------------------------------------ apply
@@ -121,7 +127,7 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
         _warn(w)
     mode = await _mode(cfg)
     if mode.companion:
-        _warn(f"companion mode ({mode.why}): the kubelet's own values are left to it")
+        _warn(_left_to_it(mode))
     # The service's own intake: the pods of its last snapshot stand in for the previous one, so a
     # pod the source leaves out keeps its protection while its slice runs, as it does in `run`.
     intake = PodIntake(LAST_PODS_PATH, write=False)
@@ -137,7 +143,7 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
             _warn(f"pod {p.display} is not listed by the pod source but its slice still exists; keeping its protection")
         if intake.holding is not None:
             _warn("the pod source lists no pods but pod slices exist; not lowering anything")
-        inputs = Inputs(intake.pods, NodeFacts(read_meminfo(), _page_size(), mode.companion), cfg, observer.naming,
+        inputs = Inputs(intake.pods, NodeFacts(read_meminfo(), _page_size(), mode.writes), cfg, observer.naming,
                         intake.holding, retired)
         rnd = Round(features=made)
         desired = rnd.plan(inputs)
@@ -163,7 +169,7 @@ async def _apply(cfg: Config, *, dry_run: bool) -> int:
     ceiling = features.by_name(made, CeilingWatch.name)
     return await _send(cfg, one_round, dry_run=dry_run, label="",
                        max_units=lambda naming: features.owned(made, "MemoryMax", naming, cfg),
-                       companion=mode.companion)
+                       kubelet=mode.writes)
 
 
 # ------------------------------------------------------------------ reset
@@ -188,12 +194,12 @@ async def _reset(cfg: Config, *, dry_run: bool) -> int:
         applier.after_read(await observer.refresh_all(former))
         snap = observer.snapshot()
         found = reset_plan(snap.held, observer.naming, also=former, max_units=ours(observer.naming),
-                           keep=kubelet_owns if mode.companion else lambda level: frozenset())
+                           keep=mode.writes.at)
         return found, await applier.apply(found, snap, dry_run=dry_run, echo=print)
 
     if mode.companion:
-        _warn(f"companion mode ({mode.why}): the values the kubelet writes are left to it")
-    status = await _send(cfg, changes, dry_run=dry_run, label="reset: ", max_units=ours, companion=mode.companion)
+        _warn(_left_to_it(mode))
+    status = await _send(cfg, changes, dry_run=dry_run, label="reset: ", max_units=ours, kubelet=mode.writes)
     if status == EXIT_OK and not dry_run:
         for name in sorted(ceilings.names):
             ceilings.discard(name)  # MemoryMax back to infinity: nothing of ours is left there
@@ -206,10 +212,10 @@ def _restored(unit: str, error: str | None) -> None:
 
 
 async def _send(cfg: Config, act, *, dry_run: bool, label: str,
-                max_units: Callable[[Naming], Collection[str]] = lambda naming: (), companion: bool = False) -> int:
+                max_units: Callable[[Naming], Collection[str]] = lambda naming: (), kubelet: Writes = Writes()) -> int:
     """Connect, and let `act` compute the changes against what systemd holds and send them (or
     print them): (changes, result). `max_units`: the units whose MemoryMax is ours to read
-    (Observer.max_units); `companion`: beside the kubelet's own Memory QoS (Observer.companion)."""
+    (Observer.max_units); `kubelet`: what the kubelet writes as its own (Observer.kubelet)."""
     try:
         systemd = await _connect()
     except SystemdError as e:
@@ -219,7 +225,7 @@ async def _send(cfg: Config, act, *, dry_run: bool, label: str,
         naming = Naming.for_config(cfg)
         cgroupfs = Cgroupfs(CGROUP_ROOT)
         observer = Observer(systemd, naming, cgroupfs=cgroupfs, max_units=lambda: max_units(naming),
-                            companion=lambda: companion)
+                            kubelet=lambda: kubelet)
         applier = Applier(systemd, cgroupfs=cgroupfs, on_restore=_restored)
         changes, result = await act(systemd, observer, applier)
     except SystemdError as e:
@@ -283,11 +289,11 @@ async def _status(cfg: Config, output: str) -> int:
            "bestEffortCeiling": _ceiling_row(desired, held, naming, cfg),
            "burstableHigh": _lever_doc(desired, cfg),
            "foughtOver": fights.current(FIGHTS_PATH, time.time()), "protection": None,
-           "companion": {"on": mode.companion, "why": mode.why}}
+           "companion": _mode_doc(cfg, mode)}
     if desired is not None:
-        node = desired.node_unit()
+        mins, lows, kmin, klow = desired.protected()
         doc["node"] = {"capacityBytes": desired.capacity, "allocatableBytes": desired.allocatable,
-                       "MemoryMin": node.memory_min, "MemoryLow": node.memory_low}
+                       "MemoryMin": mins, "MemoryLow": lows, "kubeletMemoryMin": kmin, "kubeletMemoryLow": klow}
         found = _protection(desired)
         doc["protection"] = _protection_doc(found, desired)
         doc["pods"] = _pod_rows(desired, (intake.snapshot or snapshot).pods, {r["unit"]: r for r in rows}, found)
@@ -297,6 +303,27 @@ async def _status(cfg: Config, output: str) -> int:
     else:
         print("\n".join(status_lines(doc, wide=output == "wide", encoding=getattr(sys.stdout, "encoding", None))))
     return EXIT_OK
+
+
+def _adds(cfg: Config, kubelet: Writes) -> tuple[str, ...]:
+    """What the service adds that the config turns on (never one that is off): its features
+    (features.on) and the plan's levers (plan.levers_on)."""
+    made = features.make(Context(Cgroupfs(CGROUP_ROOT), _page_size(), write=False))
+    return features.on(made, Naming.for_config(cfg), cfg) + levers_on(cfg, kubelet)
+
+
+def _mode_doc(cfg: Config, mode: Mode) -> dict:
+    """The mode for `status`: its name and why, the kubelet's configuration as far as known, what
+    it writes as its own by level, who writes what (an error when nothing protects the pods) and
+    the kubelet's moments the running service put back (memqos_kubelet_resets_total)."""
+    level, line = who_writes_what(mode, cfg.memory_reservation_policy, cfg.memory_throttling_factor,
+                                  _adds(cfg, mode.writes))
+    return {"on": mode.companion, "mode": mode.name, "why": mode.why,
+            "kubelet": mode.facts.describe() if mode.facts else None,
+            "writes": {lv: sorted(p) for lv, p in mode.writes.levels.items() if p}, "podsProtected": level != "error",
+            "whoWritesWhat": line,
+            "kubeletResets": {f"{lv}/{m}": n for (lv, m), n in
+                              _service_counts(cfg, "memqos_kubelet_resets_total", ("level", "moment")).items()}}
 
 
 def _unit_rows(desired: Plan | None, observed: dict) -> list[dict]:
@@ -326,8 +353,15 @@ def _unit_rows(desired: Plan | None, observed: dict) -> list[dict]:
             why = "the kernel differs from systemd"
         rows.append({"unit": name, "level": u.level if u else "unplanned", "cgroup": d, "desired": want,
                      "systemd": held, "kernel": kernel, "drift": drift and bool(why), "why": why,
-                     "kubelet": sorted(u.kubelet) if u else []})  # what the kubelet writes there (companion)
+                     # every planned value, the kubelet's among them (`kubelet`: what it writes there, shown
+                     # as its own configuration makes it; never compared nor sent: not in `desired`)
+                     "planned": _planned_values(u) if u else None, "kubelet": sorted(u.kubelet) if u else []})
     return rows
+
+
+def _planned_values(u) -> dict[str, int]:
+    values = {"MemoryMin": u.memory_min, "MemoryLow": u.memory_low, "MemoryHigh": u.memory_high}
+    return {**values, "MemoryMax": u.memory_max} if u.memory_max is not None else values
 
 
 def _stepping(planned: int, held: int, usage: int | None, page: int) -> bool:
@@ -367,7 +401,7 @@ def _lever_doc(desired: Plan | None, cfg: Config) -> dict | None:
     headroom = cfg.burstable_high.headroom
     return {"enabled": cfg.burstable_high.enabled,
             "headroomBytes": headroom.resolve(desired.allocatable) if desired else None,
-            "companion": bool(desired and desired.companion),
+            "companion": bool(desired and "MemoryHigh" in desired.kubelet.at("pod")),
             "pods": None if desired is None else len(desired.levers)}
 
 
@@ -479,10 +513,13 @@ def status_lines(doc: dict, *, wide: bool = False, encoding: str | None = None) 
     if upper:
         rows = [[" ", "UNIT", "LEVEL", "MIN/LOW (plan)", "HIGH", "DRIFT"]]
         for r in upper:
-            want = r["desired"] or r["systemd"] or {}
+            want = r.get("planned") or r["desired"] or r["systemd"] or {}
+            theirs = set(r.get("kubelet") or ())
+
+            def shown(prop: str) -> str:
+                return _human(want.get(prop)) + ("*" if prop in theirs else "")
             rows.append(["!" if r["drift"] else " ", r["unit"], r["level"],
-                         f"{_human(want.get('MemoryMin'))}/{_human(want.get('MemoryLow'))}",
-                         _human(want.get("MemoryHigh")), r["why"]])
+                         f"{shown('MemoryMin')}/{shown('MemoryLow')}", shown("MemoryHigh"), r["why"]])
         table, cut = _table(rows, words_last=True, wide=wide, ellipsis=mark)
         lines += table + [""]
     limit = sys.maxsize if wide else columns.NAME_LIMIT
@@ -519,11 +556,8 @@ def status_lines(doc: dict, *, wide: bool = False, encoding: str | None = None) 
         lines += _lever_lines(doc["burstableHigh"], doc["pods"], wide)
     lines.append(_summary(doc))
     companion = doc.get("companion")
-    if companion and companion["on"]:
-        said = [f"companion mode: {companion['why']}",
-                "  the kubelet writes MIN/LOW and HIGH of every unit (a reserved slice's as it enforces it);",
-                "  the service writes the BestEffort ceiling, and reads and signals the rest"]
-        lines += said if wide else [columns.fit(line, WIDTH) for line in said]
+    if companion:
+        lines += _mode_lines(companion, wide)
     if doc["drift"]:
         lines.append("drift (!): the plan, systemd and the kernel disagree (why, and the values: --output json)")
     if doc.get("foughtOver"):
@@ -536,6 +570,25 @@ def status_lines(doc: dict, *, wide: bool = False, encoding: str | None = None) 
     if cut:
         lines.append(f"names cut ({mark}) to fit {WIDTH} columns: --output wide shows them whole")
     return lines
+
+
+def _mode_lines(mode: dict, wide: bool) -> list[str]:
+    """The mode, always (also when the kubelet's gate cannot be read): its name and why, who writes
+    what (`*`: the kubelet's values, as its own config makes them), the kubelet's moments put back."""
+    mark = "!" if not mode.get("podsProtected", True) else " "
+    lines = [f"{mark} mode: {mode['mode']}: {mode['why']}"]
+    if mode.get("kubelet"):
+        lines.append(f"  the kubelet: {mode['kubelet']}")
+    lines.append(f"  who writes what (* the kubelet's): {mode['whoWritesWhat']}")
+    resets = mode.get("kubeletResets") or {}
+    if resets:
+        lines.append("  the kubelet's own moments put back: " + ", ".join(
+            f"{n:g} at {'its start' if key.endswith('/start') else 'a container creation'} ({key.split('/')[0]})"
+            for key, n in sorted(resets.items())))
+    if wide:
+        return lines
+    return [columns.fit(lines[0], WIDTH)] + [w for line in lines[1:]
+                                             for w in columns.wrap(line, WIDTH, indent="    ")]
 
 
 def _protection_lines(prot: dict) -> list[str]:
@@ -586,7 +639,7 @@ def _lever_lines(lever: dict, pods: list[dict], wide: bool) -> list[str]:
     if not lever["enabled"]:
         head = "Burstable lever (burstableHigh): off"
     elif lever["companion"]:
-        head = "Burstable lever (burstableHigh): not planned in companion mode (a pod's MemoryHigh is the kubelet's)"
+        head = "Burstable lever (burstableHigh): not planned: the kubelet writes the pods' MemoryHigh (its factor)"
     else:
         head = (f"Burstable lever (burstableHigh): MemoryHigh on {_count(lever['pods'])} pod slice(s),"
                 f" none grows into others' requests")
@@ -616,10 +669,13 @@ def _summary(doc: dict) -> str:
     if node is None:
         protected = f"no plan (the pod source failed: {doc['podSource']})"
     else:
+        # The pods' own protection (each byte once: the node and QoS slices back the same bytes).
         alloc = node["allocatableBytes"]
         share = (node["MemoryMin"] + node["MemoryLow"]) / alloc * 100 if alloc else 0.0
+        theirs = node.get("kubeletMemoryMin", 0) + node.get("kubeletMemoryLow", 0)
         protected = (f"min {_human(node['MemoryMin'])} + low {_human(node['MemoryLow'])} ({share:.0f}% of"
-                     f" allocatable {_human(alloc)})")
+                     f" allocatable {_human(alloc)}"
+                     + (f"; the kubelet writes {_human(theirs)} of it" if theirs else "") + ")")
     holding = f"holding: {doc['holding']}" if doc["holding"] else "not holding"
     return f"node: {len(doc['pods'])} pods, {protected}, {holding}, {doc['drift']}/{len(doc['units'])} units drift"
 
@@ -704,45 +760,53 @@ async def _check_pods(cfg: Config, sandbox: tuple[str, str] | None) -> list[tupl
 
 
 # What owning every value beside the kubelet's own Memory QoS means (e2e 55-foreign-writer measures it).
-FIGHT_KEPT = ("with companion: off, the kubelet writes kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow"
-              " every minute (zeros under its default policy) and memqos-systemd puts its own back within about a"
-              " second, each time counted in memqos_foreign_writes_total: protection dips every minute")
-# What the service adds beside the kubelet's own Memory QoS (docs/DESIGN.md, "Companion mode").
-COMPANION_ADDS = ("the BestEffort ceiling (bestEffortCeiling), held in the kernel whoever writes, breach and"
-                  " pressure signals with alerts, status and check")
+FIGHT_KEPT = ("with companion: off, a kubelet with memoryReservationPolicy: TieredReservation writes kubepods.slice"
+              " MemoryMin and kubepods-burstable.slice MemoryLow every minute and memqos-systemd puts its own back"
+              " within about a second, each time counted in memqos_foreign_writes_total: protection dips every minute")
 
 
 QOS_RESERVED_FIX = ("turn one of the two off: bestEffortCeiling: {enabled: false} here, or the kubelet's QOSReserved"
                     " (featureGates: {QOSReserved: false}, or no memory in qosReserved, in its config) and restart it")
+CONFIGZ_FIX = ("set kubeletConfigFile to the kubelet's config file, or let the service read its /configz (RBAC"
+               " nodes/configz get, deploy/rbac/)")
 
 
 def _check_kubelet_gate(cfg: Config, ask: bool = True, pods_failed: bool = False) -> list[tuple[str, str]]:
-    """The kubelet's own Memory QoS and the mode it makes: companion (ok: who writes what), every
-    value ours beside a gate that is on (error: the fight, the fix), the gate off (ok), or not known
-    (warn: how to find out); its QOSReserved beside the BestEffort ceiling; and the fight as the
-    service has seen it."""
-    gate, reserved, unasked = kubelet_gates(cfg, ask=ask, pods_failed=pods_failed)
-    mode = companion_mode(cfg.companion, gate)
-    out = []
-    if mode.companion:
-        # The informed choice: the kubelet's values are its own, ours are what it lacks.
-        out.append(("ok", f"kubelet: companion mode ({mode.why}): the kubelet writes MemoryMin, MemoryLow and"
-                          f" MemoryHigh of kubepods.slice, the QoS slices, pod slices, container scopes and the"
-                          f" enforced reserved slices, and the service writes none of them; it adds {COMPANION_ADDS}"))
-        if gate.on is False:
-            out.append(("warn", f"kubelet: its own Memory QoS is off ({gate.how}), yet companion: on leaves it every"
-                                f" value: nobody protects the pods; set companion: auto"))
-    elif gate.on:
-        # An error: the service puts its values back, but the protection dips every minute, and an
-        # operator who reads only warnings moves on.
-        out.append(("error", f"kubelet: its own Memory QoS is on ({gate.how}) and {mode.why}: two writers fight over"
-                             f" kubepods.slice and kubepods-burstable.slice; fix: {GATE_FIX}; {FIGHT_KEPT}"))
-    elif gate.on is False:
-        out.append(("ok", f"kubelet: its own Memory QoS is off ({gate.how}): every value is the service's"))
-    else:
-        out.append(("warn", f"kubelet: cannot tell whether its own Memory QoS is on ({gate.how}; {unasked}); it is on by"
-                            f" default from v1.37, and the service then leaves its values to it if it can tell; set"
+    """The kubelet's own Memory QoS and the mode it makes: who writes what, in one line (an error
+    when nothing protects the pods, naming the two fixes); every value ours beside a kubelet that
+    writes its own (error: the fight, the fix); what could not be read of the kubelet (warn: how to
+    find out); its QOSReserved beside the BestEffort ceiling; and the fight as the service has seen it."""
+    facts, reserved, answers = kubelet_gates(cfg, ask=ask, pods_failed=pods_failed)
+    gate = facts.gate
+    mode = companion_mode(cfg.companion, facts)
+    level, line = who_writes_what(mode, cfg.memory_reservation_policy, cfg.memory_throttling_factor,
+                                  _adds(cfg, mode.writes))
+    out = [(level, f"kubelet: {line}")]
+    out += [("warn", f"kubelet: {w}") for w in facts.warnings]
+    if cfg.companion == "on" and gate.on is False:
+        out.append(("error", f"kubelet: its own Memory QoS is off ({gate.how}), yet companion: on leaves it what it would"
+                             f" write with it on: nobody writes those; set companion: auto"))
+    theirs = writes(facts) if gate.on else Writes()
+    if not mode.companion and theirs:
+        fought = theirs.protects or "MemoryHigh" in theirs.at("container")
+        out.append(("error" if fought else "warn",
+                    f"kubelet: its own Memory QoS is on ({gate.how}) and {mode.why}: the kubelet writes"
+                    f" {properties_where(theirs.levels)} itself, and the service writes its own over them"
+                    + (": two writers fight;" if fought else ";")
+                    + f" fix: {GATE_FIX}" + (f"; {FIGHT_KEPT}" if theirs.protects else "")))
+    if gate.on is None:
+        out.append(("warn", f"kubelet: cannot tell whether its own Memory QoS is on ({gate.how}); it is on by default"
+                            f" from v1.37, and the service then leaves what it writes to it if it can tell; set"
                             f" companion: on (or give it the kubelet's /metrics: RBAC nodes/metrics get)"))
+    elif mode.companion and not facts.policy_said:
+        out.append(("warn", f"kubelet: its memoryReservationPolicy is not known ({facts.policy_how}): taken as its"
+                            f" default None, so the service writes the pods' protection; {CONFIGZ_FIX}"
+                            + (f" ({answers.configz_why})" if answers.configz_why else "")))
+    if mode.companion and not facts.policy_known:
+        out.append(("warn", f"kubelet: its memoryReservationPolicy {facts.policy} ({facts.policy_how}) is not one this"
+                            f" version knows ({', '.join(KNOWN_POLICIES)}): the pods' MemoryMin and MemoryLow are left"
+                            f" to it, which then writes them as that policy says; plan and status show them as"
+                            f" TieredReservation's"))
     besteffort = Naming.for_config(cfg).qos_slice("BestEffort")
     if cfg.best_effort_ceiling.enabled:
         if reserved.on:
@@ -767,6 +831,11 @@ def _check_kubelet_gate(cfg: Config, ask: bool = True, pods_failed: bool = False
                 for (level, writer), n in sorted(seen.items())]
         out.append(("warn", "writers: the service has put back values someone else wrote: " + "; ".join(each)
                             + " (memqos_foreign_writes_total; the units: journalctl -u memqos-systemd)"))
+    resets = _service_counts(cfg, "memqos_kubelet_resets_total", ("level", "moment"))
+    if resets:
+        out.append(("ok", "kubelet: its own moments the service put back (never a fight): " + "; ".join(
+            f"{n:g} at {'its start' if moment == 'start' else 'a container creation or resize'} ({lv} level)"
+            for (lv, moment), n in sorted(resets.items())) + " (memqos_kubelet_resets_total)"))
     for f in fights.current(FIGHTS_PATH, time.time()):
         who = " or ".join(who_writes(f["level"], w, gate.on, reserved.on) for w in sorted(f["writers"], reverse=True))
         out.append(("warn", f"writers: {f['unit']} is fought over: written behind the service's back {f['writes']}"
@@ -775,8 +844,13 @@ def _check_kubelet_gate(cfg: Config, ask: bool = True, pods_failed: bool = False
 
 
 def _service_foreign_writes(cfg: Config) -> dict[tuple[str, str], float]:
-    """memqos_foreign_writes_total of the running service, by (level, writer), from its metrics
-    endpoint (loopback, no credentials); empty when it does not answer."""
+    """memqos_foreign_writes_total of the running service, by (level, writer)."""
+    return _service_counts(cfg, "memqos_foreign_writes_total", ("level", "writer"))
+
+
+def _service_counts(cfg: Config, family: str, keys: tuple[str, str]) -> dict[tuple[str, str], float]:
+    """A counter of the running service (`family`), by the two labels `keys`, from its metrics
+    endpoint (loopback, no credentials); only those above 0; empty when it does not answer."""
     if not cfg.metrics.listen:
         return {}
     host, port = parse_listen(cfg.metrics.listen)
@@ -788,14 +862,9 @@ def _service_foreign_writes(cfg: Config) -> dict[tuple[str, str], float]:
     except (OSError, ValueError):
         return {}
     found: dict[tuple[str, str], float] = {}
-    for line in text.splitlines():
-        if line.startswith("memqos_foreign_writes_total{"):
-            labels, _, rest = line[len("memqos_foreign_writes_total{"):].partition("}")
-            labels = parse_labels(labels)
-            try:
-                found[(labels["level"], labels["writer"])] = float(rest)
-            except (KeyError, ValueError):
-                continue
+    for sample in promtext.samples(text, (family,)).samples:
+        if keys[0] in sample.labels and keys[1] in sample.labels:
+            found[(sample.labels[keys[0]], sample.labels[keys[1]])] = sample.value
     return {k: n for k, n in found.items() if n > 0}
 
 
@@ -827,8 +896,8 @@ def run(args, cfg: Config) -> int:
     for note in cfg.notes:
         log.warning("config: %s", note)
     if cfg.kubelet_memory_qos_gate and cfg.companion == "off":
-        log.warning("the kubelet's own Memory QoS is on (featureGates in %s) and companion: off: two writers will"
-                    " fight over kubepods.slice and kubepods-burstable.slice; %s", cfg.kubelet_config_file, GATE_FIX)
+        log.warning("the kubelet's own Memory QoS is on (featureGates in %s) and companion: off: what it writes"
+                    " itself the service writes again; %s", cfg.kubelet_config_file, GATE_FIX)
     config_path = getattr(args, "config", None)
     config_path = _default_config_path() if config_path is None else config_path
     try:

@@ -1,48 +1,111 @@
-"""The companion mode as the service keeps it: beside the kubelet's own Memory QoS, or every value ours.
+"""The companion mode as the service keeps it: what the kubelet writes as its own, and the rest ours.
 
-The mode follows from the config's `companion:` and the kubelet's gate (kubelet_gate.companion_mode),
-a node fact asked of the kubelet at start, at a reload and at its restarts (`ask`); it is decided
-again only when either changes (`decide`), since the Applier asks it for every unit it reads.
-The journal says it the first time and when it changes, and the metric shows it.
+What the kubelet writes follows from its own configuration (kubelet_gate.kubelet_facts, then
+kubelet_gate.writes): what the running kubelet answers of itself (its /metrics and /configz, asked
+at our start, at a reload and after each of its starts: `ask`) and its config file (read with our
+config, and again at each of its starts, when it reads it itself: `kubelet_started`). The mode is
+decided again whenever one of those changes (`decide`), and each property the kubelet writes is
+left to it: the observer asks `writes` for every unit it reads, and the plan shows its values.
+
+Around the kubelet's start, `hold` leaves to it a write it made that its configuration, not yet
+known, may make its own (kubelet_gate.kubelets_write), until the mode is decided (`release`).
+Handing properties over to the kubelet (`hand_back`) writes its own values there once, at the
+levels it writes only at a unit's creation (pod slices, container scopes) or its own start
+(reserved slices): nothing of ours stays that it would not write.
+The journal says the mode the first time and when it changes, and the metrics show it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from . import plan
+from .config import read_kubelet_file
+from .config_schema import Config, KubeletFile
+from .kubelet_gate import Mode, Writes, companion_mode
+from .sources import Answers, ask_kubelet, facts_of
 
-from .config_schema import Config
-from .kubelet_gate import Gate, Mode, companion_mode
-from .sources import kubelet_gates
-
-__all__ = ["Companion"]
+__all__ = ["Companion", "HAND_BACK_LEVELS"]
 
 log = logging.getLogger("memqos_systemd")
+
+# Where the kubelet writes its values once (a pod's and a container's at their creation, a reserved
+# slice's at its own start): what moves to it there is handed back with its value (plan.py). It
+# rewrites the node and QoS slices' every minute itself.
+HAND_BACK_LEVELS = plan.HAND_BACK_LEVELS
 
 
 class Companion:
     def __init__(self, config: Config, metrics) -> None:
         self.metrics = metrics
-        self.gate = Gate(None, "not asked yet")  # whether the kubelet's own Memory QoS is on
-        self.mode: Mode = companion_mode(config.companion, self.gate)
-        self._said = False
+        self.answers = Answers(unasked="not asked yet")  # what the running kubelet said of itself
+        self.stale = False  # those answers are its last process's: it has restarted since
+        self.file: KubeletFile | None = config.kubelet_file  # its config file as last read
+        self.held: dict[str, frozenset[str]] = {}  # unit -> what is left to it while its mode is decided
+        self.hand_back = False  # the next round writes its values where they moved to it (HAND_BACK_LEVELS)
+        self.facts, self.reserved = facts_of(config, self.answers, file=self.file)
+        self.mode: Mode = companion_mode(config.companion, self.facts)
+        self._said: set[str] = set()  # warnings said (once each)
+        self._shown = False
+
+    @property
+    def writes(self) -> Writes:
+        """What the kubelet writes as its own now, with what is held for it."""
+        return self.mode.writes.holding(self.held) if self.held else self.mode.writes
 
     async def ask(self, config: Config, source) -> bool:
-        """Ask the kubelet whether it writes its own Memory QoS values (a thread: blocking), then
-        `decide`. A change hands the values over at the next round: to the kubelet, ours stay until
-        it writes its own (it does within a minute); from it, ours are written over what it left."""
-        gate, _, unasked = await asyncio.to_thread(kubelet_gates, config, source)
-        self.gate = gate if gate.on is not None or not unasked else Gate(None, f"{gate.how}; {unasked}")
+        """Ask the kubelet what it writes itself (a thread: blocking), then `decide`. A change hands
+        the values over at the next round: to the kubelet, its own written where it writes once;
+        from it, ours written over what it left."""
+        self.answers = await asyncio.to_thread(ask_kubelet, config, source)
+        self.stale = False
+        return self.decide(config)
+
+    def kubelet_started(self, config: Config) -> bool:
+        """The kubelet has (re)started: what its last process answered is stale, and its config
+        file, which it has just read, is read again and comes first until it answers (`ask`)."""
+        self.stale = True
+        if config.kubelet_config_file:
+            self.file = read_kubelet_file(config.kubelet_config_file)
+        return self.decide(config)
+
+    def config_changed(self, config: Config) -> bool:
+        """A reload made `config` the one in force, with the kubelet's config file read again."""
+        self.file = config.kubelet_file
         return self.decide(config)
 
     def decide(self, config: Config) -> bool:
-        """The mode from `config` and the kubelet's gate; True when it turned companion on or off
-        (what systemd holds is then to be compared as the new mode has it: read again)."""
-        mode = companion_mode(config.companion, self.gate)
-        turned = mode.companion != self.mode.companion
-        if mode != self.mode or not self._said:
-            log.info("%s: %s", "companion mode, beside the kubelet's own Memory QoS" if mode.companion
-                     else "every value ours", mode.why)
-            self.mode, self._said = mode, True
-        self.metrics.companion(mode.companion)
+        """The mode from `config` and what is known of the kubelet; True when what it writes as its
+        own changed (what systemd holds is then to be compared as the new mode has it: read again)."""
+        self.facts, self.reserved = facts_of(config, self.answers, file=self.file, stale=self.stale)
+        mode = companion_mode(config.companion, self.facts)
+        turned = mode.writes != self.mode.writes
+        if turned and any(mode.writes.at(level) - self.mode.writes.at(level) for level in HAND_BACK_LEVELS):
+            self.hand_back = True
+        if mode != self.mode or not self._shown:
+            log.info("mode: %s: %s; the kubelet: %s", mode.name, mode.why, self.facts.describe())
+            self._shown = True
+        for warning in self.facts.warnings:
+            if warning not in self._said:
+                log.warning("kubelet: %s", warning)
+                self._said.add(warning)
+        self.mode = mode
+        self.metrics.companion(mode.companion, mode.writes.protects)
         return turned
+
+    def hold(self, unit: str, props: frozenset[str]) -> None:
+        """A write of the kubelet's found on `unit` while its mode is being decided: left to it."""
+        if props - self.held.get(unit, frozenset()):
+            log.info("%s: %s written just after the kubelet's start: left to it until it says what it writes"
+                     " itself", unit, ", ".join(sorted(props)))
+            self.held[unit] = self.held.get(unit, frozenset()) | props
+
+    def release(self) -> bool:
+        """The mode is decided (or the kubelet never said): nothing is held for it any more. True
+        when something was (it is compared again, as the mode has it)."""
+        held, self.held = self.held, {}
+        return bool(held)
+
+    def handed_back(self) -> None:
+        """A round wrote the kubelet's values where they moved to it."""
+        self.hand_back = False

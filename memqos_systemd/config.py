@@ -24,12 +24,13 @@ import stat
 import sys
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import yaml
 
 from .config_schema import (COMPANION_SETTINGS, ENFORCE, HIERARCHIES, POLICIES, BurstableHighSettings,
-                            CeilingSettings, Config, ConfigError, KubeletSettings, LendingSettings, MetricsConfig,
+                            CeilingSettings, Config, ConfigError, KubeletFile, KubeletSettings, LendingSettings,
+                            MetricsConfig,
                             Reservation, Reserve)
 from .documents import DocumentError, decode
 from .naming import valid_slice_name
@@ -38,8 +39,9 @@ from .quantity import NEGATIVE, NOT_A_QUANTITY, QuantityError, parse_quantity, p
 __all__ = [
     "ConfigError", "Config", "CeilingSettings", "BurstableHighSettings", "LendingSettings", "KubeletSettings",
     "MetricsConfig", "Reserve",
-    "load_config", "parse_config", "kubelet_config_subset", "config_present", "read_yaml", "shown_path", "POLICIES",
-    "HIERARCHIES", "COMPANION_SETTINGS", "DEFAULT_CONFIG_PATH", "Reservation",
+    "load_config", "parse_config", "kubelet_config_subset", "kubelet_file", "read_kubelet_file", "config_present",
+    "read_yaml", "shown_path", "POLICIES", "HIERARCHIES", "COMPANION_SETTINGS", "DEFAULT_CONFIG_PATH", "Reservation",
+    "KubeletFile",
 ]
 
 DEFAULT_CONFIG_PATH = "/etc/memqos-systemd/config.yaml"
@@ -430,7 +432,12 @@ _REPLACED = {
     "pressureGuard": "the pressure guard was removed; the BestEffort ceiling replaced it (bestEffortCeiling:"
                      " {enabled: true}, a MemoryMax the kernel enforces, /usr/share/doc/memqos-systemd/DESIGN.md): delete pressureGuard",
 }
-_KUBELET_KEYS = tuple(k for k in _PLANNER if k not in ("hierarchy", "protectionHeadroom"))
+# The planner keys a KubeletConfiguration gives us: the node's layout and reservations. Not its
+# memoryReservationPolicy and memoryThrottlingFactor: those say what the kubelet writes itself
+# (kubelet_file, kubelet_gate.kubelet_facts), which is never ours to write again; ours are this
+# file's (issue 42: the kubelet's None taken as ours left the pods with no protection at all).
+_KUBELET_KEYS = tuple(k for k in _PLANNER if k not in ("hierarchy", "protectionHeadroom", "memoryReservationPolicy",
+                                                      "memoryThrottlingFactor"))
 
 
 def shown_path(path: str | Path) -> str:
@@ -509,33 +516,72 @@ def read_yaml(path: str | Path, what: str = "config") -> Any:
         raise ConfigError(f"{name}: {e}") from None
 
 
-class KubeletWriters(NamedTuple):
-    """What a KubeletConfiguration says about the kubelet writing our units' values itself."""
-
-    memory_qos_gate: bool | None  # featureGates.MemoryQoS; None: not set (its default: kubelet_gate.py)
-    qos_reserved_gate: bool | None  # featureGates.QOSReserved; None: not set (off by default: alpha)
-    qos_reserved_memory: str | None  # qosReserved.memory, e.g. "100%"; None: not set
-
-
-def kubelet_config_subset(doc: Any, src: str) -> tuple[dict, KubeletWriters]:
-    """The planner keys, and what the kubelet writes itself (KubeletWriters), out of a
-    KubeletConfiguration document."""
+def kubelet_config_subset(doc: Any, src: str) -> tuple[dict, KubeletFile]:
+    """The planner keys (the node's layout and reservations), and what the kubelet writes itself
+    (kubelet_file), out of a KubeletConfiguration document."""
     if not isinstance(doc, dict):
         raise ConfigError(f"{src}: not a KubeletConfiguration (expected a map, got {type(doc).__name__})")
     kind = doc.get("kind")
     if kind not in (None, "KubeletConfiguration"):
         raise ConfigError(f"{src}: kind: {kind!r} is not KubeletConfiguration")
     # In a KubeletConfiguration a null or empty field means "the kubelet's default" (cgroupRoot ""
-    # is "/", an empty kubeReservedCgroup is none, a null memoryThrottlingFactor is 0.9), so it
-    # is as good as absent: it must not turn into our `null` (no MemoryHigh) or into an error.
+    # is "/", an empty kubeReservedCgroup is none), so it is as good as absent: it must not turn
+    # into an error.
     subset = {k: doc[k] for k in _KUBELET_KEYS if k in doc and doc[k] is not None and doc[k] != ""}
-    gates = doc.get("featureGates") or {}
-    gates = gates if isinstance(gates, dict) else {}
+    return subset, kubelet_file(doc, src)
+
+
+def kubelet_file(doc: Any, src: str) -> KubeletFile:
+    """What a KubeletConfiguration (its file, or the `kubeletconfig` of its /configz) says of what
+    the kubelet writes itself: its feature gates, memoryReservationPolicy, memoryThrottlingFactor
+    and qosReserved.memory. Never raises: a key of the wrong shape (featureGates written as a string
+    or a list, a gate's value 'true' or 1, a factor outside (0, 1]) is a named problem, and says
+    nothing of the kubelet (it refuses such a file itself, so its running config is another)."""
+    if doc is None:
+        return KubeletFile(src)  # empty: every default
+    if not isinstance(doc, dict):
+        return KubeletFile(src, problems=(f"{src}: not a KubeletConfiguration (expected a map, got"
+                                          f" {type(doc).__name__})",))
+    problems = []
+    gates: list[tuple[str, bool]] = []
+    raw = doc.get("featureGates")
+    if isinstance(raw, dict):
+        for name, on in raw.items():
+            if isinstance(on, bool):
+                gates.append((str(name), on))
+            elif name in ("MemoryQoS", "QOSReserved"):
+                problems.append(f"{src}: featureGates.{name}: {_show(on)} is not true or false (the kubelet"
+                                f" refuses it): its {name} gate is not known from this file")
+    elif raw is not None:
+        problems.append(f"{src}: featureGates: {_show(raw)} is a {_kind_of(raw)}, not a map of gate: true|false"
+                        f" (the kubelet refuses it): no gate is known from this file")
+    policy = doc.get("memoryReservationPolicy")
+    if policy is not None and not isinstance(policy, str):
+        problems.append(f"{src}: memoryReservationPolicy: {_show(policy)} is not a string: not known from this file")
+        policy = None
+    factor = doc.get("memoryThrottlingFactor")
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                               or not math.isfinite(factor) or not 0 < factor <= 1):
+        problems.append(f"{src}: memoryThrottlingFactor: {_show(factor)} is not a number in (0, 1] (the kubelet"
+                        f" refuses it): not known from this file")
+        factor = None
     reserved = doc.get("qosReserved")
     memory = reserved.get("memory") if isinstance(reserved, dict) else None
-    return subset, KubeletWriters(*(g if isinstance(g, bool) else None for g in (gates.get("MemoryQoS"),
-                                                                                gates.get("QOSReserved"))),
-                                  None if memory in (None, "") else _show(memory).strip("'"))
+    return KubeletFile(src, tuple(gates), policy or None, None if factor is None else float(factor),
+                       None if memory in (None, "") else _show(memory).strip("'"), tuple(problems))
+
+
+def _kind_of(value: Any) -> str:
+    return {str: "string", list: "list", int: "number", float: "number", bool: "boolean"}.get(type(value), "value")
+
+
+def read_kubelet_file(path: str) -> KubeletFile:
+    """The kubelet's config file read again (the daemon does at each start of the kubelet): what it
+    says the kubelet writes itself; a file that cannot be read or parsed is a problem of its own."""
+    try:
+        return kubelet_file(read_yaml(path, what="kubelet config"), path)
+    except ConfigError as e:
+        return KubeletFile(path, problems=(str(e),))
 
 
 def parse_config(data: Any, src: str = "config", kubelet_doc: Any = None, kubelet_src: str = "") -> Config:
@@ -557,9 +603,9 @@ def parse_config(data: Any, src: str = "config", kubelet_doc: Any = None, kubele
 
     values: dict[str, Any] = {}
     origins: dict[str, str] = {k: "default" for k in known}
-    writers = KubeletWriters(None, None, None)
+    kfile = None
     if kubelet_doc is not None:
-        subset, writers = kubelet_config_subset(kubelet_doc, kubelet_src)
+        subset, kfile = kubelet_config_subset(kubelet_doc, kubelet_src)
         for k, v in subset.items():
             attr, check = _PLANNER[k]
             values[attr] = check(kubelet_src, k, v)
@@ -569,9 +615,7 @@ def parse_config(data: Any, src: str = "config", kubelet_doc: Any = None, kubele
         values[attr] = check(src, k, v)
         origins[k] = "config"
 
-    cfg = Config(**values, kubelet_memory_qos_gate=writers.memory_qos_gate,
-                 kubelet_qos_reserved_gate=writers.qos_reserved_gate,
-                 kubelet_qos_reserved_memory=writers.qos_reserved_memory, origins=origins)
+    cfg = Config(**values, kubelet_file=kfile, origins=origins)
     _cross_check(cfg, src)
     return cfg
 

@@ -13,8 +13,8 @@ from fractions import Fraction
 from typing import Mapping, NamedTuple
 
 __all__ = [
-    "ConfigError", "Config", "CeilingSettings", "BurstableHighSettings", "LendingSettings", "KubeletSettings", "MetricsConfig", "Reserve",
-    "Reservation", "POLICIES", "HIERARCHIES", "COMPANION_SETTINGS", "ENFORCE",
+    "ConfigError", "Config", "CeilingSettings", "BurstableHighSettings", "LendingSettings", "KubeletSettings",
+    "MetricsConfig", "Reserve", "Reservation", "POLICIES", "HIERARCHIES", "COMPANION_SETTINGS", "ENFORCE", "KubeletFile",
 ]
 
 POLICIES = ("None", "TieredReservation", "HardReservation")
@@ -105,6 +105,26 @@ class LendingSettings:
 
 
 @dataclass(frozen=True)
+class KubeletFile:
+    """What a KubeletConfiguration says of what the kubelet writes itself: its config file
+    (`kubeletConfigFile`) or its `/configz` (config.kubelet_file reads either). A key it does not
+    set is None: the kubelet's default then applies (kubelet_gate.kubelet_facts says which)."""
+
+    source: str  # the file's path, or the /configz URL, for people
+    gates: tuple[tuple[str, bool], ...] = ()  # featureGates set to true or false, in the order given
+    policy: str | None = None  # memoryReservationPolicy as written (a value we do not know is kept)
+    factor: float | None = None  # memoryThrottlingFactor, when set
+    qos_reserved_memory: str | None = None  # qosReserved.memory, e.g. "100%"
+    # What in it is of the wrong shape, one line each (a featureGates that is a string, a gate's
+    # value that is not true or false): named, never taken for "unset" in silence.
+    problems: tuple[str, ...] = ()
+
+    def gate(self, name: str) -> bool | None:
+        """featureGates[name] when set to true or false; None when not set (or not a boolean: a problem)."""
+        return next((on for gate, on in self.gates if gate == name), None)
+
+
+@dataclass(frozen=True)
 class Config:
     # --- planner (KubeletConfiguration names) ---
     memory_reservation_policy: str = "None"
@@ -128,15 +148,10 @@ class Config:
     # running kubelet does (its /metrics, else its config file, else its version); "on" leaves every
     # value the kubelet writes to it; "off" owns them all, as before the kubelet had the feature.
     companion: str = "auto"
-    # From the kubelet's config: its own MemoryQoS gate as featureGates sets it, None when it does
-    # not (the kubelet's default applies: kubelet_gate.py). Two writers would fight.
-    kubelet_memory_qos_gate: bool | None = None
-    # From the kubelet's config: `qosReserved.memory` (e.g. "100%"; None: not set) and its
-    # QOSReserved feature gate (alpha, off by default; None: not set). With both, the kubelet writes
-    # the BestEffort and Burstable QoS slices' MemoryMax itself every minute: the ceiling then
-    # stands down (plan.besteffort_ceiling, kubelet_gate.qos_reserved).
-    kubelet_qos_reserved_memory: str | None = None
-    kubelet_qos_reserved_gate: bool | None = None
+    # The kubelet's config file as read with this config (`kubeletConfigFile`; None: none named):
+    # what it says the kubelet writes itself (kubelet_gate.kubelet_facts). The daemon reads it
+    # again at each start of the kubelet, which is when the kubelet reads it.
+    kubelet_file: KubeletFile | None = None
     # The planned BestEffort ceiling (plan.besteffort_ceiling), off unless `bestEffortCeiling: {enabled: true}`.
     best_effort_ceiling: CeilingSettings = CeilingSettings()
     # The Burstable lever (plan.burstable_high), off unless `burstableHigh: {enabled: true}`.
@@ -147,6 +162,24 @@ class Config:
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
     # What an operator must be told about the file that is not an error (load_config): one line each.
     notes: tuple[str, ...] = field(default=(), compare=False)
+
+    # From the kubelet's config: its own MemoryQoS gate as featureGates sets it, None when it does
+    # not (the kubelet's default applies: kubelet_gate.py).
+    @property
+    def kubelet_memory_qos_gate(self) -> bool | None:
+        return self.kubelet_file.gate("MemoryQoS") if self.kubelet_file else None
+
+    # From the kubelet's config: its QOSReserved feature gate (alpha, off by default; None: not set)
+    # and `qosReserved.memory` (e.g. "100%"; None: not set). With both, the kubelet writes the
+    # BestEffort and Burstable QoS slices' MemoryMax itself every minute: the ceiling then stands
+    # down (plan.besteffort_ceiling, kubelet_gate.qos_reserved).
+    @property
+    def kubelet_qos_reserved_gate(self) -> bool | None:
+        return self.kubelet_file.gate("QOSReserved") if self.kubelet_file else None
+
+    @property
+    def kubelet_qos_reserved_memory(self) -> str | None:
+        return self.kubelet_file.qos_reserved_memory if self.kubelet_file else None
 
     def enforced_reservations(self) -> tuple[Reservation, ...]:
         """The reserved cgroups this config enforces, in this order: kubeReservedCgroup when

@@ -49,6 +49,9 @@ from .config import Config, ConfigError
 from .events import SystemdEvents
 from .feature import Context
 from .in_force import made_from, reloaded
+from .drift import FOREIGN_LOG_EVERY
+from .kubelet_gate import kubelets_write
+from .quantity import show_value
 from .intake import PodIntake
 from .ledger import ReservedSlices
 from .mainloop import MainLoop
@@ -109,6 +112,7 @@ class Daemon:
         self.companion = Companion(config, outside.metrics)
         self.capacity = Capacity(outside.read_capacity)  # the node's memory (node.py)
         self._warn_once = WarnOnce(log)
+        self._kubelet_said: dict[tuple[str, str], float] = {}  # (moment, level) -> when the journal last said it
         self.foreign = fights.ForeignLog(outside.metrics, outside.fights_path)  # writes behind our back
         self._oom_group = OomGroupJournal(outside.metrics.oom_group_restored)  # memory.oom.group put back
         self.loop = MainLoop(self.agenda, outside.clock)  # steps, ticks, wake-ups, backoff (mainloop.py)
@@ -183,6 +187,7 @@ class Daemon:
             return  # systemd is reloading or has just come back
         if due.resync:
             self.capacity.reread()
+        self._kubelet_mode(now)
         await self._refresh(now)
         if self.agenda.watch_source and self.source.changed():
             self.agenda.source_changed()
@@ -220,7 +225,7 @@ class Daemon:
         self.observer = Observer(systemd, self.naming, cgroupfs=self.out.cgroupfs, page_size=self.out.page_size,
                                  on_call=self.out.metrics.dbus_call,
                                  max_units=lambda: features.owned(self.features, "MemoryMax", self.naming, self.config),
-                                 companion=lambda: self.companion.mode.companion)
+                                 kubelet=lambda: self.companion.writes)
         await systemd.subscribe(**self.events.handlers())  # (a signal may come before it returns)
         self.systemd = systemd
         self.applier = Applier(systemd, cgroupfs=self.out.cgroupfs, on_call=self.out.metrics.dbus_call,
@@ -250,8 +255,9 @@ class Daemon:
                                    watch_source=hasattr(self.source, "changed"), source_changed=source_changed)
         log.info("config reloaded from %s: policy %s, hierarchy %s", self.config_path,
                  config.memory_reservation_policy, config.hierarchy)
-        # A mode `companion:` forces takes effect at once; "auto" asks at the next fetch.
-        if self.companion.decide(config):
+        # A mode `companion:` forces, or the kubelet's config file read again, takes effect at once;
+        # what the kubelet says of itself is asked at the next fetch.
+        if self.companion.config_changed(config):
             self.agenda.reread()  # what the cache holds is compared as the new mode has it
         for note in config.notes:  # e.g. an empty file: policy None (config.load_config)
             log.warning("config: %s", note)
@@ -269,15 +275,31 @@ class Daemon:
             # (carry_over asks the cache which slices run). Ask again after the re-read.
             self.agenda.fetch_now()
             return
-        if self.agenda.ask_kubelet() and await self.companion.ask(self.config, self.source):
-            self.agenda.reread()  # what the cache holds is compared as the new mode has it
+        if self.agenda.ask_kubelet():
+            if await self.companion.ask(self.config, self.source):
+                self.agenda.reread()  # what the cache holds is compared as the new mode has it
+            if self.companion.answers.answered or not self.agenda.deciding(self.out.clock()):
+                self.agenda.kubelet_answered()
+                if self.companion.release():  # decided: what was held for it is the mode's to say
+                    self.agenda.reread()
+            else:  # just after its start its port may answer /pods before /metrics: ask again
+                self.agenda.ask_again()
         carried = self.intake.accept(snap, self.observer.live_pod_uids())
         self.intake.say("carried", [f"pod {p.display} is no longer listed by the pod source but its slice still"
                                     f" exists; keeping its protection until the slice is gone" for p in carried])
 
+    def _kubelet_mode(self, now: float) -> None:
+        """After the kubelet's start its config file is read again (it has just read it), and the
+        mode decided from it until the kubelet answers; a kubelet that never answers leaves nothing
+        held for it past its patience."""
+        if self.agenda.take_kubelet_start() and self.companion.kubelet_started(self.config):
+            self.agenda.reread()
+        if self.companion.held and not self.agenda.deciding(now) and self.companion.release():
+            self.agenda.reread()  # what was held for it is compared as the mode has it
+
     # ------------------------------------------------------------ one round (round.py)
     def _inputs(self) -> Inputs:
-        node = NodeFacts(self.capacity.bytes, self.out.page_size, self.companion.mode.companion)
+        node = NodeFacts(self.capacity.bytes, self.out.page_size, self.companion.writes, self.companion.hand_back)
         return Inputs(self.intake.pods, node, self.config, self.naming, self.intake.holding,
                       frozenset(self.reserved.retired))
 
@@ -300,6 +322,8 @@ class Daemon:
             self._drifted()  # (also from a round its read dropped)
         self.agenda.planned(self.round.planned_units, self.out.clock())
         self._looks(planned=True)
+        if inputs.node.hand_back and outcome is not None and outcome.result.ok:
+            self.companion.handed_back()
         settled = outcome is None or outcome.settled
         self.reserved.after_round(self.naming.reserved_slices(), None if settled else self.observer.snapshot().held)
         if settled:
@@ -338,8 +362,43 @@ class Daemon:
         """The writes behind our back the observer's reads found (Observer.take_drift): the watch
         closes in (the next round puts ours back), a feature takes its own part of each (a
         feature's: said there), and the rest is counted, said and kept (fights.ForeignLog)."""
+        now = self.out.clock()
         for record in self.observer.take_drift():
-            self.agenda.foreign_write(self.out.clock())
+            if self._kubelets(record, now):
+                continue
+            self.agenda.foreign_write(now)
             taken = features.on_drift(self.features, record.unit, record.before, record.now, self.config)
-            self.foreign.seen(record, self.naming, taken, self.out.clock())
+            self.foreign.seen(record, self.naming, taken, now)
         self.loop.ticks_moved()  # the close watch begins within a second
+
+    def _kubelets(self, record, now: float) -> bool:
+        """Whether a write found is the kubelet's at one of its moments (kubelet_gate.kubelets_write):
+        its start's reset or a container's values at its creation (counted, said, put back when
+        ours), or one its configuration, being decided, may make its own (held for it). None of
+        them is a foreign write or a fight."""
+        ref = self.naming.parse_unit(record.unit)
+        level = ref.level if ref is not None else "reserved"
+        facts = self.companion.mode.facts
+        deciding = self.config.companion != "off" and self.agenda.deciding(now)
+        kind = kubelets_write(level, record.before, record.now, facts, starting=self.agenda.kubelet_starting(now),
+                              deciding=deciding) if facts is not None else None
+        if kind is None:
+            return False
+        if kind == "held":
+            self.companion.hold(record.unit, frozenset(p for p in record.now if record.now[p] != record.before.get(p)))
+            return True
+        self.out.metrics.kubelet_reset(level, kind)
+        said = self._kubelet_said.get((kind, level))
+        if said is None or now - said >= FOREIGN_LOG_EVERY:
+            self._kubelet_said[(kind, level)] = now
+            log.info("%s: the kubelet's %s (%s) written over ours: putting ours back (its own moment, not a fight:"
+                     " memqos_kubelet_resets_total counts each; said once an hour per level)", record.unit,
+                     "start reset" if kind == "start" else "values at a container's creation or resize",
+                     kubelet_change(record.before, record.now))
+        return True
+
+
+def kubelet_change(before, now) -> str:
+    """"MemoryMin 64Mi -> 0, MemoryLow 48Mi -> 0": what a write changed, for the journal."""
+    return ", ".join(f"{p} {show_value(before[p])} -> {show_value(v)}" for p, v in now.items()
+                     if p in before and before[p] != v)

@@ -15,7 +15,7 @@ from .feature import Context, Feature
 from .lending_watch import LendingWatch
 from .naming import Naming
 
-__all__ = ["FEATURES", "make", "owned", "on_drift", "by_name"]
+__all__ = ["FEATURES", "make", "owned", "on_drift", "by_name", "on"]
 
 FEATURES: tuple[Callable[[Context], Feature], ...] = (
     LendingWatch.made,  # lending: the ceiling's and the lever's lines follow usage (before the ceiling, which steps them)
@@ -62,6 +62,12 @@ def notifiers(features: Iterable[Feature]) -> list:
 def _notifier(feature: Feature):
     """A feature's notifier; one that watches nothing need not say so (feature.py)."""
     return getattr(feature, "notifier", None)
+
+
+def on(features: Iterable[Feature], naming: Naming, config: Config) -> tuple[str, ...]:
+    """The names of the features `config` turns on: those that set something somewhere (for
+    `check` and `status`, which never advertise one that is off)."""
+    return tuple(f.name for f in features if f.units(naming, config))
 
 
 def by_name(features: Iterable[Feature], name: str) -> Feature | None:

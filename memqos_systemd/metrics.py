@@ -10,6 +10,7 @@ tests and a reloaded daemon can each have their own. The daemon calls:
     m.source_ok(snapshot) / m.source_error(err.kind)   # SourceError.kind
     m.config_reload(ok)
     m.foreign_write(level, writer)        # someone else's value found (and put back)
+    m.kubelet_reset(level, moment)        # the kubelet's reset at its start, or of a container (put back)
     m.round_state(drifted, holding)       # after every round
     m.set_ready()                         # first reconcile applied: /readyz turns 200
     m.heartbeat()                         # the loop runs: /livez 200 for LIVENESS_WINDOW
@@ -160,6 +161,12 @@ class Metrics:
                                        " Memory QoS, systemctl set-property) or cgroupfs (to the cgroup file alone);"
                                        " each put back through systemd, the unit named in the journal",
                                        ["level", "writer"], registry=r)
+        self._kubelet_resets = Counter("memqos_kubelet_resets",
+                                       "Times the kubelet was found writing over a value of ours at one of its moments,"
+                                       " each put back through systemd, by the unit's level and the moment: start (its"
+                                       " start resets kubepods.slice and the Burstable slice to 0 unless its policy is"
+                                       " TieredReservation) or create (a container's values as it creates or resizes"
+                                       " it); never a foreign write nor a fight", ["level", "moment"], registry=r)
         self._oom_group_restores = Counter("memqos_oom_group_restores",
                                            "memory.oom.group put back to the runtime's 1 after systemd re-applied a"
                                            " container scope's settings (a write of ours, a daemon-reload), by result",
@@ -186,7 +193,11 @@ class Metrics:
         self._lent_shown: set[tuple[str, str]] = set()
         self._companion = Gauge("memqos_companion_mode", "1 while the service stands beside the kubelet's own Memory"
                                 " QoS (its MemoryQoS gate on, or companion: on) and writes none of what the kubelet"
-                                " writes; 0 while every value is ours", registry=r)
+                                " writes as its own; 0 while every value is ours", registry=r)
+        self._kubelet_protects = Gauge("memqos_kubelet_protects", "1 while the kubelet writes the pods' MemoryMin"
+                                       " and MemoryLow itself (its gate on and memoryReservationPolicy"
+                                       " TieredReservation, or one this version does not know); 0 while the"
+                                       " service does (or nobody: memqos-systemd check says)", registry=r)
         ProcessCollector(registry=r)
 
     # ---------------------------------------------------------------- plan
@@ -251,13 +262,21 @@ class Metrics:
         self._foreign_writes.labels(level=level if level in LEVELS else "other",
                                     writer=writer if writer in WRITERS else "other").inc()
 
+    def kubelet_reset(self, level: str, moment: str) -> None:
+        """The kubelet wrote over a value of ours at `level` at one of its `moment`s ("start",
+        "create"; kubelet_gate.kubelets_write); it is put back."""
+        self._kubelet_resets.labels(level=level if level in LEVELS else "other",
+                                    moment=moment if moment in ("start", "create") else "other").inc()
+
     def oom_group_restored(self, ok: bool) -> None:
         """memory.oom.group of a container scope put back to 1 (ok), or the write failed."""
         self._oom_group_restores.labels(result="ok" if ok else "error").inc()
 
-    def companion(self, on: bool) -> None:
-        """Whether the service is in companion mode (kubelet_gate.companion_mode)."""
+    def companion(self, on: bool, protects: bool = False) -> None:
+        """Whether the service is in companion mode (kubelet_gate.companion_mode), and whether the
+        kubelet then writes the pods' protection itself (kubelet_gate.Writes.protects)."""
         self._companion.set(1 if on else 0)
+        self._kubelet_protects.set(1 if protects else 0)
 
     def besteffort_ceiling(self, planned: int | None, held: int | None) -> None:
         """The BestEffort ceiling after a round: planned and held MemoryMax (None: none)."""
@@ -377,10 +396,11 @@ class NoMetrics:
     def config_reload(self, ok: bool) -> None: pass
     def signal_overflow(self) -> None: pass
     def foreign_write(self, level: str, writer: str) -> None: pass
+    def kubelet_reset(self, level: str, moment: str) -> None: pass
     def oom_group_restored(self, ok: bool) -> None: pass
     def besteffort_ceiling(self, planned: int | None, held: int | None) -> None: pass
     def lending(self, plan: Plan | None) -> None: pass
-    def companion(self, on: bool) -> None: pass
+    def companion(self, on: bool, protects: bool = False) -> None: pass
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

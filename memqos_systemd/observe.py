@@ -67,7 +67,7 @@ from typing import Callable, Collection, Iterable, Mapping
 from . import drift
 from .cgroupfs import Cgroupfs
 from .drift import Drift
-from .kubelet_gate import kubelet_owns
+from .kubelet_gate import Writes
 from .naming import Naming
 from .reconcile import DEFAULTS, UNREAD
 from .systemd import SystemdError, UnitStatus
@@ -221,12 +221,12 @@ class Observer:
     def __init__(self, systemd, naming: Naming, *, cgroupfs: Cgroupfs | None = None, page_size: int = 4096,
                  on_call: Callable[[str, str], None] | None = None,
                  max_units: Callable[[], Collection[str]] = frozenset,
-                 companion: Callable[[], bool] = lambda: False):
+                 kubelet: Callable[[], Writes] = Writes):
         self.systemd = systemd
         self.naming = naming
-        # Whether we stand beside the kubelet's own Memory QoS (kubelet_gate.companion_mode): then
-        # what it writes (kubelet_gate.KUBELET_OWNS) is neither compared, nor watched, nor ours.
-        self.companion = companion
+        # What the kubelet writes as its own now (kubelet_gate.Writes, the companion mode's): it is
+        # neither compared, nor watched, nor ours; asked at each read.
+        self.kubelet = kubelet
         # The units whose MemoryMax is ours, read with the other three (a feature's: features.owned);
         # asked at each read. Nowhere else is MemoryMax read: a runtime's or the kubelet's is not ours.
         self.max_units = max_units
@@ -383,10 +383,11 @@ class Observer:
 
     def ours(self, name: str, values: Mapping[str, int]) -> Mapping[str, int]:
         """`values` without the properties the kubelet writes on `name` in companion mode."""
-        if not self.companion():
+        writes = self.kubelet()
+        if not writes:
             return values
         ref = self.naming.parse_unit(name)
-        theirs = kubelet_owns(ref.level) if ref is not None else frozenset()
+        theirs = writes.of(name, ref.level) if ref is not None else frozenset()
         return {k: v for k, v in values.items() if k not in theirs} if theirs else values
 
     def upper_values(self) -> dict[str, Mapping[str, int]]:

@@ -32,18 +32,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
-from .config_schema import Config
-from .kubelet_gate import kubelet_owns
+from .config_schema import BurstableHighSettings, CeilingSettings, Config
+from .kubelet_gate import Writes
 from .naming import Naming, NamingError, container_scope, reserved_slice
 from .pods import Pod, containers_peak, one_line
 from .quantity import MAX_BYTES, UINT64_MAX, format_bytes, page_up
 
 __all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "Ceiling", "Lever", "Owner", "allocatable", "memory_high",
            "kubelet_memory_high", "besteffort_ceiling", "ceiling_misfits", "burstable_high", "qos_reserved_writer",
-           "plan"]
+           "plan", "levers_on", "HAND_BACK_LEVELS"]
 
 # systemd's `infinity` for MemoryHigh.
 INFINITY = UINT64_MAX
@@ -59,9 +59,17 @@ class PlanError(ValueError):
 class NodeFacts:
     capacity: int  # bytes of memory the node has (MemTotal)
     page_size: int = 4096
-    # The running kubelet writes its own Memory QoS values and we stand beside it (companion mode,
-    # kubelet_gate.companion_mode): the plan is the kubelet's layout, and what it writes is not ours.
-    kubelet_writes: bool = False
+    # What the running kubelet writes as its own, as its own configuration makes it (companion mode,
+    # kubelet_gate.writes): those properties are planned with its values (its policy, its factor,
+    # its layout), shown and never sent; every other is ours, planned by our config. Empty: all ours.
+    kubelet: Writes = field(default_factory=Writes)
+    # Hand over to the kubelet (companion.Companion.hand_back): its values are sent once where it
+    # writes them only at a unit's creation or its own start (HAND_BACK_LEVELS), so that nothing of
+    # ours stays there that it would not write.
+    hand_back: bool = False
+
+
+HAND_BACK_LEVELS = frozenset({"reserved", "pod", "container"})
 
 
 @dataclass(frozen=True)
@@ -77,7 +85,7 @@ class UnitPlan:
     # The BestEffort QoS slice's ceiling (besteffort_ceiling); None on every other unit, and there
     # when it is off: MemoryMax is then not ours and never sent.
     memory_max: int | None = None
-    # In companion mode, the properties the kubelet writes on this unit (kubelet_gate.KUBELET_OWNS):
+    # In companion mode, the properties the kubelet writes on this unit (kubelet_gate.Writes.of):
     # their values are what it writes, shown, never sent.
     kubelet: frozenset[str] = frozenset()
 
@@ -158,9 +166,27 @@ class Plan:
     units: tuple[UnitPlan, ...]  # parents always before their children
     warnings: tuple[str, ...] = ()
     ceiling: Ceiling | None = None  # bestEffortCeiling, when planned
-    companion: bool = False  # beside the kubelet's own Memory QoS (NodeFacts.kubelet_writes)
+    kubelet: Writes = field(default_factory=Writes)  # what the kubelet writes as its own (NodeFacts.kubelet)
     levers: tuple[Lever, ...] = ()  # burstableHigh: every pod slice it lowers the MemoryHigh of
     owners: tuple[Owner, ...] = ()  # every planned pod with a memory request, in the units' order
+
+    @property
+    def companion(self) -> bool:
+        """Beside the kubelet's own Memory QoS: it writes some of the values planned here."""
+        return bool(self.kubelet)
+
+    def protected(self) -> tuple[int, int, int, int]:
+        """What the pods are protected by, each byte once: (MemoryMin, MemoryLow) summed over the
+        pod slices, and of those what the kubelet writes (min, low). The node and QoS slices back
+        the same bytes, so they are not counted again."""
+        mins = lows = kmin = klow = 0
+        for u in self.units:
+            if u.level == "pod":
+                mins += u.memory_min
+                lows += u.memory_low
+                kmin += u.memory_min if "MemoryMin" in u.kubelet else 0
+                klow += u.memory_low if "MemoryLow" in u.kubelet else 0
+        return mins, lows, kmin, klow
 
     def lever_of(self, unit: str) -> Lever | None:
         return next((lv for lv in self.levers if lv.unit == unit), None)
@@ -283,13 +309,11 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
     alloc = allocatable(config, node.capacity)
     policy = config.memory_reservation_policy
     factor = config.memory_throttling_factor
-    # Beside the kubelet's own Memory QoS (companion mode) the plan is its layout: the values it
-    # writes, shown, never sent; `kubelet-1.36` names an older kubelet's.
-    effective = config.hierarchy == "effective" and not node.kubelet_writes
+    effective = config.hierarchy == "effective"
     # `kubelet`: what the kubelet of today writes with its MemoryQoS gate on; `kubelet-1.36`: the
     # same before kubernetes/kubernetes#140267 (no memory.low on the node slice). DESIGN.md,
     # "hierarchy: kubelet is the kubelet of v1.37".
-    kubelet_today = config.hierarchy == "kubelet" or (node.kubelet_writes and config.hierarchy != "kubelet-1.36")
+    kubelet_today = config.hierarchy == "kubelet"
     high_of = memory_high if effective else kubelet_memory_high
     warnings: list[str] = []
 
@@ -414,9 +438,43 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
             parent = name
     node_unit = UnitPlan(node_slice, "node", parent, node_min, node_low, INFINITY)
     units = _fit((*root_units, node_unit, *reserved_units, *qos_units, *pod_units, *container_units))
-    if node.kubelet_writes:
-        units = tuple(dataclasses.replace(u, kubelet=kubelet_owns(u.level)) for u in units)
-    return Plan(node.capacity, alloc, units, tuple(warnings), ceiling, node.kubelet_writes, levers, tuple(owners))
+    if node.kubelet:
+        units = _theirs(units, pods, node, config, warnings)
+    return Plan(node.capacity, alloc, units, tuple(warnings), ceiling, node.kubelet, levers, tuple(owners))
+
+
+def _theirs(units: tuple[UnitPlan, ...], pods: list[Pod], node: NodeFacts, config: Config,
+            warnings: list[str]) -> tuple[UnitPlan, ...]:
+    """`units` with the properties the kubelet writes as its own (NodeFacts.kubelet) set to its
+    values, as its own configuration makes them: its layout, its policy, its factor (never ours),
+    and marked as its own (UnitPlan.kubelet). A unit it does not plan itself (a slice above a
+    nested cgroupRoot's kubepods) stays ours."""
+    writes = node.kubelet
+    kconfig = dataclasses.replace(config, memory_reservation_policy=writes.policy,
+                                  memory_throttling_factor=writes.factor, hierarchy=writes.layout,
+                                  best_effort_ceiling=CeilingSettings(), burstable_high=BurstableHighSettings())
+    theirs = plan(pods, dataclasses.replace(node, kubelet=Writes(), hand_back=False), kconfig).by_unit()
+    out = []
+    for u in units:
+        mine = writes.of(u.unit, u.level)
+        k = theirs.get(u.unit)
+        if not mine or k is None:
+            out.append(u)
+            continue
+        values = {"MemoryMin": k.memory_min, "MemoryLow": k.memory_low, "MemoryHigh": k.memory_high}
+        shown = frozenset() if node.hand_back and u.level in HAND_BACK_LEVELS else mine  # handed back: sent once
+        out.append(dataclasses.replace(u, kubelet=shown, **{_FIELD[p]: values[p] for p in mine if p in values}))
+    return tuple(out)
+
+
+_FIELD = {"MemoryMin": "memory_min", "MemoryLow": "memory_low", "MemoryHigh": "memory_high"}
+
+
+def levers_on(config: Config, kubelet: Writes) -> tuple[str, ...]:
+    """The config keys of the levers the plan lays on when it has pods for them (`check` and
+    `status` name them; none that is off): burstableHigh, unless the kubelet writes the pod
+    slices' MemoryHigh itself."""
+    return ("burstableHigh",) if config.burstable_high.enabled and "MemoryHigh" not in kubelet.at("pod") else ()
 
 
 def qos_reserved_writer(config: Config) -> str | None:
@@ -473,11 +531,12 @@ def _levers(config: Config, node: NodeFacts, alloc: int, requests: int, pod_unit
     s = config.burstable_high
     if not s.enabled or not burstable:
         return ()
-    if node.kubelet_writes:
-        # A pod slice's MemoryHigh is the kubelet's beside its own Memory QoS (KUBELET_OWNS): not
-        # written by us there yet (docs/DESIGN.md, "The Burstable lever").
-        warnings.append("burstableHigh: not planned beside the kubelet's own Memory QoS (companion mode): a pod"
-                        " slice's MemoryHigh is the kubelet's there; set companion: off to use it")
+    if "MemoryHigh" in node.kubelet.at("pod"):
+        # A pod slice's MemoryHigh is the kubelet's when it has a throttling factor
+        # (kubelet_gate.writes; docs/DESIGN.md, "The Burstable lever").
+        warnings.append(f"burstableHigh: not planned: the kubelet writes the pod slices' MemoryHigh itself (its"
+                        f" memoryThrottlingFactor {node.kubelet.factor:g}); remove that from its config, or set"
+                        f" companion: off, to use it")
         return ()
     headroom = s.headroom.resolve(alloc)
     if requests + headroom >= alloc:

@@ -119,14 +119,15 @@ def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[st
     if isinstance(desired, Plan):
         targets: list[tuple[str, str, Mapping[str, int]]] = list(desired.targets)
         planned = desired.unit_names
-        companion = desired.companion
+        kubelet = desired.kubelet.at
     else:
         targets = [(u.unit, u.level, u.properties()) for u in desired]
         planned = frozenset(u.unit for u in desired)
-        companion = any(u.kubelet for u in desired)
-    if naming is not None and not companion:
-        # (Beside the kubelet's own Memory QoS, a pod slice or scope the plan does not name holds
-        # what the kubelet wrote: not ours to take back.)
+        levels: dict[str, frozenset[str]] = {}
+        for u in desired:
+            levels[u.level] = levels.get(u.level, frozenset()) | u.kubelet
+        kubelet = lambda level: levels.get(level, frozenset())  # noqa: E731
+    if naming is not None:
         orphans = []
         for name in observed:
             if name in planned or observed[name] is None or observed[name] is UNREAD:
@@ -135,11 +136,13 @@ def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[st
             if ref is not None and ref.level in ("pod", "container"):
                 orphans.append((0 if ref.level == "pod" else 1, name, ref.level))
         # Orphans go last in parent-first order (so first when shrinking): pods, then containers.
-        targets.extend((name, level, DEFAULTS) for _, name, level in sorted(orphans))
+        # (Beside the kubelet's own Memory QoS, what it writes on a unit the plan does not name is
+        # its own: not ours to take back.)
+        targets.extend((name, level, _ours(DEFAULTS, kubelet(level))) for _, name, level in sorted(orphans))
     # Retired reserved slices are roots (siblings of kubepods.slice): their order is free. (Beside
-    # the kubelet's own Memory QoS a reserved slice's values are the kubelet's: none to take back.)
-    targets.extend((name, "reserved", DEFAULTS) for name in sorted(set(retired) - planned)
-                   if observed.get(name) is not None and not companion)
+    # the kubelet's own Memory QoS a reserved slice's MemoryMin is the kubelet's: not ours to take back.)
+    targets.extend((name, "reserved", _ours(DEFAULTS, kubelet("reserved"))) for name in sorted(set(retired) - planned)
+                   if observed.get(name) is not None)
 
     grow: list[Change] = []
     shrink: list[Change] = []
@@ -174,6 +177,10 @@ def diff(desired: Plan | tuple[UnitPlan, ...], observed: Mapping[str, Mapping[st
         if down:
             shrink.append(Change(name, level, down, "shrink"))
     return grow + shrink[::-1]
+
+
+def _ours(values: Mapping[str, int], theirs: Collection[str]) -> Mapping[str, int]:
+    return {k: v for k, v in values.items() if k not in theirs} if theirs else values
 
 
 def grow_only(changes: list[Change]) -> list[Change]:
@@ -215,7 +222,7 @@ def reset_plan(observed: Mapping[str, Mapping[str, int] | None], naming: Naming,
     reserved slices (ones the config no longer names but the service wrote; ledger.py).
     `max_units`: the units whose MemoryMax the service set (features.owned): back to infinity too.
     `keep`: the properties left as they are at a level (companion mode: the kubelet's,
-    kubelet_gate.kubelet_owns)."""
+    kubelet_gate.Writes.at)."""
     order = {"node": 0, "reserved": 0, "qos": 1, "pod": 2, "container": 3}
     also = set(also)
     ours = []

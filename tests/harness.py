@@ -29,7 +29,7 @@ from fakesystemd import unit_path
 from sockets import socket_path
 
 from memqos_systemd.cgroupfs import Cgroupfs
-from memqos_systemd.config import parse_config
+from memqos_systemd.config import load_config, parse_config
 from memqos_systemd.daemon import Daemon, Outside
 from memqos_systemd.metrics import Metrics
 from memqos_systemd.notify import Notifier
@@ -212,7 +212,10 @@ class Harness:
             notifier=Notifier(self.notify.path), cgroupfs=cgroupfs or Cgroupfs(tmp_path / "cgroup"),
             ledger_path=ledger_path, last_pods_path=last_pods_path, state_dir=state_dir,
             fights_path=fights_path)
-        self.daemon = Daemon(str(self.config_path), parse_config(config or TIERED), outside)
+        # (A config naming the kubelet's config file is read as the service reads it: load_config.)
+        loaded = (load_config(self.config_path, required=True) if (config or {}).get("kubeletConfigFile")
+                  else parse_config(config or TIERED))
+        self.daemon = Daemon(str(self.config_path), loaded, outside)
         handler = self.daemon.events.on_unit_removed
 
         def on_unit_removed(name):

@@ -78,6 +78,8 @@ _RBAC_HINT = ("bind it to ClusterRole memqos-systemd-pod-reader (get on nodes/po
 # /metrics has always been nodes/metrics (the same role grants it).
 _RBAC_METRICS_HINT = ("bind it to ClusterRole memqos-systemd-pod-reader (get on nodes/metrics, deploy/rbac/ or"
                       " /usr/share/memqos-systemd/rbac/)")
+_RBAC_CONFIGZ_HINT = ("bind it to ClusterRole memqos-systemd-pod-reader (get on nodes/configz, deploy/rbac/ or"
+                      " /usr/share/memqos-systemd/rbac/)")
 _HTTPS_HINT = "that port speaks TLS (the kubelet's 10250 does): use https:// in kubelet.url"
 
 
@@ -86,7 +88,7 @@ class _Endpoint:
     """One thing asked of the kubelet: how messages name it, the request path, what it is."""
     name: str  # "kubelet https://127.0.0.1:10250/pods", the start of every message about it
     path: str  # with its query
-    what: str  # "pods" or "metrics": the RBAC subresource a 403 is about
+    what: str  # "pods", "metrics" or "configz": the RBAC subresource a 403 is about
 
 
 def node_hostname() -> str:
@@ -126,6 +128,10 @@ class KubeletSource:
         self._metrics = _Endpoint(f"kubelet {self._safe_url(parts._replace(path=base + '/metrics'))}"
                                   if problem is None else self.name, base + "/metrics", "metrics")
         self.metrics_name = self._metrics.name
+        # Its /configz: the configuration it runs (not served on the read-only port).
+        self._configz = _Endpoint(f"kubelet {self._safe_url(parts._replace(path=base + '/configz'))}"
+                                  if problem is None else self.name, base + "/configz", "configz")
+        self.configz_name = self._configz.name
         # The names the serving certificate may carry (see the module's docstring).
         if config.server_name:
             self._names: tuple[str, ...] = (config.server_name,)
@@ -193,6 +199,15 @@ class KubeletSource:
         if self._url_error:
             raise SourceError(f"{self.name}: {self._url_error}", "connect")
         return self._get(self._read_token(), self._metrics, accept="text/plain").decode("utf-8", "replace")
+
+    def configz_text(self) -> str:
+        """The kubelet's /configz (`configz_name`), as text: {"kubeletconfig": {...}}, the
+        configuration it runs with its defaults filled in (kubelet_gate.py). Same credentials and
+        checks as the pods; SourceError otherwise (a 403: the RBAC rule `nodes/configz` get is
+        missing; a 404: not served there, e.g. the read-only port)."""
+        if self._url_error:
+            raise SourceError(f"{self.name}: {self._url_error}", "connect")
+        return self._get(self._read_token(), self._configz).decode("utf-8", "replace")
 
     def _get(self, token: str | None, endpoint: _Endpoint, accept: str = "application/json") -> bytes:
         """One GET. The whole exchange is bounded by `timeout`: besides the per-operation
@@ -277,7 +292,7 @@ class KubeletSource:
         if resp.status == 403:
             # The kubelet says "Forbidden (user=..., verb=get, resource=nodes, subresource=pods)".
             said = _first_body_line(resp, token).removeprefix("Forbidden").strip()
-            hint = _RBAC_HINT if endpoint.what == "pods" else _RBAC_METRICS_HINT
+            hint = {"pods": _RBAC_HINT, "metrics": _RBAC_METRICS_HINT}.get(endpoint.what, _RBAC_CONFIGZ_HINT)
             return f"{head}{' ' + said if said else ''}: this user may not read the kubelet's {endpoint.what}: {hint}"
         if resp.status == 404:
             return (f"{head}: nothing at {endpoint.path.partition('?')[0]} there: the kubelet serves /pods and /metrics"

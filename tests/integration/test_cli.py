@@ -731,7 +731,7 @@ def test_status_json_shows_desired_systemd_kernel_and_flags_drift(node):
     assert doc["companion"]["on"] is False
     rows = {r["unit"]: r for r in doc["units"]}
     for r in doc["units"]:
-        assert set(r) == {"unit", "level", "cgroup", "desired", "systemd", "kernel", "drift", "why", "kubelet"}
+        assert set(r) == {"unit", "level", "cgroup", "desired", "systemd", "kernel", "drift", "why", "kubelet", "planned"}
         assert r["kubelet"] == []  # every value ours: the kubelet writes none of them (companion mode: off)
     assert set(plan) <= set(rows)
 
@@ -908,7 +908,7 @@ def test_check_off_cgroup_v2_goes_on_with_the_remaining_checks(node):
     whats = [text.split(":", 1)[0] for _, text in findings(p)]
     # cgroup v2 failed, and every check after it still ran and said something.
     assert whats[whats.index("cgroup v2"):] == ["cgroup v2", "memory controller", "memory_recursiveprot", "kernel",
-                                                "systemd", "config", "kubelet cgroupDriver", "kubelet", "pods", "pods"]
+                                                "systemd", "config", "kubelet cgroupDriver", "kubelet", "kubelet", "pods", "pods"]
     assert any(e.startswith("cgroup v2: ") and "systemd.unified_cgroup_hierarchy=1" in e for e in errors(p))
 
 
@@ -932,28 +932,63 @@ def test_check_with_systemd_unreachable_names_the_missing_socket_and_exits_1(tmp
     assert second.startswith("D-Bus: cannot reach systemd: ")
 
 
+@pytest.mark.parametrize("policy", ["TieredReservation", None], ids=["tiered", "its default"])
 @pytest.mark.parametrize("companion", ["auto", "off"])
-def test_check_calls_companion_mode_an_informed_choice_and_owning_every_value_a_fight(node, companion):
-    """With the kubelet's own Memory QoS on, companion mode (the default, `auto`) is an ok that says
-    who writes what and what the service adds; `companion: off` is an error: the two fight, and the
-    fix is to leave the kubelet its values (issue 36: no longer to turn its feature off)."""
+def test_check_says_who_writes_what_beside_the_kubelet(node, companion, policy):
+    """With the kubelet's own Memory QoS on, `check` says in one line who writes what, as the
+    kubelet's own configuration makes it (issue 42): beside TieredReservation the kubelet writes the
+    pods' protection and the service the rest; beside its v1.37 default (None) the service protects
+    the pods. `companion: off` beside TieredReservation is an error: the two fight, and the fix is to
+    leave the kubelet its values (issue 36: no longer to turn its feature off)."""
     kubelet_config = node.tmp / "kubelet.yaml"
     kubelet_config.write_text("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
-                              "cgroupDriver: systemd\nfeatureGates: {MemoryQoS: true}\n")
+                              "cgroupDriver: systemd\nfeatureGates: {MemoryQoS: true}\n"
+                              + (f"memoryReservationPolicy: {policy}\n" if policy else ""))
     config = node.write_config("gate.yaml", podsFile=str(node.pods_path), kubeletConfigFile=str(kubelet_config),
                                companion=companion)
     p = node.cli("check", config=config)
     said = [(level, text) for level, text in findings(p) if text.startswith("kubelet: ")]
-    (level, text), = said
-    if companion == "auto":
-        assert level == "ok" and text.startswith(f"kubelet: companion mode (the kubelet's own Memory QoS is on"
-                                                 f" (featureGates in {kubelet_config}))"), text
-        assert "the service writes none of them" in text and "the BestEffort ceiling" in text
-        assert "featureGates: {MemoryQoS: false}" not in p.stdout
+    level, text = said[0]
+    how = f"(the kubelet's own Memory QoS is on (featureGates in {kubelet_config}))"
+    if companion == "auto" and policy:
+        assert level == "ok" and text.startswith(f"kubelet: companion: the kubelet protects the pods {how}: the"
+                                                 f" kubelet writes MemoryMin and MemoryLow of kubepods.slice"), text
+        assert "memqos-systemd writes the rest: MemoryHigh by its memoryThrottlingFactor 0.9" in text, text
+        assert len(said) == 1, said
+    elif companion == "auto":
+        assert level == "ok" and text.startswith(f"kubelet: companion: the kubelet's Memory QoS protects no pod,"
+                                                 f" the service does {how}: the kubelet writes MemoryMin of the"
+                                                 f" reserved slices; memqos-systemd writes the rest: the pods'"
+                                                 f" MemoryMin and MemoryLow by its memoryReservationPolicy"
+                                                 f" TieredReservation"), text
+        assert "its start sets kubepods.slice's MemoryMin and MemoryLow and the Burstable slice's MemoryLow to 0" in text
+        assert len(said) == 1, said
     else:
-        assert level == "error" and f"its own Memory QoS is on (featureGates in {kubelet_config})" in text, text
-        assert "fight" in text and "companion: auto" in text and "featureGates: {MemoryQoS: false}" not in text
-        assert p.returncode == 1
+        assert level == "ok" and text.startswith("kubelet: every value the service's (companion: off in the config)")
+        (level, text), = said[1:]
+        assert f"its own Memory QoS is on (featureGates in {kubelet_config})" in text, text
+        if policy:
+            assert level == "error" and "fight" in text and "companion: auto" in text, text
+            assert p.returncode == 1
+        else:  # its reserved slices' MemoryMin only: both write the same reservation
+            assert level == "warn" and "MemoryMin of the reserved slices" in text, text
+    assert "featureGates: {MemoryQoS: false}" not in p.stdout
+
+
+def test_check_is_an_error_when_nothing_protects_the_pods(node):
+    """Issue 42: a kubelet at its v1.37 defaults (None) and this service's policy None: nobody
+    writes a pod's protection; check names the two fixes."""
+    kubelet_config = node.tmp / "kubelet.yaml"
+    kubelet_config.write_text("kind: KubeletConfiguration\ncgroupDriver: systemd\n")
+    config = node.write_config("none.yaml", podsFile=str(node.pods_path), kubeletConfigFile=str(kubelet_config),
+                               memoryReservationPolicy="None", companion="on")
+    p = node.cli("check", config=config)
+    said = [text for level, text in findings(p) if level == "error" and text.startswith("kubelet: ")]
+    assert said and said[0].startswith("kubelet: nothing protects the pods: the kubelet's memoryReservationPolicy is"
+                                       f" None (its default: {kubelet_config} sets none), and this service's is None;"
+                                       " fix one: memoryReservationPolicy: TieredReservation in the kubelet's config"), said
+    assert "memoryReservationPolicy: TieredReservation in /etc/memqos-systemd/config.yaml" in said[0]
+    assert p.returncode == 1
 
 
 # ---------------------------------------------------------------------- check: the pod source
@@ -1111,29 +1146,38 @@ def test_check_asks_the_kubelet_whether_its_own_memory_qos_is_on(node, kubelet, 
         kubelet.respond.tokens = {GOOD_TOKEN: (READER, {"pods", "metrics"})}
     p = node.cli("check", config=kubeadm_config(node, kubelet, kubelet_pki))
     lines = [(level, text) for level, text in findings(p) if text.startswith("kubelet: ")]
-    # On: companion mode, an informed choice; not known: a warning that says how to find out.
+    # On: companion mode, its policy not known (no file, no /configz): taken as its default None,
+    # and ours protect; not known: a warning that says how to find out.
     assert p.returncode == 0, p.stdout
+    gate = f"(kubelet https://127.0.0.1:{kubelet.port}/metrics (kubernetes_feature_enabled))"
     if case == "off":
-        assert lines == [("ok", "kubelet: its own Memory QoS is off (the kubelet's /metrics (kubernetes_feature_enabled)):"
-                                " every value is the service's")]
+        (level, text), = lines
+        assert level == "ok" and text.startswith(f"kubelet: every value the service's (the kubelet's own Memory QoS is"
+                                                 f" off {gate}): the kubelet writes none; memqos-systemd writes the"
+                                                 f" rest"), text
     elif case.startswith("on"):
-        (level, text), = lines
-        assert level == "ok" and "companion mode (the kubelet's own Memory QoS is on (the kubelet's /metrics" in text
+        (level, text), warn = lines
+        assert level == "ok" and text.startswith("kubelet: companion: the kubelet's Memory QoS protects no pod, the"
+                                                 f" service does (the kubelet's own Memory QoS is on {gate})"), text
+        assert warn[0] == "warn" and "its memoryReservationPolicy is not known" in warn[1], warn
+        assert "nodes/configz" in warn[1] and "/configz" in warn[1], warn
     else:
-        (level, text), = lines
+        (_, mode), (level, text) = lines
+        assert mode.startswith("kubelet: every value the service's (whether the kubelet's own Memory QoS is on is not"
+                               " known"), mode
         assert level == "warn" and "cannot tell whether its own Memory QoS is on" in text
         assert "on by default from v1.37" in text and "None" not in text, text
         metrics = f"kubelet https://127.0.0.1:{kubelet.port}/metrics"  # named by what was asked (issue 26)
         if case == "metrics forbidden":
-            assert f"; {metrics}: HTTP 403 Forbidden (user={READER}, verb=get, resource=nodes," \
+            assert f"not known: {metrics}: HTTP 403 Forbidden (user={READER}, verb=get, resource=nodes," \
                    f" subresource=metrics): this user may not read the kubelet's metrics: bind it to ClusterRole" \
                    f" memqos-systemd-pod-reader (get on nodes/metrics, deploy/rbac/ or /usr/share/memqos-systemd/rbac/)" \
                    in text, text
             assert "/pods" not in text and "nodes/pods" not in text, text
         elif case == "metrics without the gate":
-            assert f"; {metrics} lists no MemoryQoS gate)" in text, text
+            assert f"not known: {metrics} lists no MemoryQoS gate, and no config file of its is read" in text, text
         else:
-            assert f"; {metrics} answered, but not with the kubelet's metrics (no kubernetes_feature_enabled line)" \
+            assert f"not known: {metrics} answered, but not with the kubelet's metrics (no kubernetes_feature_enabled line)" \
                    in text, text
 
 
@@ -1203,7 +1247,7 @@ def test_check_names_the_writers_the_service_has_seen(node, kubelet, kubelet_pki
     said = [text for level, text in findings(p) if level == "warn" and text.startswith("writers: ")]
     assert len(said) == 2, said
     assert said[0].startswith("writers: the service has put back values someone else wrote: node level 3 time(s)"
-                              " through systemd: the kubelet's MemoryQoS gate (it rewrites kubepods.slice")
+                              " through systemd: the kubelet's MemoryQoS gate (under TieredReservation it rewrites kubepods.slice")
     assert "companion: auto" in said[0]
     assert "; qos level 1 time(s) in its cgroup file: a cgroupfs writer (systemd still holds ours" in said[0]
     assert said[1].startswith("writers: kubepods-burstable.slice is fought over: written behind the service's back"

@@ -11,6 +11,7 @@ import yaml
 
 from memqos_systemd.config import BurstableHighSettings, ConfigError, parse_config
 from memqos_systemd.config_schema import Reserve
+from memqos_systemd.kubelet_gate import Gate, KubeletFacts, Writes, writes
 from memqos_systemd.naming import Naming
 from memqos_systemd.plan import INFINITY, Lever, NodeFacts, burstable_high, plan
 from memqos_systemd.quantity import format_bytes
@@ -23,8 +24,14 @@ ALLOC = 16284 * Mi
 ON = {"burstableHigh": {"enabled": True}}
 
 
-def run(pods, capacity=16 * Gi, page=4096, companion=False, **keys):
-    return plan(list(pods), NodeFacts(capacity, page, kubelet_writes=companion), parse_config(keys))
+# Beside a kubelet with its gate on and TieredReservation, with a throttling factor (the pod slices'
+# MemoryHigh is then its own) or without one (its v1.37 default: the pod slices' MemoryHigh is ours).
+KUBELET = {"factor": writes(KubeletFacts(Gate(True, "t"), "TieredReservation", factor=0.9)),
+           "tiered": writes(KubeletFacts(Gate(True, "t"), "TieredReservation"))}
+
+
+def run(pods, capacity=16 * Gi, page=4096, companion=None, **keys):
+    return plan(list(pods), NodeFacts(capacity, page, KUBELET[companion] if companion else Writes()), parse_config(keys))
 
 
 def highs(p):
@@ -184,10 +191,19 @@ def test_every_policy_and_hierarchy(policy, hierarchy):
     assert {u: v[:2] for u, v in props(p).items()} == {u: v[:2] for u, v in props(off).items()}
 
 
-def test_not_planned_in_companion_mode():
-    p = run(NODE, companion=True, **ON)
-    assert p.levers == () and highs(p) == highs(run(NODE, companion=True))
-    assert any(w.startswith("burstableHigh: not planned beside the kubelet") for w in p.warnings)
+def test_not_planned_when_the_kubelet_writes_the_pod_slices_memory_high():
+    p = run(NODE, companion="factor", **ON)
+    assert p.levers == () and highs(p) == highs(run(NODE, companion="factor"))
+    assert any(w.startswith("burstableHigh: not planned: the kubelet writes the pod slices' MemoryHigh itself")
+               for w in p.warnings)
+
+
+def test_planned_beside_a_kubelet_that_protects_without_a_factor():
+    """Issue 42: beside TieredReservation with no throttling factor (its v1.37 default) the pod
+    slices' MemoryHigh is ours, and the lever with it; the protection is the kubelet's."""
+    p, alone = run(NODE, companion="tiered", **ON), run(NODE, **ON)
+    assert p.levers == alone.levers and highs(p)[pod_unit(2)] == highs(alone)[pod_unit(2)] < INF
+    assert all("MemoryHigh" not in u.kubelet and "MemoryLow" in u.kubelet for u in p.units if u.level == "pod")
 
 
 def test_turning_it_off_raises_the_pod_high_back():
@@ -349,6 +365,6 @@ def test_status_says_nothing_of_it_when_off_and_why_in_companion_mode():
     doc = _status_doc(run(NODE), {})
     assert doc["burstableHigh"] is None and doc["pods"][0]["burstableHigh"] is None
     assert not any("burstableHigh" in line for line in status_lines(doc))
-    doc = _status_doc(run(NODE, companion=True, **ON), ON)
-    assert "Burstable lever (burstableHigh): not planned in companion mode (a pod's MemoryHigh is the kubelet's)" \
-        in status_lines(doc)
+    doc = _status_doc(run(NODE, companion="factor", **ON), ON)
+    assert ("Burstable lever (burstableHigh): not planned: the kubelet writes the pods' MemoryHigh (its factor)"
+            in status_lines(doc))

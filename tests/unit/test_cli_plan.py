@@ -169,8 +169,14 @@ assert _high(768 * Mi, 1536 * Mi) == 1530081280 and _high(0, ALLOCATABLE) == 139
 
 
 def _check_contract(doc: dict) -> None:
-    """The shape issue #2 fixes, whatever the values."""
-    assert set(doc) == {"node", "units", "warnings"}
+    """The shape issue #2 fixes, whatever the values (and what later issues added)."""
+    # Added by issue 42: the pods' protection, each byte once, and the kubelet's part of it; what
+    # the kubelet writes as its own and why (and `companion` when it writes any of these values).
+    assert set(doc) - {"companion"} == {"node", "units", "warnings", "protected", "kubelet"}
+    assert set(doc["protected"]) == {"MemoryMin", "MemoryLow", "kubeletMemoryMin", "kubeletMemoryLow"}
+    assert sum(u["MemoryMin"] for u in doc["units"] if u["level"] == "pod") == doc["protected"]["MemoryMin"]
+    assert sum(u["MemoryLow"] for u in doc["units"] if u["level"] == "pod") == doc["protected"]["MemoryLow"]
+    assert set(doc["kubelet"]) == {"mode", "why", "writes", "memoryReservationPolicy", "memoryThrottlingFactor"}
     assert set(doc["node"]) == {"capacityBytes", "allocatableBytes"}
     for v in doc["node"].values():
         assert type(v) is int
@@ -189,6 +195,8 @@ def _check_contract(doc: dict) -> None:
         if u["level"] == "pod" and "resizePending" in u:  # added by issue 16: a pod's pending resize
             want.add("resizePending")
             assert isinstance(u["resizePending"], str) and u["resizePending"], u
+        if doc.get("companion"):  # issue 36: which of its values the kubelet writes (shown, never sent)
+            want.add("kubelet")
         assert set(u) == want, u
         assert type(u["unit"]) is str
         for key in ("MemoryMin", "MemoryLow"):
@@ -395,8 +403,10 @@ def test_the_demo_table_teaches(example_args):
     assert "config: examples/config.yaml" in lines
     assert lines[0] == "node: capacity 16Gi (--node-memory), allocatable 14.4Gi"
     assert any(line.startswith("legend: MemoryMin ") for line in lines)
-    # kubepods.slice: MemoryMin 2Gi (ledger-db-0) + MemoryLow 2.91Gi (the Burstable pods), by hand above
-    assert "total: protects 4.91Gi of 14.4Gi allocatable for 6 pod(s) (MemoryMin 2Gi, MemoryLow 2.91Gi)" in lines
+    # The pod slices: MemoryMin 2Gi (ledger-db-0) + MemoryLow 2.91Gi (the Burstable pods), by hand above;
+    # each byte once (kubepods.slice backs the same bytes, issue 42)
+    assert "total: 6 pod(s) protected by 4.91Gi of 14.4Gi allocatable: MemoryMin 2Gi + MemoryLow 2.91Gi" in lines
+    assert "  the kubelet: not read (no kubeletConfigFile): every value shown is memqos-systemd's" in lines
     assert "       and 1.5Gi of MemoryMin for the reserved slices" in lines
     # batch/report-29154650-abcde has Succeeded
     assert "skipped: 1 finished pod(s) (Succeeded or Failed), which hold no memory" in lines
@@ -410,7 +420,7 @@ def test_wide_table_gives_every_full_unit_name(example_args):
     for u in ok_json(*example_args)["units"]:
         row = next(line for line in text.splitlines() if line.endswith("  " + u["unit"]))
         assert _show(u["MemoryMin"]) in row.split() and _show(u["MemoryHigh"]) in row.split(), (u, row)
-    assert "UNIT" in text.splitlines()[4]
+    assert "UNIT" in next(line for line in text.splitlines() if line.startswith("SLICE / POD / CONTAINER"))
 
 
 def _show(n) -> str:

@@ -13,6 +13,7 @@ which wins over the defaults.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from fractions import Fraction
 
@@ -416,15 +417,24 @@ def merged(ours: str, kubelet: str = KUBELET):
 
 def test_kubelet_values_beat_defaults():
     c = merged("{}")
-    assert c.memory_reservation_policy == "TieredReservation"
-    assert c.memory_throttling_factor == 0.8
     assert c.kube_reserved == 2 * Gi and c.system_reserved == Gi
     assert c.eviction_hard_memory.resolve(8 * Gi) == 200 * Mi
     assert c.enforce_node_allocatable == ("pods", "kube-reserved")
     assert c.kube_reserved_cgroup == "/kube.slice"
     assert c.hierarchy == "effective"  # not a kubelet field: our default
-    assert c.origins["memoryThrottlingFactor"] == "kubelet"
+    assert c.origins["kubeReserved"] == "kubelet"
     assert c.origins["hierarchy"] == "default"
+
+
+def test_the_kubelets_policy_and_factor_are_its_own_never_ours():
+    """Issue 42: memoryReservationPolicy and memoryThrottlingFactor in the kubelet's file say what the
+    kubelet writes itself (kubelet_gate.kubelet_facts); ours stay ours (taking its None as ours left
+    the pods with no protection at all)."""
+    c = merged("{}")
+    assert (c.memory_reservation_policy, c.memory_throttling_factor) == ("None", 0.9)  # our defaults
+    assert c.origins["memoryReservationPolicy"] == c.origins["memoryThrottlingFactor"] == "default"
+    assert (c.kubelet_file.policy, c.kubelet_file.factor) == ("TieredReservation", 0.8)
+    assert c.kubelet_file.gate("MemoryQoS") is True and c.kubelet_file.source == "kubelet.yaml"
 
 
 def test_our_file_beats_the_kubelet():
@@ -457,18 +467,40 @@ def test_kubelet_null_and_empty_fields_mean_unset():
     assert c.eviction_hard_memory.resolve(8 * Gi) == 100 * Mi
 
 
-@pytest.mark.parametrize("gates, expected", [
-    ("{MemoryQoS: true}", True), ("{MemoryQoS: false}", False), ("{}", None), ("{Other: true}", None),
-    ("null", None), ("[MemoryQoS]", None), ("{MemoryQoS: 'true'}", None),
+@pytest.mark.parametrize("gates, expected, problem", [
+    ("{MemoryQoS: true}", True, None), ("{MemoryQoS: false}", False, None), ("{}", None, None),
+    ("{Other: true}", None, None), ("null", None, None),
+    # Of the wrong type: a named warning, never "sets no gate" in silence (issue 42).
+    ("[MemoryQoS]", None, "kubelet.yaml: featureGates: [MemoryQoS] is a list, not a map of gate: true|false"),
+    ("'MemoryQoS=true'", None, "kubelet.yaml: featureGates: 'MemoryQoS=true' is a string, not a map of gate:"),
+    ("{MemoryQoS: 'true'}", None, "kubelet.yaml: featureGates.MemoryQoS: 'true' is not true or false"),
+    ("{MemoryQoS: 1}", None, "kubelet.yaml: featureGates.MemoryQoS: 1 is not true or false"),
+    ("{MemoryQoS: null}", None, "kubelet.yaml: featureGates.MemoryQoS: null is not true or false"),
 ])
-def test_memory_qos_gate_detected(gates, expected):
-    assert merged("{}", f"kind: KubeletConfiguration\nfeatureGates: {gates}\n").kubelet_memory_qos_gate is expected
+def test_memory_qos_gate_detected(gates, expected, problem):
+    c = merged("{}", f"kind: KubeletConfiguration\nfeatureGates: {gates}\n")
+    assert c.kubelet_memory_qos_gate is expected
+    if problem is None:
+        assert c.kubelet_file.problems == ()
+    else:
+        assert len(c.kubelet_file.problems) == 1 and c.kubelet_file.problems[0].startswith(problem)
 
 
-def test_kubelet_values_are_validated_and_blamed_on_the_kubelet_file():
-    with pytest.raises(ConfigError) as e:
-        merged("{}", "kind: KubeletConfiguration\nmemoryThrottlingFactor: 2\n")
-    assert str(e.value) == "kubelet.yaml: memoryThrottlingFactor: 2 is outside (0, 1]"
+@pytest.mark.parametrize("line, problem", [
+    ("memoryThrottlingFactor: 2", "kubelet.yaml: memoryThrottlingFactor: 2 is not a number in (0, 1]"),
+    ("memoryThrottlingFactor: 'x'", "kubelet.yaml: memoryThrottlingFactor: 'x' is not a number in (0, 1]"),
+    ("memoryReservationPolicy: 5", "kubelet.yaml: memoryReservationPolicy: 5 is not a string"),
+])
+def test_what_the_kubelet_writes_itself_is_never_an_error_of_ours(line, problem):
+    """A value the kubelet itself refuses says nothing of the kubelet that runs: a named problem
+    (check and the journal say it), not a config the service refuses."""
+    c = merged("{}", f"kind: KubeletConfiguration\n{line}\n")
+    assert c.kubelet_file.problems[0].startswith(problem)
+    assert (c.kubelet_file.policy, c.kubelet_file.factor) == (None, None)
+
+
+def test_a_policy_the_kubelet_of_today_does_not_know_is_kept_to_be_named():
+    assert merged("{}", "kind: KubeletConfiguration\nmemoryReservationPolicy: Hard\n").kubelet_file.policy == "Hard"
 
 
 @pytest.mark.parametrize("kubelet", ["kind: Pod\n", "- a\n", "5\n"])
@@ -478,14 +510,14 @@ def test_not_a_kubelet_configuration(kubelet):
 
 
 def test_kubelet_config_without_kind_is_accepted():
-    assert merged("{}", "memoryThrottlingFactor: 0.5\n").memory_throttling_factor == 0.5
+    assert merged("{}", "kubeReserved: {memory: 1Gi}\n").kube_reserved == Gi
 
 
 def test_kubelet_only_keys_and_our_only_keys_are_kept_apart():
     # hierarchy/protectionHeadroom are ours, not the kubelet's: ignored there.
     c = merged("{}", "kind: KubeletConfiguration\nhierarchy: kubelet\nprotectionHeadroom: 50%\n")
     assert c.hierarchy == "effective"
-    assert c == parse_config({})
+    assert c == dataclasses.replace(parse_config({}), kubelet_file=c.kubelet_file)
 
 
 def test_cross_check_sees_the_merged_values():
@@ -503,7 +535,8 @@ def test_load_config_merges_the_kubelet_file(tmp_path):
     ours.write_text(f"kubeletConfigFile: {kubelet}\nmemoryThrottlingFactor: 0.95\nhierarchy: kubelet\n")
     c = load_config(ours)
     assert c.memory_throttling_factor == 0.95
-    assert c.memory_reservation_policy == "TieredReservation"
+    assert c.memory_reservation_policy == "None"  # ours: the kubelet's is its own (kubelet_file)
+    assert c.kubelet_file.policy == "TieredReservation"
     assert c.hierarchy == "kubelet"
     assert c.kubelet_memory_qos_gate is True
     assert c.kubelet_config_file == str(kubelet)

@@ -2,7 +2,7 @@
 
 Checked as Kubernetes objects: every file parses, each object has the kind, name and namespace
 the README, the DaemonSet (deploy/kubernetes/) and the daemon's own error messages use, the role
-grants exactly `get` on `nodes/pods` and `nodes/metrics`, and the broader `nodes/proxy` fallback is a separate file
+grants exactly `get` on `nodes/pods`, `nodes/metrics` and `nodes/configz`, and the broader `nodes/proxy` fallback is a separate file
 that the kustomization leaves out. (Schema validation against the API comes separately.)
 """
 
@@ -65,9 +65,10 @@ def test_the_kustomization_makes_exactly_the_least_privilege_objects():
         assert d["apiVersion"] == ("rbac.authorization.k8s.io/v1" if kind.startswith("Cluster") else "v1"), kind
 
 
-def test_the_role_grants_get_on_nodes_pods_and_metrics_and_nothing_else():
+def test_the_role_grants_get_on_nodes_pods_metrics_and_configz_and_nothing_else():
     role = kustomized()[("ClusterRole", ROLE)]
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes/pods", "nodes/metrics"], "verbs": ["get"]}]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes/pods", "nodes/metrics", "nodes/configz"],
+                              "verbs": ["get"]}]
 
 
 def test_the_binding_gives_the_role_to_the_service_account():

@@ -464,7 +464,9 @@ def who_writes_what(mode: Mode, policy: str, factor: float | None, adds: tuple[s
     if protects(mode, policy):
         return "ok", text
     who = (f"the kubelet's memoryReservationPolicy is {facts.policy} ({facts.policy_how})"
-           if facts is not None and mode.companion else "the kubelet's Memory QoS is not on")
+           if facts is not None and mode.companion else
+           "whether the kubelet's Memory QoS is on is not known, and the service writes every value"
+           if facts is not None and facts.gate.on is None else "the kubelet's Memory QoS is not on")
     return "error", (f"nothing protects the pods: {who}, and this service's is {policy}; fix one: {POLICY_FIX} in the"
                      f" kubelet's config, then restart the kubelet (it then writes them itself), or {POLICY_FIX} in"
                      f" /etc/memqos-systemd/config.yaml, then systemctl reload memqos-systemd; {text}")

@@ -284,6 +284,8 @@ def test_the_mode_follows_the_kubelet_unless_the_config_forces_it(setting, facts
      "nothing protects the pods: the kubelet's memoryReservationPolicy is None (its default), and this service's is"
      " None; fix one: memoryReservationPolicy: TieredReservation in the kubelet's config, then restart the kubelet"),
     (KubeletFacts(Gate(False, "t")), "None", "error", "nothing protects the pods: the kubelet's Memory QoS is not on"),
+    (KubeletFacts(Gate(None, "t")), "None", "error", "nothing protects the pods: whether the kubelet's Memory QoS is"
+     " on is not known, and the service writes every value, and this service's is None"),
     (KubeletFacts(Gate(False, "t")), "HardReservation", "ok", "every value the service's"),
 ])
 def test_check_says_who_writes_what_and_fails_when_nothing_protects(facts, ours, level, says):

@@ -84,3 +84,31 @@ def test_now_and_lent_are_explained_where_an_operator_looks():
         for words in ("NOW/LENT" if where == "status --help" else "NOW", "LENT is the part" if where == "man page"
                       else "LENT: the part", "effective memory.min", "memory_recursiveprot"):
             assert words in flat, (where, words)
+
+
+def mode_doc(cfg_policy: str, facts) -> dict:
+    from memqos_systemd.kubelet_gate import companion_mode, who_writes_what
+    mode = companion_mode("auto", facts)
+    level, line = who_writes_what(mode, cfg_policy, 0.9)
+    return {"on": mode.companion, "mode": mode.name, "why": mode.why, "kubelet": facts.describe(),
+            "writes": {lv: sorted(p) for lv, p in mode.writes.levels.items() if p}, "podsProtected": level != "error",
+            "whoWritesWhat": line, "kubeletResets": {"node/start": 2.0}}
+
+
+def test_status_names_the_mode_and_why_also_when_the_gate_cannot_be_read(tmp_path):
+    """Issue 42: status said nothing of the mode when the kubelet's /metrics did not answer."""
+    from memqos_systemd.kubelet_gate import Gate, KubeletFacts
+    doc = doc_of(tmp_path)
+    forbidden = "kubelet https://127.0.0.1:10250/metrics: HTTP 403 Forbidden"
+    doc["companion"] = mode_doc("TieredReservation", KubeletFacts(Gate(None, f"not known: {forbidden}")))
+    lines = status_lines(doc)
+    assert all(columns.width(line) <= WIDTH for line in lines), max(lines, key=columns.width)
+    text = " ".join(" ".join(lines).split())
+    assert "mode: every value the service's: whether the kubelet's own Memory QoS is on is not known" in text
+    assert "HTTP 403 Forbidden" in text
+    assert "the kubelet's own moments put back: 2 at its start (node)" in text
+    # At its v1.37 defaults beside our None: nothing protects the pods, marked.
+    doc["companion"] = mode_doc("None", KubeletFacts(Gate(True, "its /metrics")))
+    lines = status_lines(doc)
+    assert any(line.startswith("! mode: companion: the kubelet's Memory QoS protects no pod") for line in lines), lines
+    assert "nothing protects the pods" in " ".join(" ".join(lines).split())

@@ -565,6 +565,13 @@ def kubelet_file(doc: Any, src: str) -> KubeletFile:
         problems.append(f"{src}: memoryThrottlingFactor: {_show(factor)} is not a number in (0, 1] (the kubelet"
                         f" refuses it): not known from this file")
         factor = None
+    if dict(gates).get("MemoryQoS") is False:
+        # Its validation (v1.37): with the gate off only policy None and the factor's default pass.
+        refused = ([f"memoryReservationPolicy {policy}"] if policy not in (None, "None") else []) + (
+            [f"memoryThrottlingFactor {factor:g}"] if factor is not None and factor != 0.9 else [])
+        if refused:
+            problems.append(f"{src}: {' and '.join(refused)} with featureGates.MemoryQoS false: the kubelet refuses"
+                            f" this config (both need its MemoryQoS gate on) and does not start with it")
     reserved = doc.get("qosReserved")
     memory = reserved.get("memory") if isinstance(reserved, dict) else None
     return KubeletFile(src, tuple(gates), policy or None, None if factor is None else float(factor),

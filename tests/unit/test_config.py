@@ -499,6 +499,18 @@ def test_what_the_kubelet_writes_itself_is_never_an_error_of_ours(line, problem)
     assert (c.kubelet_file.policy, c.kubelet_file.factor) == (None, None)
 
 
+@pytest.mark.parametrize("doc, refused", [
+    ("featureGates: {MemoryQoS: false}\nmemoryReservationPolicy: TieredReservation\n",
+     "memoryReservationPolicy TieredReservation with featureGates.MemoryQoS false: the kubelet refuses"),
+    ("featureGates: {MemoryQoS: false}\nmemoryThrottlingFactor: 0.8\n", "memoryThrottlingFactor 0.8 with"),
+    ("featureGates: {MemoryQoS: false}\nmemoryThrottlingFactor: 0.9\nmemoryReservationPolicy: None\n", None),
+    ("featureGates: {MemoryQoS: true}\nmemoryReservationPolicy: TieredReservation\n", None),
+])
+def test_a_config_the_kubelets_validation_refuses_is_named(doc, refused):
+    problems = merged("{}", f"kind: KubeletConfiguration\n{doc}").kubelet_file.problems
+    assert (problems == ()) if refused is None else (len(problems) == 1 and refused in problems[0]), problems
+
+
 def test_a_policy_the_kubelet_of_today_does_not_know_is_kept_to_be_named():
     assert merged("{}", "kind: KubeletConfiguration\nmemoryReservationPolicy: Hard\n").kubelet_file.policy == "Hard"
 

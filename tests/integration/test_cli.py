@@ -668,6 +668,33 @@ def test_reset_and_a_dry_run_take_back_only_a_memorymax_that_is_ours(node):
     assert ours.read_text() == f"{BE_SLICE}\n"
 
 
+@pytest.mark.parametrize("policy", [None, "TieredReservation"], ids=["its defaults", "tiered"])
+def test_apply_beside_a_v137_kubelet_writes_what_it_does_not(node, policy):
+    """Issue 42: beside a kubelet at its v1.37 defaults (gate on, policy None, no factor) the dry run
+    shows the pods' protection: nobody else writes it. Beside TieredReservation it shows none of the
+    kubelet's MemoryMin and MemoryLow, and still our MemoryHigh (it has no factor)."""
+    plan = node.plan()
+    node.start_kubelet_units(plan)
+    node.fake.clear_calls()
+    kubelet_config = node.tmp / "kubelet.yaml"
+    kubelet_config.write_text("kind: KubeletConfiguration\ncgroupDriver: systemd\nfeatureGates: {MemoryQoS: true}\n"
+                              + (f"memoryReservationPolicy: {policy}\n" if policy else ""))
+    dry = node.cli("apply", "--once", "--dry-run", config=node.write_config("k.yaml", podsFile=str(node.pods_path),
+                                                                                 kubeletConfigFile=str(kubelet_config)))
+    no_traceback(dry)
+    assert dry.returncode == 0, dry.stderr
+    calls = [parse_call_line(line) for line in dry.stdout.splitlines()]
+    protection = {u for u, props in calls if u not in RESERVED and {"MemoryMin", "MemoryLow"} & set(props)}
+    highs = {u for u, props in calls if "MemoryHigh" in props}
+    assert not any("MemoryMin" in props for u, props in calls if u in RESERVED)  # its own, with its gate on
+    assert highs, dry.stdout
+    if policy is None:
+        assert "kubepods.slice" in protection and len(protection) > 5, dry.stdout
+    else:
+        assert protection == set(), dry.stdout
+    assert node.fake.writes == []
+
+
 def test_reset_refused_by_systemd_exits_1_with_one_line(node):
     plan = node.plan()
     node.start_applied(plan)

@@ -278,11 +278,12 @@ class Daemon:
         if self.agenda.ask_kubelet():
             if await self.companion.ask(self.config, self.source):
                 self.agenda.reread()  # what the cache holds is compared as the new mode has it
-            if self.companion.answers.answered or not self.agenda.deciding(self.out.clock()):
+            if not self.companion.answers.transient or not self.agenda.deciding(self.out.clock()):
                 self.agenda.kubelet_answered()
                 if self.companion.release():  # decided: what was held for it is the mode's to say
                     self.agenda.reread()
             else:  # just after its start its port may answer /pods before /metrics: ask again
+                # (not after a 403 or a 404: asked again, it says the same)
                 self.agenda.ask_again()
         carried = self.intake.accept(snap, self.observer.live_pod_uids())
         self.intake.say("carried", [f"pod {p.display} is no longer listed by the pod source but its slice still"

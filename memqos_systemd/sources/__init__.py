@@ -54,6 +54,9 @@ class Answers:
     unasked: str | None = None  # why /metrics was not asked, or did not answer
     configz_why: str | None = None  # why /configz did not answer
     metrics_how: str = "the kubelet's /metrics"
+    # /metrics did not answer for now (refused, timed out: a kubelet that has just started); an
+    # answer that says no (a 403, a 404, not its metrics) will say the same if asked again.
+    transient: bool = False
 
     @property
     def answered(self) -> bool:
@@ -74,12 +77,13 @@ def ask_kubelet(cfg: Config, source=None, *, ask: bool = True, pods_failed: bool
     name = getattr(source, "metrics_name", "the kubelet's /metrics")
     if metrics_text is None:
         return Answers(unasked="the pod source does not serve the kubelet's /metrics")
-    metrics, unasked = None, None
+    metrics, unasked, transient = None, None, False
     try:
         metrics = parse_kubelet_metrics(metrics_text())
     except SourceError as e:  # it names the /metrics URL, and for a 403 the RBAC rule
         # When /pods failed too, the pods line says why: the kubelet's error is named once.
         unasked = f"{name} did not answer either: see pods" if pods_failed else str(e)
+        transient = e.kind in ("connect", "timeout")
     else:
         if not metrics.gates and not metrics.unknown:
             unasked = (f"{name} answered, but not with the kubelet's metrics (no kubernetes_feature_enabled line):"
@@ -100,7 +104,7 @@ def ask_kubelet(cfg: Config, source=None, *, ask: bool = True, pods_failed: bool
                 configz = kubelet_file(doc["kubeletconfig"], zname)
             else:
                 configz_why = f"{zname}: no kubeletconfig in its answer"
-    return Answers(metrics, configz, unasked, configz_why, name)
+    return Answers(metrics, configz, unasked, configz_why, name, transient)
 
 
 def facts_of(cfg: Config, answers: Answers, *, file: KubeletFile | None | bool = True,

@@ -277,6 +277,29 @@ def test_a_kubelet_that_has_just_started_and_does_not_answer_is_asked_again_soon
     assert s.a.timeout(late) == min(POLL, RESYNC - late)  # past its patience: the next poll (or resync)
 
 
+def test_after_the_kubelets_start_its_mode_is_decided_until_it_answers_or_its_patience_ends():
+    """Issue 42, the hand-back race: /pods may answer before /metrics; while the kubelet has not
+    said what it writes itself, its writes are held for it (Companion.hold) and it is asked again
+    KUBELET_START_RETRY after each fetch; a reset found then is its start's."""
+    s = steady()
+    assert not s.a.deciding(5.0) and not s.a.kubelet_starting(5.0)
+    s.a.kubelet_started(10.0)
+    assert s.a.take_kubelet_start() and not s.a.take_kubelet_start()  # taken once
+    s.step(10.0)
+    assert s.a.ask_kubelet() and s.a.deciding(10.0) and s.a.kubelet_starting(10.0)
+    s.a.ask_again()  # its /metrics refused: asked at the next fetch, soon
+    assert s.a.timeout(10.0) == KUBELET_START_RETRY and s.a.due(10.0 + KUBELET_START_RETRY).fetch
+    s.step(10.0 + KUBELET_START_RETRY)
+    assert s.a.ask_kubelet()
+    s.a.kubelet_answered()
+    assert not s.a.deciding(11.0) and s.a.kubelet_starting(11.0)
+    assert s.a.timeout(11.0) > KUBELET_START_RETRY  # nothing more to ask
+    s.a.kubelet_started(100.0)  # again, and it never answers: decided when its patience ends
+    assert s.a.deciding(100.0 + KUBELET_START_PATIENCE - 0.1)
+    assert not s.a.deciding(100.0 + KUBELET_START_PATIENCE)
+    assert not s.a.kubelet_starting(100.0 + agenda_mod.KUBELET_START_WINDOW)
+
+
 def test_a_pods_file_is_watched_every_second_and_an_edit_asks_for_it():
     s = steady(watch_source=True)
     assert s.a.timeout(1.0) == agenda_mod.SOURCE_WATCH_INTERVAL

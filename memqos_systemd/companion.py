@@ -43,6 +43,7 @@ class Companion:
         self.file: KubeletFile | None = config.kubelet_file  # its config file as last read
         self.held: dict[str, frozenset[str]] = {}  # unit -> what is left to it while its mode is decided
         self.hand_back = False  # the next round writes its values where they moved to it (HAND_BACK_LEVELS)
+        self.version: str | None = None  # the version it last reported (kubernetes_build_info)
         self.facts, self.reserved = facts_of(config, self.answers, file=self.file)
         self.mode: Mode = companion_mode(config.companion, self.facts)
         self._said: set[str] = set()  # warnings said (once each)
@@ -59,6 +60,8 @@ class Companion:
         from it, ours written over what it left."""
         self.answers = await asyncio.to_thread(ask_kubelet, config, source)
         self.stale = False
+        if self.answers.metrics is not None and self.answers.metrics.version:
+            self.version = self.answers.metrics.version  # its defaults, when a later answer does not say
         return self.decide(config)
 
     def kubelet_started(self, config: Config) -> bool:
@@ -77,7 +80,8 @@ class Companion:
     def decide(self, config: Config) -> bool:
         """The mode from `config` and what is known of the kubelet; True when what it writes as its
         own changed (what systemd holds is then to be compared as the new mode has it: read again)."""
-        self.facts, self.reserved = facts_of(config, self.answers, file=self.file, stale=self.stale)
+        self.facts, self.reserved = facts_of(config, self.answers, file=self.file, stale=self.stale,
+                                             version=self.version)
         mode = companion_mode(config.companion, self.facts)
         turned = mode.writes != self.mode.writes
         if turned and any(mode.writes.at(level) - self.mode.writes.at(level) for level in HAND_BACK_LEVELS):

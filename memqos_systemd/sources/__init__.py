@@ -108,12 +108,13 @@ def ask_kubelet(cfg: Config, source=None, *, ask: bool = True, pods_failed: bool
 
 
 def facts_of(cfg: Config, answers: Answers, *, file: KubeletFile | None | bool = True,
-             stale: bool = False) -> tuple[KubeletFacts, Gate]:
+             stale: bool = False, version: str | None = None) -> tuple[KubeletFacts, Gate]:
     """The kubelet's configuration (kubelet_gate.kubelet_facts) and its QOSReserved, from what it
-    answered and its config file (`file`; True: the one read with `cfg`)."""
+    answered and its config file (`file`; True: the one read with `cfg`). `version`: the one it
+    last reported, when what it answered now does not say."""
     kfile = cfg.kubelet_file if file is True else (file or None)
     facts = kubelet_facts(metrics=answers.metrics, metrics_how=answers.metrics_how, configz=answers.configz,
-                          file=kfile, stale=stale, unasked=answers.unasked)
+                          file=kfile, stale=stale, unasked=answers.unasked, version=version)
     reported = answers.metrics.gate("QOSReserved")[0] if answers.metrics is not None else None
     said = answers.configz if answers.configz is not None and not stale else kfile
     reserved = qos_reserved(reported=reported, configured=said.gate("QOSReserved") if said else None,

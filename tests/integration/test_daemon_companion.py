@@ -178,6 +178,8 @@ def test_the_kubelets_write_after_its_start_is_not_fought_while_its_mode_is_deci
             source.gate_on, source.answers = True, False  # it restarts; its port does not answer yet
             fake_systemd.emit_job_removed("kubelet.service", "done")
             await until(lambda: h.daemon.agenda.deciding(h.daemon.out.clock()), timeout=5)
+            # Asked and not answering: what it is known by is the version it last reported.
+            await until(lambda: "the default of kubelet v1.37.1" in h.daemon.companion.facts.gate.how, timeout=5)
             fake_systemd.clear_calls()
             kubelet_writes(fake_systemd, 2)
             await h.resync_now()

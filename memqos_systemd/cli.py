@@ -324,6 +324,7 @@ NEXT = "next, on a node: memqos-systemd check; then memqos-systemd apply --once 
 TABLE_WIDTH = 100
 
 
+
 def _fit_name(cell: str, room: int, mark: str) -> str:
     """A row's name cut to `room` columns in the middle, its tree indent and a pending resize's
     mark (_pod_cell) kept whole."""
@@ -403,8 +404,9 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
     if ceiling:
         c = p.ceiling
         lines += [f"BestEffort ceiling: MemoryMax {_show_bytes(c.memory_max)} on {c.unit}",
-                  f"       = allocatable {format_bytes(p.allocatable)} - Guaranteed and Burstable requests"
-                  f" {_show_bytes(c.requests)} - headroom {_show_bytes(c.headroom)}, at least {_show_bytes(c.minimum)}"]
+                  *columns.wrap(f"       = allocatable {format_bytes(p.allocatable)} - Guaranteed and Burstable"
+                                f" requests {_show_bytes(c.requests)} - headroom {_show_bytes(c.headroom)}, at least"
+                                f" {_show_bytes(c.minimum)}", TABLE_WIDTH, indent="         ")]
     if p.levers:
         lines.append(f"Burstable lever (burstableHigh) on {len(p.levers)} pod slice(s): none may grow into the"
                      f" others' requests")
@@ -418,7 +420,7 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
     if context.finished_pods:
         lines.append(f"skipped: {context.finished_pods} finished pod(s) (Succeeded or Failed), which hold no memory")
     if p.warnings:
-        lines += ["", "warnings:"] + [f"  - {w}" for w in p.warnings]
+        lines += ["", "warnings:"] + [line for w in p.warnings for line in columns.wrap(f"  - {w}", TABLE_WIDTH, indent="    ")]
     if not wide:
         lines.append(f"names cut to fit {TABLE_WIDTH} columns; whole, with unit names (for systemctl show): --output"
                      f" wide, or json" if cut else "full unit names (for systemctl show): --output wide, or json")

@@ -554,7 +554,7 @@ def status_lines(doc: dict, *, wide: bool = False, encoding: str | None = None) 
         lines += _ceiling_lines(doc["bestEffortCeiling"])
     if doc.get("burstableHigh"):
         lines += _lever_lines(doc["burstableHigh"], doc["pods"], wide)
-    lines.append(_summary(doc))
+    lines += columns.wrap(_summary(doc), WIDTH, indent="  ")
     companion = doc.get("companion")
     if companion:
         lines += _mode_lines(companion, wide)

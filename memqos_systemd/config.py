@@ -379,26 +379,23 @@ def _best_effort_ceiling(src, key, value) -> CeilingSettings:
     return CeilingSettings(**out)
 
 
-def _burstable_high(src, key, value) -> BurstableHighSettings:
-    if value is None:
-        return BurstableHighSettings()
-    if isinstance(value, bool):
-        # `burstableHigh: on` (YAML 1.1 reads a bare on/off/yes/no as a boolean): the defaults, on or off.
-        return BurstableHighSettings(enabled=value)
+def _switch_block(settings):
+    """The checker of a block of `enabled` and `headroom` (burstableHigh, lending): a map of those,
+    null (the defaults), or a bare true/false, which YAML 1.1 also reads from on/off/yes/no
+    (`burstableHigh: on`: the defaults, turned on)."""
     fields = {"enabled": ("enabled", _bool), "headroom": ("headroom", _bytes_or_percent)}
-    return BurstableHighSettings(**_map_fields(src, key, value, fields,
-                                               "must be a map (enabled, headroom), true/false, or null"))
+
+    def check(src, key, value):
+        if value is None:
+            return settings()
+        if isinstance(value, bool):
+            return settings(enabled=value)
+        return settings(**_map_fields(src, key, value, fields, "must be a map (enabled, headroom), true/false, or null"))
+    return check
 
 
-def _lending(src, key, value) -> LendingSettings:
-    if value is None:
-        return LendingSettings()
-    if isinstance(value, bool):
-        # `lending: on` (YAML 1.1 reads a bare on/off/yes/no as a boolean): the defaults, on or off.
-        return LendingSettings(enabled=value)
-    fields = {"enabled": ("enabled", _bool), "headroom": ("headroom", _bytes_or_percent)}
-    return LendingSettings(**_map_fields(src, key, value, fields, "must be a map (enabled, headroom), true/false,"
-                                                                  " or null"))
+_burstable_high = _switch_block(BurstableHighSettings)
+_lending = _switch_block(LendingSettings)
 
 
 # key -> (dataclass attribute, checker). Planner keys first; all are also

@@ -18,10 +18,15 @@ demo: $(VENV)/.installed
 # dpkg-buildpackage runs them); the venv then runs the VM suite and the manifests' checks against
 # the Kubernetes API, which need the Go module proxy (tests/kube_api.py) as a package build must not.
 KUBE_API_TEST := tests/unit/test_deploy_kubernetes_api.py
+# The real node the e2e guest runs (tests/e2e/guest/realnode.py, scenario 58): the kubelet and
+# containerd built from the Go module proxy by scripts/build-go.sh, minutes the first time (README),
+# then found in its cache by a key of their versions.
+GUEST_GO := kubelet containerd containerd-shim-runc-v2 ctr
 test: $(VENV)/.installed deps-test
 	scripts/install-deps.sh deb e2e image
 	$(MAKE) deb                             # with the unit and integration tests, as dpkg-buildpackage runs them
 	scripts/build-image.sh                  # the DaemonSet's image, from that .deb (e2e 18-daemonset)
+	scripts/build-go.sh $(GUEST_GO) >/dev/null  # the guest's real node (e2e 58), cached by key
 	$(PY) -m pytest $(KUBE_API_TEST) tests/e2e -v -ra
 
 # test-unit needs root for apt: it installs the Debian packages of scripts/install-deps.sh test
@@ -37,6 +42,7 @@ test-e2e: $(VENV)/.installed deps-test
 	scripts/install-deps.sh deb e2e image
 	DEB_BUILD_OPTIONS=nocheck $(MAKE) deb
 	scripts/build-image.sh
+	scripts/build-go.sh $(GUEST_GO) >/dev/null
 	$(PY) -m pytest tests/e2e -v -ra
 
 deb:

@@ -60,9 +60,21 @@ def test_driver_results_contract(tmp_path):
         "00-pass", "01-checkfail", "02-exit", "03-skip", "04-hang", "05-env"]
 
 
+def test_scenario_go_programs():
+    # The real kubelet's scenario asks for its programs; a selection without it asks for none, so
+    # a run of other scenarios (or the benchmarks) never waits for a Go build.
+    assert e2e_vm.scenario_go_programs(["58-real-kubelet"]) == [
+        "kubelet", "containerd", "containerd-shim-runc-v2", "ctr"]
+    assert e2e_vm.scenario_go_programs(["00-smoke", "20-policies"]) == []
+    assert set(e2e_vm.scenario_go_programs(None)) >= {"kubelet", "containerd"}
+
+
 def test_payload_layout(tmp_path):
     dest = tmp_path / "payload"
-    e2e_vm.build_payload(str(dest), scenarios=["00-smoke"], debs=[])
+    fake = tmp_path / "kubelet"
+    fake.write_text("#!/bin/sh\n")
+    e2e_vm.build_payload(str(dest), scenarios=["00-smoke"], debs=[], programs={"kubelet": str(fake)})
+    assert (dest / "bin" / "kubelet").read_text() == "#!/bin/sh\n"  # the real node's programs
     assert os.access(dest / "guest" / "run-scenarios", os.X_OK)
     assert (dest / "guest" / "memqos_e2e.py").exists()
     assert (dest / "scenarios" / "00-smoke.sh").exists()

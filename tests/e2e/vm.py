@@ -28,6 +28,10 @@ BUILD_SCRIPT = os.path.join(HERE, "build-image.sh")
 CTL_PORT_NAME = "org.memqos.e2e.0"
 SHARE_LABEL = "MQSHARE"
 MAX_BOOTS = 10
+# The real node's programs (guest/realnode.py), built from the Go module proxy and cached by
+# scripts/build-go.sh; the payload carries in bin/ those its scenarios name in a header line
+# `# e2e-go: kubelet containerd ...` (among their first 30 lines).
+GO_HEADER_RE = re.compile(r"^#\s*e2e-go:\s*(.+?)\s*$")
 FOLLOW_EVERY = 2.0  # seconds between looks at the serial log for on_serial_line
 # The guest driver's line for a finished scenario (run-scenarios, say()), as the serial log has it:
 # `... run-scenarios: === 00-smoke: passed (exit 0, 12.3 s, 20 checks, 0 failed)`; group 1 from ===.
@@ -97,13 +101,52 @@ def build_image(log=None):
     return p.stdout.strip().splitlines()[-1]
 
 
-def build_payload(dest, scenarios=None, debs=None, repo=REPO, default_timeout=None):
+def scenario_go_programs(scenarios=None):
+    """The Go programs the scenarios (names without extension; None: all) say they need in their
+    `# e2e-go:` header, in order of first mention."""
+    names = []
+    for name in list_scenarios() if scenarios is None else scenarios:
+        for ext in (".sh", ".py"):
+            path = os.path.join(HERE, "scenarios", name + ext)
+            if not os.path.exists(path):
+                continue
+            with open(path, errors="replace") as f:
+                for _, line in zip(range(30), f):
+                    m = GO_HEADER_RE.match(line.strip())
+                    if m:
+                        names += [n for n in m.group(1).split() if n not in names]
+    return names
+
+
+def go_programs(names, repo=REPO):
+    """{name: path} of the Go programs, built or found in the cache by scripts/build-go.sh (a cache
+    hit takes milliseconds; the first build minutes, see README). {} when Go is missing or the
+    build fails: the scenarios that need them then skip, saying why (and fail under CI=true)."""
+    script = os.path.join(repo, "scripts", "build-go.sh")
+    if not names or not os.path.exists(script):
+        return {}
+    p = subprocess.run(["bash", script, *names], stdout=subprocess.PIPE, text=True)
+    paths = p.stdout.split()
+    if p.returncode != 0 or len(paths) != len(names):
+        print(f"vm.py: scripts/build-go.sh {' '.join(names)} failed (exit {p.returncode}); "
+              "the payload has no bin/", file=sys.stderr)
+        return {}
+    return dict(zip(names, paths))
+
+
+def build_payload(dest, scenarios=None, debs=None, repo=REPO, default_timeout=None, programs=None):
     """Gather a payload directory: guest/ helpers, scenarios/, debs/ (build/deb/*.deb unless debs
-    is given), examples/, the memqos_systemd package source (src/) and the benchmarks' guest
-    workloads (bench/guest/ as bench/) when the repo has them. (Not monitoring/: 65-alerts loads
-    the rules the .deb installs.)
+    is given), examples/, the memqos_systemd package source (src/), the benchmarks' guest
+    workloads (bench/guest/ as bench/) when the repo has them, and bin/ with the real node's Go
+    programs (programs: {name: path}; by default those the scenarios name, scenario_go_programs()). (Not monitoring/: 65-alerts
+    loads the rules the .deb installs.)
     scenarios: list of scenario names (without extension) to run; None runs all."""
     os.makedirs(dest, exist_ok=True)
+    programs = go_programs(scenario_go_programs(scenarios), repo=repo) if programs is None else programs
+    if programs:
+        os.makedirs(os.path.join(dest, "bin"), exist_ok=True)
+        for name, path in programs.items():
+            shutil.copy(path, os.path.join(dest, "bin", name))
     shutil.copytree(os.path.join(HERE, "guest"), os.path.join(dest, "guest"),
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copytree(os.path.join(HERE, "scenarios"), os.path.join(dest, "scenarios"),

@@ -19,6 +19,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import ssl
 import subprocess
 import tarfile
@@ -391,6 +392,9 @@ class RealNode:
             path = "/run/systemd/system/" + unit
             if os.path.exists(path):
                 os.unlink(path)
+        # What the kubelet set on kube.slice (the reservation enforced: MemoryMax, MemoryMin) is a
+        # runtime drop-in that would outlive the scenario (the driver drops kubepods*'s only).
+        shutil.rmtree("/run/systemd/system.control/kube.slice.d", ignore_errors=True)
         systemctl("daemon-reload")
         systemctl("reset-failed")
 

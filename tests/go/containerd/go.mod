@@ -1,3 +1,7 @@
+// Our Go module for the e2e guest's container runtime: containerd 2 (the kubelet of v1.37 needs
+// 2.x; Debian bookworm has 1.6), its runc shim and ctr, by name and pinned version from the Go
+// module proxy. A module of its own, so containerd's dependency versions never meet the
+// kubelet's (tests/go/kube). scripts/build-go.sh builds the three `tool` lines below.
 module memqos-systemd/tests/go/containerd
 
 go 1.26.6

@@ -81,8 +81,9 @@ SOURCE_WATCH_INTERVAL = 1.0
 # calls on descriptors kept open): a value someone else wrote through systemd shows there at once,
 # and systemd sends no PropertiesChanged for it (252: the cgroup properties are not marked
 # EMITS_CHANGE; e2e 55-foreign-writer records it). A v1.37 kubelet with its own Memory QoS gate on
-# rewrites kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow every minute; with the
-# gate off it writes the same zeros once as it starts. So the cgroups are read every
+# and TieredReservation rewrites kubepods.slice MemoryMin and kubepods-burstable.slice MemoryLow
+# every minute; at its default policy None, or with the gate off, it writes zeros there once as it
+# starts (e2e 58-real-kubelet measured both). So the cgroups are read every
 # KERNEL_WATCH_INTERVAL while such a writer may be about: for KERNEL_WATCH_ALERT after a foreign
 # write was found, for KERNEL_WATCH_AFTER_KUBELET_START after the kubelet started, and for
 # KERNEL_WATCH_AFTER_DRIFT after a cgroup differed; otherwise every KERNEL_WATCH_IDLE. Found within

@@ -13,7 +13,7 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/memqos-systemd plan $(EXAMPLE_ARGS) --output table
 
 # The whole test suite: unit, integration (private dbus-daemon), e2e (real systemd in qemu).
-# About 45 minutes on a fresh machine (README), as root; the e2e part prints a line per finished scenario as the VM runs.
+# About 40-45 minutes on a fresh machine (README), as root; the e2e part prints a line per finished scenario as the VM runs.
 # The unit and integration tests run once, in the package build (against the built package, as
 # dpkg-buildpackage runs them); the venv then runs the VM suite and the manifests' checks against
 # the Kubernetes API, which need the Go module proxy (tests/kube_api.py) as a package build must not.

@@ -119,8 +119,9 @@ def test_a_pressed_owner_takes_its_request_back_at_once_and_off_restores_the_sta
             # off: the static lines, and the lending series go
             h.config_path.write_text(yaml.safe_dump(STATIC))
             h.daemon.request_reload()
+            # the series go in the round that writes the static lines, after its writes: waited for too
             await until(lambda: memory_max(fake_systemd) == max(64 * MI, ALLOC - 256 * MI - (g + b + u))
-                        and high(fake_systemd, UPOD) == ALLOC - g - b, timeout=5)
-            assert gauge(h, "memqos_lending_line_bytes", "bestEffortCeiling") is None
+                        and high(fake_systemd, UPOD) == ALLOC - g - b
+                        and gauge(h, "memqos_lending_line_bytes", "bestEffortCeiling") is None, timeout=5)
             assert high(fake_systemd, UPOD) < UINT64_MAX
     run(body())

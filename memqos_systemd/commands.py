@@ -587,8 +587,8 @@ def _mode_lines(mode: dict, wide: bool) -> list[str]:
             for key, n in sorted(resets.items())))
     if wide:
         return lines
-    return [columns.fit(lines[0], WIDTH)] + [w for line in lines[1:]
-                                             for w in columns.wrap(line, WIDTH, indent="    ")]
+    # Wrapped, never cut: the reason is what an operator reads the line for (issue 43).
+    return [w for line in lines for w in columns.wrap(line, WIDTH, indent="    ")]
 
 
 def _protection_lines(prot: dict) -> list[str]:
@@ -629,8 +629,10 @@ def _ceiling_lines(c: dict) -> list[str]:
            f" (at least {_human(c['minimumBytes'])})" if planned is not None
            else "off" if not c["enabled"] else "left to the kubelet's QOSReserved (plan --output table says why)")
     ev = c["events"]
-    return [columns.fit(first, WIDTH),
-            columns.fit(f"  {how}; memory.events max {_count(ev['max'])}, oom_kill {_count(ev['oom_kill'])}", WIDTH)]
+    # Wrapped, never cut: the usage and the oom_kill count come last and matter most (issue 43).
+    return [*columns.wrap(first, WIDTH, indent="  "),
+            *columns.wrap(f"  {how}; memory.events max {_count(ev['max'])}, oom_kill {_count(ev['oom_kill'])}",
+                          WIDTH, indent="    ")]
 
 
 def _lever_lines(lever: dict, pods: list[dict], wide: bool) -> list[str]:

@@ -92,12 +92,15 @@ def test_status_lines_say_each_line_and_what_it_lends(tmp_path):
            "systemd": now.ceiling.memory_max, "usageBytes": 0, "lentBytes": now.ceiling.lent,
            "requestsBytes": now.ceiling.requests, "headroomBytes": now.ceiling.headroom,
            "minimumBytes": now.ceiling.minimum, "events": {"max": 0, "oom": 0, "oom_kill": 0}}
-    first, how = _ceiling_lines(row)
+    lines = _ceiling_lines(row)  # wrapped, never cut (issue 43)
+    first = lines[0]
+    how = next(line for line in lines if line.startswith("  follows usage"))
     assert first.startswith(f"BestEffort ceiling (kubepods-besteffort.slice): plan {_gi(now.ceiling.memory_max)}")
     assert how.startswith(f"  follows usage: lends {_gi(now.ceiling.lent)} above allocatable - requests 3.6Gi")
-    assert len(first) <= WIDTH and len(how) <= WIDTH
+    assert all(len(line) <= WIDTH for line in lines)
+    assert " ".join(" ".join(lines).split()).endswith("memory.events max 0, oom_kill 0")
     static = {**row, "lentBytes": None, "MemoryMax": desired.ceiling.memory_max}
-    assert _ceiling_lines(static)[1].startswith("  allocatable - requests 3.6Gi - headroom")
+    assert any(line.startswith("  allocatable - requests 3.6Gi - headroom") for line in _ceiling_lines(static))
     pods = [{"namespace": "default", "pod": "b1", "burstableHigh": lever}]
     lines = _lever_lines({"enabled": True, "companion": False, "pods": 2}, pods, False)
     assert lines[1].startswith("  default/b1: MemoryHigh ") and "follows usage: lends" in lines[1]

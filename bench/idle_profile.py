@@ -380,7 +380,7 @@ def child(args) -> int:
     import memqos_systemd.metrics as metrics_mod
     from memqos_systemd.daemon import Daemon, Outside
     from memqos_systemd.metrics import Metrics
-    from memqos_systemd.cgroupfs import Cgroupfs, plan_cgroup_paths
+    from memqos_systemd.cgroupfs import Cgroupfs
     from memqos_systemd.notify import Notifier
     from memqos_systemd.sources import make_source
     from memqos_systemd.systemd import Systemd
@@ -493,7 +493,7 @@ def child(args) -> int:
                 task.result()
             await asyncio.sleep(0.05)
         # memory.events files for every planned container, as the kernel has them.
-        paths = plan_cgroup_paths(d.round.last_plan.units)
+        paths = d.round.last_plan.cgroup_paths
         for u in d.round.last_plan.units:
             if u.level == "container":
                 p = os.path.join(args.cgroup, paths[u.unit].lstrip("/"))

@@ -66,11 +66,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Container, Iterable, Mapping
 
-from .plan import Plan, UnitPlan
-from .quantity import UINT64_MAX, as_stored
+from .cgroup_tree import MEMORY_FILES, WITH_MAX, cgroup_path, files_of, kernel_shows
+from .quantity import UINT64_MAX
 
 __all__ = [
-    "Cgroupfs", "KeptFiles", "RuntimeSettings", "INVOCATION_XATTRS", "ROOT", "cgroup_path", "plan_cgroup_paths",
+    "Cgroupfs", "KeptFiles", "RuntimeSettings", "INVOCATION_XATTRS", "ROOT",
     "dir_of_control_group", "read_file", "read_value", "read_invocation_id", "read_cgroup_memory",
     "read_memory_events", "read_pressure", "parse_pressure", "parse_flat_keyed", "flat_keyed", "psi_totals",
     "MOUNTS", "recursive_protection", "PressureWake",
@@ -83,32 +83,9 @@ _MAX_FILE_BYTES = 64
 # the service runs without capabilities (trusted.* is invisible without CAP_SYS_ADMIN).
 INVOCATION_XATTRS = ("user.invocation_id", "trusted.invocation_id")
 _HEX = frozenset("0123456789abcdef")
-_MEMORY_FILES = {"MemoryMin": "memory.min", "MemoryLow": "memory.low", "MemoryHigh": "memory.high"}
-# With MemoryMax where it is ours (a feature's, features.owned: held values that carry it).
-_WITH_MAX = {**_MEMORY_FILES, "MemoryMax": "memory.max"}
 
 
 # ---- where a unit's cgroup is ----------------------------------------------------------------
-def cgroup_path(unit: str, parent_path: str | None = None) -> str:
-    """Where systemd puts a unit's cgroup, relative to the cgroup2 mount.
-
-    A slice's place follows from its name (`a-b-c.slice` -> `a.slice/a-b.slice/a-b-c.slice`);
-    a scope sits in its parent slice, which the caller passes as `parent_path`.
-    """
-    if unit.endswith(".slice"):
-        parts = unit[: -len(".slice")].split("-")
-        return "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
-    return f"{parent_path}/{unit}" if parent_path else unit
-
-
-def plan_cgroup_paths(units: Iterable[UnitPlan]) -> dict[str, str]:
-    """cgroup paths for planned units, parents first."""
-    paths: dict[str, str] = {}
-    for u in units:
-        paths[u.unit] = cgroup_path(u.unit, paths.get(u.parent) if u.parent else None)
-    return paths
-
-
 def dir_of_control_group(control_group: str | None, root: str | os.PathLike = ROOT) -> Path | None:
     """systemd's ControlGroup property ('/kubepods.slice/...') -> its directory under `root`.
     None for an empty value (the unit has no cgroup: inactive). ValueError for a path that
@@ -239,7 +216,7 @@ def read_cgroup_memory(cgroup_dir: str | os.PathLike, *, with_max: bool = False)
     systemd derives the kernel's (a parent's DefaultMemoryLow=/DefaultMemoryMin=, page rounding);
     the full re-read over D-Bus corrects what that hides."""
     values = {}
-    for name, file in (_WITH_MAX if with_max else _MEMORY_FILES).items():
+    for name, file in (WITH_MAX if with_max else MEMORY_FILES).items():
         value = read_value(os.path.join(cgroup_dir, file))
         if value is None:
             return None
@@ -331,20 +308,6 @@ def _unescape_mount(field: bytes) -> bytes:
     return re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8) & 0xFF]), field)
 
 
-def kernel_shows(kernel: Mapping[str, int], held: Mapping[str, int], page_size: int) -> bool:
-    """Whether the memory files of the properties `held` has (memory.min/low/high, memory.max) as
-    the kernel shows them are `held` (as systemd holds them): the kernel stores each rounded down
-    to a page, infinity as is. (In companion mode `held` has only the properties that are ours.)"""
-    return all(kernel.get(prop) == as_stored(held[prop], page_size) for prop in _files(held))
-
-
-def _files(held: Mapping[str, int]) -> Mapping[str, str]:
-    """The property -> file pairs to compare with `held`: those of the properties it has."""
-    if held.keys() == _MEMORY_FILES.keys():
-        return _MEMORY_FILES  # the common case, one object (the watch compares its keys)
-    return {p: f for p, f in _WITH_MAX.items() if p in held}
-
-
 @dataclass(frozen=True)
 class RuntimeSettings:
     """What a unit's cgroup holds of the settings systemd re-applies that are not ours.
@@ -354,19 +317,13 @@ class RuntimeSettings:
     oom_group: int | None
 
 
-@dataclass(frozen=True)
-class _Placed:
-    plan: Plan
-    dirs: Mapping[str, Path]  # every planned unit -> its cgroup directory
-
-
 class Cgroupfs:
     """The cgroup2 mount at `root`, for the units of one node."""
 
     def __init__(self, root: str | os.PathLike = ROOT, mounts: str | os.PathLike = MOUNTS):
         self.root = Path(root)
         self.mounts = Path(mounts)  # /proc/mounts: the options of the mount at `root`
-        self._placed: _Placed | None = None
+        self._placed: tuple[Mapping[str, str], dict[str, Path]] = ({}, {})  # (place's paths, their directories)
         self._found: dict[str, Path] = {}  # scopes found by searching
         self._watched: dict[str, dict[str, int]] = {}  # unit -> {property: open descriptor} (watch)
         self._written: _Inotify | None = None  # says when a watched file is written (watch_notifier)
@@ -374,23 +331,22 @@ class Cgroupfs:
         self._owners = KeptFiles(limit=1024)  # owners_seen's files
         self._wake: PressureWake | None = None  # pressure_wake
 
-    def place(self, plan: Plan) -> Mapping[str, Path]:
-        """Where a plan's units' cgroups are ({unit: directory}; a container scope's is in its pod
-        slice), learnt for `dir_of`. Made once per plan object, in the daemon's loop."""
-        placed = self._placed
-        if placed is None or placed.plan is not plan:
-            paths = plan_cgroup_paths(plan.units)
-            placed = self._placed = _Placed(plan, {u.unit: self.root / paths[u.unit] for u in plan.units})
-        return placed.dirs
+    def place(self, paths: Mapping[str, str]) -> Mapping[str, Path]:
+        """Where units' cgroups are, `paths` being {unit: cgroup path below the mount} (a plan's
+        `cgroup_paths`: a container scope's is in its pod slice): {unit: directory}, learnt for
+        `dir_of`. The directories are made again only when `paths` differ from the last ones."""
+        if paths != self._placed[0]:
+            self._placed = (paths, {unit: self.root / path for unit, path in paths.items()})
+        return self._placed[1]
 
     def dir_of(self, unit: str) -> Path | None:
         """Where a unit's cgroup is: a slice's place follows from its name, a scope's from the
         placed plan, or else from a search of the tree. None for a scope not found."""
         if unit.endswith(".slice"):
             return self.root / cgroup_path(unit)
-        placed = self._placed
-        if placed is not None and unit in placed.dirs:
-            return placed.dirs[unit]
+        placed = self._placed[1].get(unit)
+        if placed is not None:
+            return placed
         found = self._found.get(unit)
         if found is not None and found.is_dir():
             return found
@@ -474,7 +430,7 @@ class Cgroupfs:
             self._close_watch(unit)
         differ = []
         for unit, values in held.items():
-            kernel = self._watched_values(unit, _files(values))
+            kernel = self._watched_values(unit, files_of(values))
             if kernel is not None and not kernel_shows(kernel, values, page_size):
                 differ.append(unit)
         return differ

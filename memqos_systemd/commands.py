@@ -17,8 +17,9 @@ from typing import Any, Callable, Collection
 
 from . import columns, features, fights, last_pods, ledger, promtext
 from .applier import Applier, ApplyResult, summarize
+from .cgroup_tree import cgroup_path, kernel_shows
 from .cgroupfs import (
-    Cgroupfs, cgroup_path, kernel_shows, read_cgroup_memory, read_file, read_memory_events, read_pressure, read_value,
+    Cgroupfs, read_cgroup_memory, read_file, read_memory_events, read_pressure, read_value,
 )
 from .config import DEFAULT_CONFIG_PATH, Config, config_present
 from .daemon import Daemon, Outside
@@ -417,7 +418,7 @@ def _protection(desired: Plan) -> Protection | None:
     """What the kernel protects now of the kubepods tree (signals.ProtectionView, effective.py),
     read from the cgroups as a scrape reads them; None when kubepods.slice cannot be read."""
     fs = Cgroupfs(CGROUP_ROOT)
-    view = ProtectionView.of(desired, fs.place(desired), recursive=fs.recursive_protection(), page_size=_page_size())
+    view = ProtectionView.of(desired, fs.place(desired.cgroup_paths), recursive=fs.recursive_protection(), page_size=_page_size())
     return view.compute(read_file)
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .cgroupfs import kernel_shows
+from .cgroup_tree import kernel_shows
 from .kubelet_gate import likely_writer, written_how
 from .naming import Naming
 from .quantity import show_value

@@ -209,7 +209,7 @@ class Metrics:
         pod slices, QoS slices and container scopes (signals.py), as `settings` (the config's
         `metrics:`) asks: per pod unless perPod is false, per unit only with perUnit; and what the
         kernel protects now per QoS class, with the mount's memory_recursiveprot read once a plan."""
-        self._shown = (plan, None if cgroupfs is None else cgroupfs.place(plan), settings,
+        self._shown = (plan, None if cgroupfs is None else cgroupfs.place(plan.cgroup_paths), settings,
                        None if cgroupfs is None else cgroupfs.recursive_protection())
 
     def round_state(self, drifted: int, holding: bool) -> None:

@@ -34,8 +34,10 @@ import functools
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Mapping
 
 from .config_schema import BurstableHighSettings, CeilingSettings, Config
+from .cgroup_tree import cgroup_paths
 from .kubelet_gate import Writes
 from .naming import Naming, NamingError, container_scope, reserved_slice
 from .pods import Pod, containers_peak, one_line
@@ -193,6 +195,12 @@ class Plan:
 
     def by_unit(self) -> dict[str, UnitPlan]:
         return {u.unit: u for u in self.units}
+
+    @functools.cached_property
+    def cgroup_paths(self) -> Mapping[str, str]:
+        """{unit: its cgroup's path below the mount} (a container scope's is in its pod slice), made
+        once per plan; what an adapter needs to read the units (Cgroupfs.place). Read-only."""
+        return cgroup_paths((u.unit, u.parent) for u in self.units)
 
     @functools.cached_property
     def targets(self) -> tuple[tuple[str, str, dict[str, int]], ...]:

@@ -186,7 +186,7 @@ class Round:
             put_back(new, started)
             raise
         if observer.cgroupfs is not None:
-            observer.cgroupfs.place(planned)  # where its container scopes are
+            observer.cgroupfs.place(planned.cgroup_paths)  # where its container scopes are
         if inputs.holding is None:
             taken = observer.adopt_new_pod_slices(new, started)
             new, started = new - taken, started - taken

@@ -77,9 +77,7 @@ def node_plan(n: int):
 
 def cgroup_dirs(root: str, p) -> list[tuple[str, str]]:
     """(level, directory) of the node, QoS, pod and container cgroups, parents first."""
-    from memqos_systemd.cgroupfs import plan_cgroup_paths
-
-    paths = plan_cgroup_paths(p.units)
+    paths = p.cgroup_paths
     node = p.node_unit().unit
     return [("qos" if u.unit == node else u.level, os.path.join(root, paths[u.unit])) for u in p.units
             if u.level in ("qos", "pod", "container") or u.unit == node]

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 import memqos_systemd
-from memqos_systemd.cgroupfs import cgroup_path
+from memqos_systemd.cgroup_tree import cgroup_path
 from memqos_systemd.node import check_node, read_meminfo
 from memqos_systemd.sources.kubelet import node_hostname
 from kubelet_standin import Kubelet, Server, make_pki, pod, pod_list, server_context

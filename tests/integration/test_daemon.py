@@ -936,7 +936,7 @@ def test_timer_resync_reads_the_upper_slices_and_every_nth_one_reads_every_unit(
 
 def kernel_only(tmp_path, unit: str, file: str, value: int) -> None:
     """Someone writes a unit's cgroup file behind systemd's back: systemd still holds its value."""
-    from memqos_systemd.cgroupfs import cgroup_path
+    from memqos_systemd.cgroup_tree import cgroup_path
 
     (tmp_path / "cgroup" / cgroup_path(unit) / file).write_text(f"{value}\n")
 

@@ -63,7 +63,7 @@ def test_scrape_real_endpoint(metrics, tmp_path):
     p = plan(pods, NodeFacts(16 * GI), Config(memory_reservation_policy="TieredReservation"))
     fs = Cgroupfs(tmp_path)
     scope = "cri-containerd-" + "b" * 64 + ".scope"
-    events = fs.place(p)[scope] / "memory.events"
+    events = fs.place(p.cgroup_paths)[scope] / "memory.events"
     events.parent.mkdir(parents=True)
     events.write_text("low 0\nhigh 41\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n")
     metrics.set_plan(p, fs, MetricsConfig(per_unit=True))

@@ -9,10 +9,8 @@ import pytest
 from prereq import require
 
 from memqos_systemd import cgroupfs
-from memqos_systemd.cgroupfs import (
-    Cgroupfs, cgroup_path, dir_of_control_group, kernel_shows, plan_cgroup_paths, read_memory_events,
-    read_pressure, read_value,
-)
+from memqos_systemd.cgroup_tree import cgroup_path, kernel_shows
+from memqos_systemd.cgroupfs import Cgroupfs, dir_of_control_group, read_memory_events, read_pressure, read_value
 from memqos_systemd.quantity import UINT64_MAX
 
 SCOPE = "cri-containerd-" + "b" * 64 + ".scope"
@@ -83,14 +81,16 @@ def test_a_placed_plan_names_its_units_dirs(tmp_path):
     units = (UnitPlan("kubepods.slice", "node", None), UnitPlan("kubepods-burstable.slice", "qos", "kubepods.slice"),
              UnitPlan(POD, "pod", "kubepods-burstable.slice"), UnitPlan(SCOPE, "container", POD))
     plan = Plan(1 << 30, 1 << 30, units)
-    assert plan_cgroup_paths(units)[SCOPE] == f"kubepods.slice/kubepods-burstable.slice/{POD}/{SCOPE}"
+    assert plan.cgroup_paths[SCOPE] == f"kubepods.slice/kubepods-burstable.slice/{POD}/{SCOPE}"
     fs = Cgroupfs(tmp_path)
     where = tmp_path / "kubepods.slice" / "kubepods-burstable.slice" / POD / SCOPE
     assert fs.dir_of(SCOPE) is None  # not placed, not on disk
-    dirs = fs.place(plan)
+    dirs = fs.place(plan.cgroup_paths)
     assert fs.dir_of(SCOPE) == where == dirs[SCOPE]
     assert dirs[POD] == where.parent and dirs["kubepods.slice"] == tmp_path / "kubepods.slice"
-    assert fs.place(plan) is dirs  # once per plan
+    assert fs.place(dict(plan.cgroup_paths)) is dirs  # made again only for other paths, compared by value
+    moved = {**plan.cgroup_paths, SCOPE: f"kubepods.slice/{SCOPE}"}
+    assert fs.place(moved)[SCOPE] == fs.dir_of(SCOPE) == tmp_path / "kubepods.slice" / SCOPE
 
 
 def test_flat_keyed_and_psi_totals_keep_the_kernels_digits():

@@ -6,7 +6,8 @@ The node is test_burstable_lever's (16Gi, allocatable 16284Mi; requests 3684Mi),
 from __future__ import annotations
 
 from memqos_systemd import lending
-from memqos_systemd.cgroupfs import Cgroupfs, cgroup_path
+from memqos_systemd.cgroup_tree import cgroup_path
+from memqos_systemd.cgroupfs import Cgroupfs
 from memqos_systemd.cli import plan_to_table
 from memqos_systemd.commands import WIDTH, _ceiling_lines, _lever_of, _lever_lines
 from memqos_systemd.config import parse_config

@@ -130,7 +130,7 @@ def _served_names(tmp_path: Path, settings: MetricsConfig = MetricsConfig(per_un
     fs = Cgroupfs(tmp_path)
     for u in p.units:
         if u.level in ("qos", "pod", "container") or u.unit == "kubepods.slice":
-            d = fs.place(p)[u.unit]
+            d = fs.place(p.cgroup_paths)[u.unit]
             d.mkdir(parents=True, exist_ok=True)
             (d / "memory.events").write_text("low 1\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
             (d / "memory.current").write_text("4096\n")

@@ -54,7 +54,7 @@ def kernel(tmp_path: Path, p, levels=("qos", "pod", "container")) -> Cgroupfs:
     fs = Cgroupfs(tmp_path)
     for u in p.units:
         if u.level in levels:
-            d = fs.place(p)[u.unit]
+            d = fs.place(p.cgroup_paths)[u.unit]
             d.mkdir(parents=True, exist_ok=True)
             for name, text in FILES.items():
                 (d / name).write_text(text)
@@ -91,7 +91,7 @@ def test_a_signal_is_its_file_read_through_its_parser(signal, tmp_path):
     these series (its labels, the key's label) and values."""
     p = one_pod_plan()
     fs = kernel(tmp_path, p)
-    view = SignalView.of(p, fs.place(p), per_pod=True, per_unit=True)
+    view = SignalView.of(p, fs.place(p.cgroup_paths), per_pod=True, per_unit=True)
     s = samples(view.text(KeptFiles()))
     labels, values = CASES[signal.family]
     want = {tuple(sorted({**labels, **({signal.label: k} if signal.label else {})}.items())): v
@@ -235,7 +235,7 @@ def worked_tree(tmp_path: Path, p, *, mounts: str | None = None) -> Cgroupfs:
         elif u.level == "pod":
             values[u.unit] = {"prod/db": (10, 10, 0), "prod/web": (10, 0, 30), "batch/hog": (40, 0, 0)}[u.pod]
     for unit, (current, mn, low) in values.items():
-        d = fs.place(p)[unit]
+        d = fs.place(p.cgroup_paths)[unit]
         d.mkdir(parents=True, exist_ok=True)
         for name, v in (("memory.current", current), ("memory.min", mn), ("memory.low", low)):
             (d / name).write_text(f"{v * GI}\n")

@@ -15,7 +15,7 @@ from memqos_systemd.signals import ProtectionView
 def doc_of(tmp_path, mounts=None) -> dict:
     p = three_class_node()
     fs = worked_tree(tmp_path, p, mounts=mounts)
-    found = ProtectionView.of(p, fs.place(p), recursive=fs.recursive_protection()).compute(
+    found = ProtectionView.of(p, fs.place(p.cgroup_paths), recursive=fs.recursive_protection()).compute(
         lambda path: open(path, "rb").read())
     hog = next(u.unit for u in p.units if u.pod == "batch/hog" and u.level == "pod")
     e = found.units[hog]

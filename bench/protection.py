@@ -46,6 +46,11 @@ LEVER_SWAP = "swap: effective / Tiered + lever"
 CEILING_LEVER_SWAP = "swap: effective / Tiered + ceiling + lever"
 # Issue 35's run: the lever without and with the ceiling, the default beside them; then with swap.
 LEVER_RUN = [LEVER_CFG, "effective / Tiered", TIERED_SWAP, LEVER_SWAP, CEILING_LEVER_CFG, CEILING_LEVER_SWAP]
+# Issue 42's run: the packaged config beside a stand-in of the v1.37 kubelet at its defaults (its
+# gate on, no policy, no factor: the start's and the containers' zeros, nothing after), and ours
+# alone beside it in the same boot.
+STANDIN_CFG = "effective / Tiered beside a v1.37 kubelet at its defaults (stand-in)"
+STANDIN_RUN = [STANDIN_CFG, "effective / Tiered"]
 # The last boot that ran the configurations issue 25's run leaves out (no daemon, kubelet, None).
 EARLIER = "bench/results/protection.json"
 
@@ -82,6 +87,9 @@ CONFIGS = [
      "lever": {}, "pressures": ["file", "anon", "mix", "burst", "none"]},
     {"name": CEILING_LEVER_SWAP, "daemon": True, "hierarchy": "effective", "policy": "TieredReservation",
      "swap": True, "ceiling": {}, "lever": {}, "pressures": ["file", "anon", "mix", "burst", "none"]},
+    # Issue 42: the packaged config (TieredReservation, companion: auto) beside the kubelet stand-in.
+    {"name": STANDIN_CFG, "daemon": True, "hierarchy": "effective", "policy": "TieredReservation", "standin": True,
+     "pressures": ["file", "anon", "mix", "burst"]},
 ]
 PRESSURES = ["file", "anon", "mix", "burst"]
 ALL_PRESSURES = PRESSURES + ["none"]
@@ -585,6 +593,28 @@ def lever_tables(r: dict) -> list[str]:
     return out
 
 
+def standin_tables(r: dict) -> list[str]:
+    """Issue 42's table: what B and G keep beside the v1.37 kubelet stand-in and with ours alone,
+    per neighbour, and what the daemon counted of the stand-in's writes in each run."""
+    runs = [x for x in r["runs"] if "error" not in x and x["config"] in STANDIN_RUN]
+    out = ["| configuration | neighbour | B page cache kept | G anon / page cache kept | OOM kills |"
+           " kubelet resets put back (start, containers) | foreign writes | companion mode / kubelet protects |",
+           "|---|---|---:|---:|---|---:|---:|---|"]
+    for run in sorted(runs, key=lambda x: (PRESSURES.index(x["pressure"]) if x["pressure"] in PRESSURES else 9,
+                                           STANDIN_RUN.index(x["config"]))):
+        B, G = run["pods"]["B"], run["pods"]["G"]
+        c0, c1 = run.get("kubelet_counts_start") or {}, run.get("kubelet_counts_end") or {}
+        delta = {k: c1[k] - c0[k] for k in ("resets", "foreign") if k in c0 and k in c1}
+        mode = f"{c1['companion']:.0f} / {c1['kubelet_protects']:.0f}" if "companion" in c1 else "—"
+        g = f"{cell_kept(G, 'anon')} / {cell_kept(G, 'file')}" if G["alive"] else "**killed**"
+        out.append(f"| {run['config']} | {PRESSURE_TEXT[run['pressure']]} | {cell_kept(B, 'file')} | {g} | "
+                   f"{kills_str(run)} | {delta.get('resets', '—'):.0f} | {delta.get('foreign', '—'):.0f} | {mode} |"
+                   if delta else
+                   f"| {run['config']} | {PRESSURE_TEXT[run['pressure']]} | {cell_kept(B, 'file')} | {g} | "
+                   f"{kills_str(run)} | — | — | — |")
+    return out
+
+
 def plot(r: dict, path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -646,14 +676,17 @@ def main() -> int:
     ap.add_argument("--no-lowering", action="store_true",
                     help="skip timing PID 1's SetUnitProperties when MemoryMax goes below a slice's usage")
     ap.add_argument("--render", metavar="JSON", help="only render a saved --json result")
+    ap.add_argument("--standin-tables", action="store_true",
+                    help="print issue 42's table (the packaged config beside a v1.37 kubelet at its defaults, a "
+                    "stand-in, and ours alone; --configs " + repr(",".join(STANDIN_RUN)) + ") of --render's result")
     ap.add_argument("--lever-tables", action="store_true",
                     help="print issue 35's tables (the lever, no swap / swap, the price) of --render's result")
     args = ap.parse_args()
     if args.render:
         saved = json.load(open(args.render))
         result, host, meta = saved["result"], saved["host"], saved["meta"]
-        if args.lever_tables:
-            print("\n".join(lever_tables(result)))
+        if args.lever_tables or args.standin_tables:
+            print("\n".join(lever_tables(result) if args.lever_tables else standin_tables(result)))
             return 0
     else:
         work = vmbench.tmpdir("memqos-bench-protection-")

@@ -288,10 +288,55 @@ async def converge_slice(unit, prop, f, timeout=60):
     return False
 
 
+# Issue 42's goal: beside a stand-in that writes what a v1.37 kubelet at its defaults writes
+# (docs/DESIGN.md, "What the kubelet of v1.37.2 writes, measured", (a)): its gate on, no policy,
+# no factor; at its start MemoryMin/MemoryLow 0 on kubepods.slice and the Burstable slice, and at a
+# container's creation MemoryMin/MemoryLow 0 on its scope; nothing after. The stand-in's /metrics
+# (kubelet_stub.py serves PODS_FILE.metrics) and its config file say so, as a real kubelet's do.
+STANDIN_METRICS = PODS_FILE + ".metrics"
+STANDIN_FILE = "/etc/memqos-systemd/bench-kubelet.yaml"
+STANDIN_GATE = ('kubernetes_build_info{git_version="v1.37.2",major="1",minor="37"} 1\n'
+                'kubernetes_feature_enabled{name="MemoryQoS",stage="BETA"} 1\n')
+ZEROS = {"MemoryMin": 0, "MemoryLow": 0}
+
+
+def standin(on: bool) -> dict:
+    """The v1.37 kubelet stand-in's /metrics and config file (on), or neither; our config's keys."""
+    for path in (STANDIN_METRICS, STANDIN_FILE):
+        if os.path.exists(path):
+            os.unlink(path)
+    if not on:
+        return {}
+    with open(STANDIN_FILE, "w") as f:
+        f.write('{"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1",'
+                ' "featureGates": {"MemoryQoS": true}}\n')  # YAML is a superset of JSON
+    with open(STANDIN_METRICS + ".tmp", "w") as f:
+        f.write(STANDIN_GATE)
+    os.replace(STANDIN_METRICS + ".tmp", STANDIN_METRICS)
+    return {"kubeletConfigFile": STANDIN_FILE}
+
+
+async def standin_start(bus):
+    """The stand-in kubelet (re)starts: its start's zeros on the node and Burstable slices."""
+    systemctl("restart", "kubelet.service")
+    await bus.set_props([(u, ZEROS) for u in ("kubepods.slice", "kubepods-burstable.slice")])
+
+
+def kubelet_counts() -> dict | None:
+    """What the daemon counted of other writers: foreign writes (each a write it put back that it
+    could not tell for the kubelet's) and the kubelet's moments (start and create resets)."""
+    try:
+        m = metrics()
+    except OSError:
+        return None
+    return {"foreign": metric_sum(m, "memqos_foreign_writes_total"), "resets": metric_sum(m, "memqos_kubelet_resets_total"),
+            "companion": metric_sum(m, "memqos_companion_mode"), "kubelet_protects": metric_sum(m, "memqos_kubelet_protects")}
+
+
 async def configure(bus, cfg):
     OUT.setdefault("swap_total", {})[cfg["name"]] = set_swap(bool(cfg.get("swap")))
     if cfg["daemon"]:
-        extra = {"systemReserved": {"memory": f"{SYSTEM_RESERVED_MIB}Mi"}}
+        extra = {"systemReserved": {"memory": f"{SYSTEM_RESERVED_MIB}Mi"}, **standin(bool(cfg.get("standin")))}
         if "ceiling" in cfg:
             extra["bestEffortCeiling"] = {"enabled": "true", **cfg["ceiling"]}
         if "lever" in cfg:
@@ -300,10 +345,12 @@ async def configure(bus, cfg):
         write_config(memoryReservationPolicy=cfg["policy"], hierarchy=cfg["hierarchy"], metrics={"perUnit": "true"},
                      **extra)
         systemctl("restart", DAEMON)
+        if cfg.get("standin"):
+            await standin_start(bus)
     else:
+        standin(False)
         systemctl("stop", DAEMON)
-        await bus.set_props([(u, {"MemoryMin": 0, "MemoryLow": 0}) for u in
-                             ("kubepods.slice", "kubepods-burstable.slice", "kubepods-besteffort.slice")])
+        await bus.set_props([(u, ZEROS) for u in ("kubepods.slice", "kubepods-burstable.slice", "kubepods-besteffort.slice")])
 
 
 BE_QOS = "kubepods-besteffort.slice"
@@ -453,6 +500,8 @@ async def one_run(bus, cfg, pressure):
         procs[k] = spawn(args)
         LEFT["procs"].append(procs[k])
         scope = await start_scope(bus, sl, cid_of(pod), [procs[k].pid], **extra)
+        if cfg.get("standin"):  # the kubelet at its defaults, through the runtime, as it creates the container
+            await bus.set_props([(scope, ZEROS)])
         units[k] = {"slice": sl, "scope": scope}
         LEFT["slices"].append(sl)
     neighbour = pods[nb]
@@ -462,9 +511,17 @@ async def one_run(bus, cfg, pressure):
     LEFT["slices"].append(units[nb]["slice"])
     run = {"config": cfg["name"], "pressure": pressure, "label": label}
     if cfg["daemon"]:
+        if cfg.get("standin"):  # it restarts with the pods there: its start's zeros over ours
+            counts0 = kubelet_counts()
+            await standin_start(bus)
         # the neighbour's scope does not exist yet: wait for the protected ones
         nb_units = units.pop(nb)
         run["converged"] = await converge(units)
+        if cfg.get("standin"):
+            run["upper_converged"] = all([await converge_slice("kubepods.slice", "MemoryMin", "min"),
+                                          await converge_slice("kubepods-burstable.slice", "MemoryLow", "low")])
+            run["kubelet_counts_start"] = counts0
+            run["kubelet_counts_converged"] = kubelet_counts()
         units[nb] = nb_units
         if "lever" in cfg and nb == "BN":
             # the lever's MemoryHigh on the Burstable neighbour's pod slice, before it allocates
@@ -592,6 +649,8 @@ async def one_run(bus, cfg, pressure):
         except subprocess.TimeoutExpired:
             health.kill()
         writes1 = writes_now()
+        if cfg.get("standin"):
+            run["kubelet_counts_end"] = kubelet_counts()
         run["daemon"] = {
             "health": health_summary(health_out, t_p, t_end),
             "after": unit_show("MainPID", "NRestarts"),

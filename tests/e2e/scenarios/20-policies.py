@@ -9,6 +9,7 @@ same pods file and config at this node's MemTotal. Also: a reserved slice the da
 it existed (kube.slice) gets its MemoryMin when it starts; `status` reports no drift, and per pod
 its usage, the kernel's low/oom_kill counts and PSI, its containers by name, in lines of 100 columns."""
 # e2e-timeout: 300
+import itertools
 import json
 import os
 import subprocess
@@ -126,6 +127,11 @@ except ValueError:
     check(False, f"memqos-systemd status --output json: exit {p.returncode} {p.stderr[-300:]}")
 t = subprocess.run(["memqos-systemd", "status", "--output", "table"], capture_output=True, text=True)
 lines = t.stdout.splitlines()
-summary = [line for line in lines if line.startswith("node: ")]
+# The summary is one paragraph wrapped to 100 columns: its "node: " line and the indented ones after it.
+starts = [i for i, line in enumerate(lines) if line.startswith("node: ")]
+summary = []
+for i in starts:
+    para = [lines[i], *itertools.takewhile(lambda x: x.startswith(" "), lines[i + 1:])]
+    summary.append(" ".join(x.strip() for x in para))
 check(t.returncode == 0 and lines and max(map(len, lines)) <= 100 and len(summary) == 1 and "not holding" in summary[0],
       f"status for people: {len(lines)} lines of at most 100 columns; {summary}")

@@ -116,6 +116,7 @@ def plan_now():
     doc = memqos_plan(pods_file=PODS_JSON)
     plan, kubelets = {}, {}
     for u in doc["units"]:
+        LABELS.setdefault(u["unit"], u["unit"])
         plan[u["unit"]] = {p: (MAX if u[p] == "infinity" else u[p]) for p in PROP_KEY}
         kubelets[u["unit"]] = list(u.get("kubelet") or [])
     return plan, kubelets, doc
@@ -143,9 +144,27 @@ def wait_ours(plan, kubelets, timeout=30):
 
 
 LABELS = {}
+IDS = {}  # invocation ID -> unit: the service calls Unit.SetProperties on a unit's invocation-ID path
+
+
+def resolve():
+    """Name the invocation IDs of every unit we know (the bus monitor names what it could)."""
+    units = sorted(set(LABELS) | {u for u in IDS.values()})
+    p = systemctl("show", "-p", "Id", "-p", "InvocationID", *units)
+    for block in p.stdout.split("\n\n"):
+        kv = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        if kv.get("InvocationID") and kv.get("Id"):
+            IDS[kv["InvocationID"]] = kv["Id"]
+
+
+def name(unit):
+    if unit not in IDS and len(unit) == 32 and all(c in "0123456789abcdef" for c in unit):
+        resolve()
+    return IDS.get(unit, unit)
 
 
 def label(unit):
+    unit = name(unit)
     return LABELS.get(unit, unit)
 
 
@@ -174,7 +193,7 @@ def ours_on_kubelets(since, kubelets, until=None):
     """Our calls since `since` that set a property the kubelet holds (by the plan's table)."""
     out = []
     for c in mon.calls(since=since, until=until, who=OURS):
-        held = kubelets.get(c["unit"], [])
+        held = kubelets.get(name(c["unit"]), [])
         hit = {p: v for p, v in c["props"].items() if p in held}
         if hit:
             out.append(f"{c['t'] - since:.2f}s {label(c['unit'])} {hit}")
@@ -247,9 +266,14 @@ def restart(key, cfg):
     took = node.kubelet_start(cfg)
     port = wait_for(lambda: _answers("/metrics"), 30, 0.1)
     t_port = time.monotonic() if port else None
-    time.sleep(0.5)  # the monitor's last lines read
+    first = wait_for(lambda: first_write(t0), 30, 0.2)
+    return t0, took, (round(t_port - t0, 2) if t_port else None), first
+
+
+def first_write(t0):
+    """The restarted kubelet's first SetUnitProperties, s after its restart (at a step's end)."""
     first = mon.calls(since=t0, who=KUBELET_UNIT)
-    return t0, took, (round(t_port - t0, 2) if t_port else None), (round(first[0]["t"] - t0, 2) if first else None)
+    return round(first[0]["t"] - t0, 2) if first else None
 
 
 def _answers(path):
@@ -336,7 +360,7 @@ scope = next(iter(n["scopes"].values()))
 rc = [c for c in mon.calls(since=t_new, unit=scope) if not c["who"].startswith(OURS)]
 report["steps"]["a-again"] = {"healthz_s": took, "port_s": port_s, "first_write_s": first_s, "delta": d,
                               "gaps_s": gaps, "runc_on_new_scope": by_prop(rc),
-                              "ours_on_new": by_prop(mon.calls(since=t_new, who=OURS, unit=lambda u: u in (scope, n["slice"])))}
+                              "ours_on_new": by_prop(mon.calls(since=t_new, who=OURS, unit=lambda u: name(u) in (scope, n["slice"])))}
 check(ok and d["foreign"] == 0 and d["resets"].get("start", 0) >= 1,
       f"(a) restarted: its start zeros (first write {first_s} s after the restart, port {port_s} s) put back, "
       f"counted as its moment {d['resets']}, {d['foreign']:g} foreign writes; our plan in the kernel {bad[:3]}")
@@ -346,7 +370,7 @@ check(all(g <= 2.0 for g, _ in gaps.values()),
 # A new container: runc creates its scope with the kubelet's zeros (a new unit to us, not a write over
 # ours: no moment to count); the service writes ours once the kubelet lists it.
 born = min((c["t"] for c in rc), default=None)
-mine = [c["t"] for c in mon.calls(since=t_new, who=OURS, unit=scope)]
+mine = [c["t"] for c in mon.calls(since=t_new, who=OURS, unit=lambda u: name(u) == scope)]
 want = {p: plan[scope][p] for p in ("MemoryMin", "MemoryLow") if plan[scope][p]}
 have = read_memory(scope)
 check(by_prop(rc).get(label(scope), {}).get("MemoryMin") == [0] and want and mine and born

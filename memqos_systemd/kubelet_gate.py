@@ -9,7 +9,7 @@ pkg/kubelet/kuberuntime/kuberuntime_container_linux.go; docs/DESIGN.md, "Compani
 
 | its configuration | what it holds as its own | what it writes at a moment, and we put back |
 |---|---|---|
-| gate on, TieredReservation | MemoryMin, MemoryLow of kubepods.slice, the QoS slices (every minute), the pod slices and container scopes (at creation and resize); a reserved slice's MemoryMin | - |
+| gate on, TieredReservation | MemoryMin, MemoryLow of kubepods.slice, the QoS slices (every minute), the pod slices and container scopes (at creation and resize); a reserved slice's MemoryMin | - (its start sets the same zeros as under None, measured; there they are its own, left to it until its first round: docs/DESIGN.md, "Handing over") |
 | gate on, None (its v1.37 default) | a reserved slice's MemoryMin | at its start: kubepods.slice MemoryMin and MemoryLow, the Burstable slice's MemoryLow to 0; at a container's creation and resize: its MemoryMin and MemoryLow to 0 |
 | gate on, a policy this version does not know (v1.38 may add Hard, Soft) | as TieredReservation: left to it | - |
 | with a throttling factor (nil by default from v1.37) | also MemoryHigh of the pod slices (pod-level limits) and container scopes | - |
@@ -307,10 +307,12 @@ def writes(facts: KubeletFacts) -> Writes:
 
 
 def start_resets(facts: KubeletFacts) -> Mapping[str, frozenset[str]]:
-    """What the kubelet's start sets to 0, by level: with its gate off or a policy other than
-    TieredReservation, kubepods.slice MemoryMin and MemoryLow and the Burstable slice's MemoryLow
-    (its QoS manager's Start; with the gate off its node-allocatable enforcement too). A start
-    that does not know the gate is taken to reset (the safe side: ours goes back at once)."""
+    """What the kubelet's start sets to 0 over values of ours, by level: with its gate off or a
+    policy other than TieredReservation, kubepods.slice MemoryMin and MemoryLow and the Burstable
+    slice's MemoryLow (its QoS manager's Start; with the gate off its node-allocatable enforcement
+    too). Under TieredReservation its start sets the same zeros (e2e 59-real-kubelet-beside), but
+    on properties that are its own then: none of ours. A start that does not know the gate is
+    taken to reset (the safe side: ours goes back at once)."""
     if facts.gate.on and facts.policy == "TieredReservation":
         return _EMPTY
     return MappingProxyType({"node": _PROTECTION, "qos": frozenset({"MemoryLow"})})

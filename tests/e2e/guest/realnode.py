@@ -467,9 +467,9 @@ class BusMonitor:
         matches = [f"type='method_call',destination='org.freedesktop.systemd1',member='{m}'"
                    for m in self.MEMBERS]
         self.proc = subprocess.Popen(
-            ["busctl", "monitor", "--system", "--json=short", *(f"--match={m}" for m in matches)],
+            ["stdbuf", "-oL", "busctl", "monitor", "--system", "--json=short", *(f"--match={m}" for m in matches)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self._calls, self._who, self._lock = [], {}, threading.Lock()
+        self._calls, self._who, self._ids, self._lock = [], {}, {}, threading.Lock()
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
         atexit.register(self.close)
@@ -494,9 +494,26 @@ class BusMonitor:
         self._who[sender] = who
         return who
 
+    def _unit_of(self, path):
+        """The unit of an object path: its name escaped, or its invocation ID (32 hex digits, the
+        path systemd gives a unit loaded by GetUnitByInvocationID or answered by GetUnit since 240),
+        asked of systemd once."""
+        import re
+
+        tail = path.rsplit("/", 1)[-1]
+        if not re.fullmatch(r"[0-9a-f]{32}", tail):
+            return unit_from_path(path)
+        if tail not in self._ids:
+            p = subprocess.run(["busctl", "--system", "get-property", "org.freedesktop.systemd1", path,
+                                "org.freedesktop.systemd1.Unit", "Id"], capture_output=True, text=True)
+            parts = p.stdout.split('"')
+            self._ids[tail] = parts[1] if p.returncode == 0 and len(parts) > 1 else tail
+        return self._ids[tail]
+
     def _read(self):
-        # busctl's output to a pipe is block-buffered: a message is read up to a second after it
-        # was sent, so its time is the bus's own stamp (realtime) taken to the monotonic clock.
+        # busctl's output to a pipe is block-buffered (stdbuf -oL makes it a line each): a message
+        # may still be read a little after it was sent, so its time is the bus's own stamp
+        # (realtime) taken to the monotonic clock.
         offset = time.time() - time.monotonic()
         for line in self.proc.stdout:
             t = time.monotonic()
@@ -512,7 +529,7 @@ class BusMonitor:
                 continue
             data = _plain((msg.get("payload") or {}).get("data") or [])
             if member == "SetProperties":  # Unit.SetProperties(runtime, props) on the unit's path
-                unit, props = unit_from_path(msg.get("path", "")), data[1]
+                unit, props = self._unit_of(msg.get("path", "")), data[1]
             elif member == "SetUnitProperties":  # (name, runtime, props)
                 unit, props = data[0], data[2]
             else:  # StartTransientUnit(name, mode, props, aux)

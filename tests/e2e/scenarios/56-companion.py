@@ -9,10 +9,11 @@ systemd manager writes it (SetUnitProperties, then the cgroup files).
             memqos_kubelet_protects 1), and `check` says who writes what
   create    the pods' and containers' values written once, as the kubelet and the runtime write
             them at creation: 0 writes of ours follow
-  hour      the QoS manager's writes of kubepods.slice and kubepods-burstable.slice, 60 of them
-            (an hour of minutes, one every 0.5 s), the values varying as pods come and go, the
-            files sampled every 20 ms: the daemon makes 0 SetUnitProperties calls, counts 0
-            foreign writes and 0 fights, and the files always show the kubelet's values
+  hour      the QoS manager's writes of kubepods.slice and kubepods-burstable.slice, 12 of them
+            (one every 0.5 s), the values varying as pods come and go, the files sampled every
+            20 ms: the daemon makes 0 SetUnitProperties calls, counts 0 foreign writes and 0
+            fights, and the files always show the kubelet's values (the real kubelet's own minute
+            round beside the service: 59-real-kubelet-beside, which let this phase shrink from 60)
   ours      what it adds: the BestEffort ceiling as planned; the QoS slices' signals are served;
             the reserved slices hold what the kubelet wrote as it enforced them
   handover  the kubelet restarted with its gate off in its config file alone (its /metrics gone),
@@ -42,7 +43,7 @@ METRICS_FILE = PODS_FILE + ".metrics"  # what the stand-in's /metrics serves (ku
 KUBELET_FILE = "/etc/memqos-systemd/e2e-kubelet.yaml"  # the stand-in's "config file" (readable by the service)
 GATE = ('kubernetes_build_info{git_version="v1.37.1",major="1",minor="37"} 1\n'
         'kubernetes_feature_enabled{name="MemoryQoS",stage="BETA"} %d\n')
-PERIOD, WRITES = 0.5, 60
+PERIOD, WRITES = 0.5, 12
 
 
 def say_gate(on):
@@ -167,7 +168,7 @@ check(after[0] == before[0], f"hour: {WRITES} writes of the kubelet's QoS manage
 check(after[1] == before[1], f"hour: {int(after[1] - before[1])} foreign writes counted (0 expected)")
 fought = [line for line in journal_since(mark) if "fighting" in line or "changed without us" in line]
 check(not fought, f"hour: the journal names no foreign write nor fight: {fought[:2]}")
-check(sampler.samples > 500 and not sampler.bad,
+check(sampler.samples > 100 and not sampler.bad,
       f"hour: {sampler.samples} samples of the upper slices' files, every one a value the kubelet wrote"
       f" {sampler.bad[:2]}")
 created = {u: read_memory(u) for u in CREATED}

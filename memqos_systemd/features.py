@@ -9,17 +9,20 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Mapping
 
+from .burstable_lever import BurstableLever
 from .ceiling_watch import CeilingWatch
 from .config_schema import Config
 from .feature import Context, Feature
+from .kubelet_gate import Writes
 from .lending_watch import LendingWatch
 from .naming import Naming
 
-__all__ = ["FEATURES", "make", "owned", "on_drift", "by_name", "on"]
+__all__ = ["FEATURES", "make", "owned", "on_drift", "by_name", "on", "said", "taken_back"]
 
 FEATURES: tuple[Callable[[Context], Feature], ...] = (
     LendingWatch.made,  # lending: the ceiling's and the lever's lines follow usage (before the ceiling, which steps them)
     CeilingWatch.made,  # bestEffortCeiling: a MemoryMax on the BestEffort QoS slice, stepped down with its usage
+    BurstableLever.made,  # burstableHigh: a MemoryHigh on each Burstable pod slice, below the others' requests
 )
 
 
@@ -64,10 +67,23 @@ def _notifier(feature: Feature):
     return getattr(feature, "notifier", None)
 
 
-def on(features: Iterable[Feature], naming: Naming, config: Config) -> tuple[str, ...]:
-    """The names of the features `config` turns on: those that set something somewhere (for
-    `check` and `status`, which never advertise one that is off)."""
-    return tuple(f.name for f in features if f.units(naming, config))
+def on(features: Iterable[Feature], naming: Naming, config: Config, kubelet: Writes = Writes()) -> tuple[str, ...]:
+    """The names of the features `config` turns on (for `check` and `status`, which never advertise
+    one that is off): a feature's own `on`, or else whether it sets something somewhere."""
+    return tuple(f.name for f in features
+                 if (f.on(naming, config, kubelet) if hasattr(f, "on") else f.units(naming, config)))
+
+
+def said(feature: Feature) -> list[str]:
+    """What a feature has to say after a command's round (Feature.warnings; none unless it has some)."""
+    return list(feature.warnings()) if hasattr(feature, "warnings") else []
+
+
+def taken_back(features: Iterable[Feature]) -> None:
+    """After a reset sent everything back: each feature forgets what it kept (Feature.taken_back)."""
+    for f in features:
+        if hasattr(f, "taken_back"):
+            f.taken_back()
 
 
 def by_name(features: Iterable[Feature], name: str) -> Feature | None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Mapping
 
 from . import lending
@@ -174,6 +175,10 @@ class LendingWatch:
 
     def on_drift(self, unit: str, before: Mapping[str, int], now: Mapping[str, int], config: Config) -> frozenset[str]:
         return frozenset()
+
+    def shown(self, desired: Plan, config: Config) -> Plan:
+        """What `status` shows as planned: the lines a first look draws now (`lines_now`)."""
+        return lines_now(desired, self.cgroupfs, config, self.page_size, (self.clock or time.monotonic)())
 
 
 def lines_now(desired: Plan, cgroupfs: Cgroupfs, config: Config, page_size: int, now: float) -> Plan:

@@ -6,10 +6,12 @@ The node is test_burstable_lever's (16Gi, allocatable 16284Mi; requests 3684Mi),
 from __future__ import annotations
 
 from memqos_systemd import lending
+from memqos_systemd.burstable_lever import BurstableLever
+from memqos_systemd.ceiling_watch import CeilingWatch
 from memqos_systemd.cgroupfs import Cgroupfs, cgroup_path
 from memqos_systemd.cli import plan_to_table
-from memqos_systemd.commands import WIDTH, _ceiling_lines, _lever_of, _lever_lines
 from memqos_systemd.config import parse_config
+from memqos_systemd.face import WIDTH
 from memqos_systemd.lending_watch import lines_now
 from memqos_systemd.metrics import Metrics
 from memqos_systemd.plan import NodeFacts, plan
@@ -18,6 +20,13 @@ from test_burstable_lever import NODE
 from test_plan import Gi, Mi, pod_unit
 
 PAGE = 4096
+
+_lever_of = BurstableLever().pod_doc
+_lever_lines = BurstableLever().status_lines
+
+
+def _ceiling_lines(row: dict) -> list[str]:
+    return CeilingWatch(Cgroupfs(), None, PAGE).status_lines(row, [], False)
 ALLOC = 16284 * Mi
 LEVERS = {"bestEffortCeiling": {"enabled": True}, "burstableHigh": {"enabled": True}}
 LENDING = {**LEVERS, "lending": {"enabled": True}}
@@ -133,5 +142,5 @@ def test_plan_says_the_service_draws_the_lines_from_usage():
 
 
 def _gi(n):
-    from memqos_systemd.commands import _human
-    return _human(n)
+    from memqos_systemd.face import human
+    return human(n)

@@ -1,0 +1,97 @@
+"""The Burstable lever (burstableHigh) as a feature (feature.py, one line of features.py): a
+MemoryHigh on each Burstable pod slice, so that none grows into the others' requests.
+
+plan.py plans it (`Plan.levers`, each lever's formula); what the plan alone sends needs nothing
+between rounds, so its overlay is the plan itself. This is how it says whether it is on and how it
+shows itself in `status` (its paragraph and each pod's formula).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from . import columns
+from .config_schema import Config
+from .face import WIDTH, count
+from .feature import Context
+from .kubelet_gate import Writes
+from .naming import Naming
+from .plan import Plan
+from .pods import one_line
+
+__all__ = ["BurstableLever"]
+
+
+class BurstableLever:
+    name = "burstableHigh"
+    properties: tuple[str, ...] = ()  # MemoryHigh is one of the plan's three: nothing beyond them
+    pending = False
+    notifier = None
+
+    @classmethod
+    def made(cls, context: Context) -> BurstableLever:
+        return cls()
+
+    def units(self, naming: Naming, config: Config) -> frozenset[str]:
+        return frozenset()
+
+    def on(self, naming: Naming, config: Config, kubelet: Writes) -> bool:
+        """On when the config says so, unless the kubelet writes the pod slices' MemoryHigh itself."""
+        return config.burstable_high.enabled and "MemoryHigh" not in kubelet.at("pod")
+
+    def overlay(self, desired: Plan, observed, config: Config, naming: Naming) -> Plan:
+        return desired
+
+    def settle(self, observed, desired: Plan) -> None:
+        pass
+
+    def look_again(self, now: float, planned: bool = True) -> float:
+        return float("inf")
+
+    def woken(self, now: float) -> float:
+        return float("inf")
+
+    def on_drift(self, unit: str, before: Mapping[str, int], now: Mapping[str, int], config: Config) -> frozenset[str]:
+        return frozenset()
+
+    # ---------------------------------------------------------------- how it shows (status)
+    def status_doc(self, desired: Plan | None, observed: Mapping, naming: Naming, cfg: Config) -> dict | None:
+        """Whether it is on and on how many pod slices the plan lowers MemoryHigh (each pod's row
+        says how); None when it is off and nothing of it is planned."""
+        if not cfg.burstable_high.enabled and not (desired and desired.levers):
+            return None
+        headroom = cfg.burstable_high.headroom
+        return {"enabled": cfg.burstable_high.enabled,
+                "headroomBytes": headroom.resolve(desired.allocatable) if desired else None,
+                "companion": bool(desired and "MemoryHigh" in desired.kubelet.at("pod")),
+                "pods": None if desired is None else len(desired.levers)}
+
+    def pod_doc(self, desired: Plan, unit: str) -> dict | None:
+        """How the plan lowered pod slice `unit`'s MemoryHigh; None: it did not."""
+        lever = desired.lever_of(unit) if desired.levers else None
+        if lever is None:
+            return None
+        return {"MemoryHigh": lever.memory_high, "othersRequestsBytes": lever.others, "headroomBytes": lever.headroom,
+                "heldAtRequest": lever.floored, "lentBytes": lever.lent,
+                "formula": lever.describe(desired.allocatable)}
+
+    def status_lines(self, lever: dict, pods: list[dict], wide: bool) -> list[str]:
+        """A line saying what it does, then per pod it lowers how its MemoryHigh was planned; each
+        line at most WIDTH columns unless `wide`."""
+        if not lever["enabled"]:
+            head = "Burstable lever (burstableHigh): off"
+        elif lever["companion"]:
+            head = "Burstable lever (burstableHigh): not planned: the kubelet writes the pods' MemoryHigh (its factor)"
+        else:
+            head = (f"Burstable lever (burstableHigh): MemoryHigh on {count(lever['pods'])} pod slice(s),"
+                    f" none grows into others' requests")
+        lines = [head]
+        for p in pods:
+            if p.get(self.name):
+                formula, name = p[self.name]["formula"], one_line(f"{p['namespace']}/{p['pod']}")
+                # a long name is cut, not the formula
+                name = name if wide else columns.fit(name, max(12, WIDTH - 4 - columns.width(formula)))
+                lines.append(f"  {name}: {formula}")
+        if len(lines) > 1:
+            lines.append("  above it the kernel reclaims from that pod alone, then throttles it (never kills)")
+        return lines if wide else [columns.fit(line, WIDTH) for line in lines]

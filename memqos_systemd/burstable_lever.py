@@ -8,6 +8,7 @@ shows itself in `status` (its paragraph and each pod's formula).
 
 from __future__ import annotations
 
+import sys
 from typing import Mapping
 
 from . import columns
@@ -54,7 +55,30 @@ class BurstableLever:
     def on_drift(self, unit: str, before: Mapping[str, int], now: Mapping[str, int], config: Config) -> frozenset[str]:
         return frozenset()
 
-    # ---------------------------------------------------------------- how it shows (status)
+    # ---------------------------------------------------------------- how it shows (plan, status)
+    def plan_entry(self, p: Plan, u) -> dict | None:
+        """`plan --output json`: how it lowered pod slice `u`'s MemoryHigh; None: it did not."""
+        lever = p.lever_of(u.unit) if p.levers and u.level == "pod" else None
+        if lever is None:
+            return None
+        return {"othersRequestsBytes": lever.others, "headroomBytes": lever.headroom,
+                "requestBytes": lever.request, "heldAtRequest": lever.floored}
+
+    def plan_legend(self, p: Plan) -> list[str]:
+        return ["        a Burstable pod's MemoryHigh may be burstableHigh's: what the others' requests leave"] if p.levers \
+            else []
+
+    def plan_lines(self, p: Plan, cfg: Config, wide: bool) -> list[str]:
+        """`plan`'s paragraph: the pod slices it lowers, each with its formula."""
+        if not p.levers:
+            return []
+        lines = [f"Burstable lever (burstableHigh) on {len(p.levers)} pod slice(s): none may grow into the"
+                 f" others' requests"]
+        for lever in p.levers:
+            name = f"  {one_line(lever.pod, sys.maxsize)}"
+            lines += [name if wide else columns.fit(name, 100), *(f"      {f}" for f in lever.formula(p.allocatable))]
+        return lines
+
     def status_doc(self, desired: Plan | None, observed: Mapping, naming: Naming, cfg: Config) -> dict | None:
         """Whether it is on and on how many pod slices the plan lowers MemoryHigh (each pod's row
         says how); None when it is off and nothing of it is planned."""

@@ -32,7 +32,7 @@ from .agenda import Look, follow
 from .ceiling import FOLLOW_FIRST, FOLLOW_MAX, step
 from . import columns
 from .cgroupfs import Cgroupfs, cgroup_path, read_memory_events, read_value
-from .face import WIDTH, count, human
+from .face import WIDTH, count, human, show_bytes
 from .config_schema import Config
 from .feature import Context
 from .ledger import DEFAULT_PATH, OwnedSlices
@@ -208,7 +208,20 @@ class CeilingWatch:
         return True
 
 
-    # ---------------------------------------------------------------- how it shows (status, check)
+    # ---------------------------------------------------------------- how it shows (plan, status, check)
+    def plan_legend(self, p: Plan) -> list[str]:
+        return ["        MemoryMax: above it the kernel OOM-kills in the slice (bestEffortCeiling)"] if p.ceiling else []
+
+    def plan_lines(self, p: Plan, cfg: Config, wide: bool) -> list[str]:
+        """`plan`'s paragraph: the ceiling planned, and how."""
+        c = p.ceiling
+        if c is None:
+            return []
+        return [f"BestEffort ceiling: MemoryMax {show_bytes(c.memory_max)} on {c.unit}",
+                *columns.wrap(f"       = allocatable {format_bytes(p.allocatable)} - Guaranteed and Burstable"
+                              f" requests {show_bytes(c.requests)} - headroom {show_bytes(c.headroom)}, at least"
+                              f" {show_bytes(c.minimum)}", WIDTH, indent="         ")]
+
     def explains(self, unit: str, differ: list[str], want: Mapping[str, int], held: Mapping[str, int],
                  cgroup_dir: Path) -> str | None:
         """Why `unit` differs from the plan when that is no drift: a MemoryMax above the plan held

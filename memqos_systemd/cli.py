@@ -12,8 +12,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from . import __version__, columns
+from . import __version__, columns, features
 from .documents import DocumentError, decode
+from .face import show_bytes
+from .feature import Feature
+from .naming import Naming
 from .kubelet_gate import Mode, companion_mode, kubelet_facts, properties_where
 from .config import DEFAULT_CONFIG_PATH, Config, ConfigError, config_present, load_config, shown_path
 from .plan import INFINITY, MAX_PAGE_SIZE, NodeFacts, Plan, PlanError, UnitPlan, plan
@@ -217,13 +220,15 @@ def _check_names(cfg: Config, src: str) -> None:
             raise UsageError(f"{src}: {key}: {path!r}: {e}") from None
 
 
-def plan_to_json(p: Plan, pending: Mapping[str, str] | None = None, mode: Mode | None = None) -> dict:
+def plan_to_json(p: Plan, pending: Mapping[str, str] | None = None, mode: Mode | None = None,
+                 shown_by: Sequence[Feature] | None = None) -> dict:
     """The `plan --output json` document (a contract: see `issues show 2`). `pending`: pod key ->
     the reason of a resize the kubelet has not allocated (`resizePending` on the pod's unit).
     A container's unit also names the container (`container`, issue 20). Beside the kubelet's own
     Memory QoS each unit says which of its values are the kubelet's (`kubelet`), and `kubelet` says
     what it writes as its own and why (`mode`)."""
     units = []
+    made = features.offline() if shown_by is None else shown_by
     for u in p.units:
         entry: dict[str, Any] = {"unit": u.unit, "level": u.level}
         if u.pod is not None:
@@ -239,10 +244,10 @@ def plan_to_json(p: Plan, pending: Mapping[str, str] | None = None, mode: Mode |
             entry["MemoryMax"] = "infinity" if u.memory_max == INFINITY else u.memory_max
         if p.companion:  # who writes each value: the kubelet's are shown, never sent
             entry["kubelet"] = sorted(u.kubelet)
-        lever = p.lever_of(u.unit) if p.levers and u.level == "pod" else None
-        if lever is not None:  # burstableHigh lowered this pod slice's MemoryHigh: how
-            entry["burstableHigh"] = {"othersRequestsBytes": lever.others, "headroomBytes": lever.headroom,
-                                      "requestBytes": lever.request, "heldAtRequest": lever.floored}
+        for feature in made:  # what a feature says of the unit (burstableHigh: how it lowered MemoryHigh)
+            said = feature.plan_entry(p, u) if hasattr(feature, "plan_entry") else None
+            if said is not None:
+                entry[feature.name] = said
         units.append(entry)
     mins, lows, kmin, klow = p.protected()
     doc = {"node": {"capacityBytes": p.capacity, "allocatableBytes": p.allocatable},
@@ -259,8 +264,7 @@ def plan_to_json(p: Plan, pending: Mapping[str, str] | None = None, mode: Mode |
     return doc
 
 
-def _show_bytes(n: int) -> str:
-    return "infinity" if n == INFINITY else ("0" if n == 0 else format_bytes(n))
+_show_bytes = show_bytes
 
 
 def _tree_order(p: Plan) -> list[tuple[int, UnitPlan]]:
@@ -336,14 +340,15 @@ def _fit_name(cell: str, room: int, mark: str) -> str:
 
 
 def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None, *,
-                  context: TableContext = TableContext(), wide: bool = False, encoding: str | None = None) -> str:
+                  context: TableContext = TableContext(), wide: bool = False, encoding: str | None = None,
+                  shown_by: Sequence[Feature] | None = None) -> str:
     """The plan for a person: a tree by name (pod, container) whose rows fit TABLE_WIDTH columns,
     the longest names Kubernetes allows cut with an ellipsis, with where its inputs came from, a
     legend, totals and what to run next. `wide` adds the full unit name of every row, and cuts
     no name (nor does JSON). Columns are measured as a terminal draws them (columns.py: a CJK
     character takes two), as the output's `encoding` prints them (escapes where it cannot)."""
     limit = sys.maxsize  # cut below, to the room the other columns leave
-    ceiling = p.ceiling is not None
+    ceiling = any(u.memory_max is not None for u in p.units)  # a feature's MemoryMax (bestEffortCeiling's)
     header = (("SLICE / POD / CONTAINER", "LEVEL", "MemoryMin", "MemoryLow", "MemoryHigh")
               + (("MemoryMax",) if ceiling else ()) + (("UNIT",) if wide else ()))
     def cell(u: UnitPlan, prop: str, value: int) -> str:
@@ -383,9 +388,10 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
     for r in [header, *rows]:
         lines.append("  ".join(columns.ljust(c, w) if i in left else columns.rjust(c, w)
                                for i, (c, w) in enumerate(zip(r, widths))).rstrip())
-    lines += ["", LEGEND] + (["        MemoryMax: above it the kernel OOM-kills in the slice (bestEffortCeiling)"] if ceiling else [])
-    if p.levers:
-        lines.append("        a Burstable pod's MemoryHigh may be burstableHigh's: what the others' requests leave")
+    made = features.offline() if shown_by is None else shown_by
+    lines += ["", LEGEND]
+    for feature in made:  # each feature's line of the legend
+        lines += feature.plan_legend(p) if hasattr(feature, "plan_legend") else []
     if p.companion:
         lines.append("        *: the kubelet's value (it writes it itself; shown as its own config makes it, never sent)")
     # Each byte once: the pod slices' protection (the node and QoS slices back the same bytes).
@@ -401,22 +407,10 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
     if reserved:
         lines.append(f"       and {format_bytes(reserved)} of MemoryMin for the reserved slices"
                      + (f" ({_show_bytes(kreserved)} of it the kubelet's)" if p.companion else ""))
-    if ceiling:
-        c = p.ceiling
-        lines += [f"BestEffort ceiling: MemoryMax {_show_bytes(c.memory_max)} on {c.unit}",
-                  *columns.wrap(f"       = allocatable {format_bytes(p.allocatable)} - Guaranteed and Burstable"
-                                f" requests {_show_bytes(c.requests)} - headroom {_show_bytes(c.headroom)}, at least"
-                                f" {_show_bytes(c.minimum)}", TABLE_WIDTH, indent="         ")]
-    if p.levers:
-        lines.append(f"Burstable lever (burstableHigh) on {len(p.levers)} pod slice(s): none may grow into the"
-                     f" others' requests")
-        for lever in p.levers:
-            name = f"  {one_line(lever.pod, limit)}"
-            lines += [name if wide else columns.fit(name, 100), *(f"      {f}" for f in lever.formula(p.allocatable))]
-    if cfg.lending.enabled and (ceiling or p.levers):  # lending.py: drawn from usage, which a plan has not
-        lines += ["lending on: the service draws these lines from what the pods with requests use, not from",
-                  "       their requests, and lends what they neither use nor are about to (the lines now:",
-                  "       memqos-systemd status, metrics memqos_lending_line_bytes and memqos_lending_lent_bytes)"]
+    for feature in made:  # each feature's paragraph, then the notes that speak of them all
+        lines += feature.plan_lines(p, cfg, wide) if hasattr(feature, "plan_lines") else []
+    for feature in made:
+        lines += feature.plan_notes(p, cfg) if hasattr(feature, "plan_notes") else []
     if context.finished_pods:
         lines.append(f"skipped: {context.finished_pods} finished pod(s) (Succeeded or Failed), which hold no memory")
     if p.warnings:
@@ -456,21 +450,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
                                                        version=PLAN_KUBELET if cfg.kubelet_file else None))
     node = NodeFacts(capacity=_node_memory(args.node_memory), page_size=_page_size(args.page_size),
                      kubelet=mode.writes)
+    made = features.offline(node.page_size)
     try:
-        result = plan(pods, node, cfg)
+        result = features.planned(made, plan(pods, node, cfg), cfg, Naming.for_config(cfg))
     except PlanError as e:
         raise UsageError(f"{'built-in defaults' if cfg_file is None else shown_path(cfg_file)}: {e}") from None
     result = dataclasses.replace(result, warnings=cfg.notes + tuple(pod_warnings) + result.warnings)
     pending = {pod.key: pod.resize_pending for pod in pods if pod.resize_pending}
     output = args.output or ("table" if sys.stdout.isatty() else "json")
     if output == "json":
-        json.dump(plan_to_json(result, pending, mode), sys.stdout, indent=2)
+        json.dump(plan_to_json(result, pending, mode, shown_by=made), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         context = TableContext(cfg_source, "--node-memory" if args.node_memory else "MemTotal of /proc/meminfo",
                                count_finished(doc), mode)
         print(plan_to_table(result, cfg, pending, context=context, wide=output == "wide",
-                            encoding=getattr(sys.stdout, "encoding", None)))
+                            encoding=getattr(sys.stdout, "encoding", None), shown_by=made))
     return EXIT_OK
 
 

@@ -49,6 +49,7 @@ from .config import Config, ConfigError
 from .events import SystemdEvents
 from .feature import Context
 from .in_force import made_from, reloaded
+from .wiring import Wiring
 from .drift import FOREIGN_LOG_EVERY
 from .kubelet_gate import kubelets_write
 from .quantity import show_value
@@ -105,6 +106,9 @@ class Daemon:
         self.features = features.make(Context(outside.cgroupfs, outside.page_size, outside.metrics, outside.state_dir,
                                               clock=outside.clock))
         self.round = Round(outside.metrics, outside.clock, self.features)
+        # The observer and the applier over them, for the config in force (wiring.py, as every command's).
+        self.wiring = Wiring(lambda: (self.config, self.naming), self.features, outside.cgroupfs, outside.page_size,
+                             kubelet=lambda: self.companion.writes, on_call=outside.metrics.dbus_call)
         self.systemd = None
         self.observer: Observer | None = None  # what systemd and the kernel hold (observe.py)
         self.applier: Applier | None = None
@@ -222,14 +226,10 @@ class Daemon:
             self.systemd = None
         systemd = await self.out.connect(self.out.bus_address)
         systemd.on_disconnect(self.wake)
-        self.observer = Observer(systemd, self.naming, cgroupfs=self.out.cgroupfs, page_size=self.out.page_size,
-                                 on_call=self.out.metrics.dbus_call,
-                                 max_units=lambda: features.owned(self.features, "MemoryMax", self.naming, self.config),
-                                 kubelet=lambda: self.companion.writes)
+        self.observer = self.wiring.observer(systemd)
         await systemd.subscribe(**self.events.handlers())  # (a signal may come before it returns)
         self.systemd = systemd
-        self.applier = Applier(systemd, cgroupfs=self.out.cgroupfs, on_call=self.out.metrics.dbus_call,
-                               on_restore=self._oom_group)
+        self.applier = self.wiring.applier(systemd, self._oom_group)
         self.agenda.connected()
         log.info("connected to systemd %s", await systemd.version())
 
@@ -248,8 +248,6 @@ class Daemon:
         source_changed = source is not self.source
         self.reserved.config_changed(self.naming.reserved_slices(), naming.reserved_slices())
         self.config, self.naming, self.source = config, naming, source
-        if self.observer is not None:
-            self.observer.naming = naming
         self.agenda.config_changed(self.out.clock(), resync_interval=config.resync_interval,
                                    poll_interval=config.kubelet.poll_interval,
                                    watch_source=hasattr(self.source, "changed"), source_changed=source_changed)

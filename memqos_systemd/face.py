@@ -7,7 +7,7 @@ from . import columns
 from .plan import INFINITY
 from .quantity import format_bytes
 
-__all__ = ["WIDTH", "human", "count", "table"]
+__all__ = ["WIDTH", "human", "show_bytes", "count", "table"]
 
 WIDTH = 100  # a status line for people fits this many columns
 
@@ -33,6 +33,11 @@ def table(rows: list[list[str]], *, words_last: bool = False, wide: bool = False
                  else columns.rjust(c, w) for i, (c, w) in enumerate(zip(cells, widths))]
         out.append(f"{mark} " + "  ".join(parts).rstrip())
     return out, widths[0] < longest
+
+
+def show_bytes(n: int) -> str:
+    """A planned size as `plan` shows it (infinity spelled out)."""
+    return "infinity" if n == INFINITY else ("0" if n == 0 else format_bytes(n))
 
 
 def count(n: int | None) -> str:

@@ -11,13 +11,15 @@ from typing import Callable, Iterable, Mapping
 
 from .burstable_lever import BurstableLever
 from .ceiling_watch import CeilingWatch
+from .cgroupfs import Cgroupfs
 from .config_schema import Config
 from .feature import Context, Feature
 from .kubelet_gate import Writes
 from .lending_watch import LendingWatch
 from .naming import Naming
+from .plan import Plan
 
-__all__ = ["FEATURES", "make", "owned", "on_drift", "by_name", "on", "said", "taken_back"]
+__all__ = ["FEATURES", "make", "owned", "on_drift", "by_name", "on", "said", "taken_back", "offline", "planned"]
 
 FEATURES: tuple[Callable[[Context], Feature], ...] = (
     LendingWatch.made,  # lending: the ceiling's and the lever's lines follow usage (before the ceiling, which steps them)
@@ -84,6 +86,20 @@ def taken_back(features: Iterable[Feature]) -> None:
     for f in features:
         if hasattr(f, "taken_back"):
             f.taken_back()
+
+
+def offline(page_size: int = 4096) -> tuple[Feature, ...]:
+    """The table's features made to plan and to say how they show (`plan`, status's lines): no
+    file of theirs read or written, no metric."""
+    return make(Context(Cgroupfs(), page_size, state_dir=None, write=False))
+
+
+def planned(features: Iterable[Feature], desired: Plan, config: Config, naming: Naming) -> Plan:
+    """The plan with each feature's pure plan step laid on it, in the table's order (Feature.plan_step)."""
+    for f in features:
+        if hasattr(f, "plan_step"):
+            desired = f.plan_step(desired, config, naming)
+    return desired
 
 
 def by_name(features: Iterable[Feature], name: str) -> Feature | None:

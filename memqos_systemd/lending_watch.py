@@ -176,6 +176,14 @@ class LendingWatch:
     def on_drift(self, unit: str, before: Mapping[str, int], now: Mapping[str, int], config: Config) -> frozenset[str]:
         return frozenset()
 
+    def plan_notes(self, p: Plan, config: Config) -> list[str]:
+        """`plan`'s note under the lines it draws: a plan has no usage to draw them from."""
+        if not (config.lending.enabled and (p.ceiling is not None or p.levers)):
+            return []
+        return ["lending on: the service draws these lines from what the pods with requests use, not from",
+                "       their requests, and lends what they neither use nor are about to (the lines now:",
+                "       memqos-systemd status, metrics memqos_lending_line_bytes and memqos_lending_lent_bytes)"]
+
     def shown(self, desired: Plan, config: Config) -> Plan:
         """What `status` shows as planned: the lines a first look draws now (`lines_now`)."""
         return lines_now(desired, self.cgroupfs, config, self.page_size, (self.clock or time.monotonic)())

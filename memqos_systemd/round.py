@@ -144,6 +144,9 @@ class Round:
         key = (inputs.pods, inputs.node, inputs.config, inputs.naming)
         if self._planned is None or self._planned[0] != key:
             desired = plan(list(inputs.pods), inputs.node, inputs.config)
+            for feature in self.features:  # each feature's pure plan step (features.planned)
+                if hasattr(feature, "plan_step"):
+                    desired = feature.plan_step(desired, inputs.config, inputs.naming)
             self._planned = (key, desired, desired.by_unit())
         return self._planned[1]
 

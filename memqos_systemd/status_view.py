@@ -8,9 +8,8 @@ import time
 from typing import Sequence
 
 from . import columns, features
-from .cgroupfs import Cgroupfs
 from .face import WIDTH, count as _count, human as _human, table as _table
-from .feature import Context, Feature
+from .feature import Feature
 from .kubelet_gate import written_how
 from .pods import one_line
 from .signals import CLASSES
@@ -21,7 +20,7 @@ __all__ = ["status_lines", "WIDTH"]
 
 def _table_features() -> tuple[Feature, ...]:
     """The table's features, made to say their lines only (nothing read, nothing kept)."""
-    return features.make(Context(Cgroupfs(), page_size(), state_dir=None, write=False))
+    return features.offline(page_size())
 
 
 def status_lines(doc: dict, *, wide: bool = False, encoding: str | None = None,

@@ -76,7 +76,7 @@ class Wiring:
     def observer(self, systemd, *, cgroups: bool = True) -> Observer:
         """What systemd and the kernel hold (observe.py), reading the features' own properties too;
         `cgroups` False: systemd's values alone (status reads the kernel's itself)."""
-        return Observer(systemd, self.naming, cgroupfs=self.cgroupfs if cgroups else None, page_size=self.page_size,
+        return Observer(systemd, lambda: self.naming, cgroupfs=self.cgroupfs if cgroups else None, page_size=self.page_size,
                         on_call=self.on_call, max_units=lambda: self.owned("MemoryMax"), kubelet=self.kubelet)
 
     def applier(self, systemd, on_restore: Callable[[str, str | None], None] | None = None) -> Applier:

@@ -34,9 +34,8 @@ from . import columns
 from .cgroupfs import Cgroupfs, cgroup_path, read_memory_events, read_value
 from .face import WIDTH, count, human, show_bytes
 from .config_schema import Config
-from .feature import Context
+from .feature import Context, Family, NoGauges, gauge_value
 from .ledger import DEFAULT_PATH, OwnedSlices
-from .metrics import NoMetrics
 from .naming import Naming
 from .plan import INFINITY, Plan, qos_reserved_writer
 from .quantity import format_bytes
@@ -67,6 +66,10 @@ def ceiling_units(ledger: Collection[str], naming: Naming, config: Config) -> fr
 class CeilingWatch:
     name = "bestEffortCeiling"
     properties = ("MemoryMax",)
+    families = (Family("memqos_besteffort_ceiling_bytes",
+                       "The BestEffort ceiling: MemoryMax of the BestEffort QoS slice as planned (kind=planned)"
+                       " and as systemd holds it (kind=held; above the plan while it steps down with the"
+                       " slice's usage); +Inf: none", ("kind",)),)
 
     @classmethod
     def made(cls, context: Context) -> CeilingWatch:
@@ -79,7 +82,7 @@ class CeilingWatch:
         self.cgroupfs = cgroupfs
         self.ledger = OwnedSlices(ledger_path, CEILING_LEDGER, write=write_ledger)  # read-only: a dry run
         self.page_size = page_size
-        self.metrics = metrics or NoMetrics()
+        self.metrics = metrics or NoGauges()
         self.following = False  # the last overlay stopped above the plan for the slice's usage
         self.moved = False  # the last overlay's value differs from the one before
         self._sent: int | None = None  # the last overlay's value (None: none)
@@ -170,7 +173,8 @@ class CeilingWatch:
         if desired.ceiling is not None:
             values = observed.get(desired.ceiling.unit)
             held = None if values is None or values is UNREAD else values.get("MemoryMax")
-        self.metrics.besteffort_ceiling(planned, held)
+        self.metrics.gauge("memqos_besteffort_ceiling_bytes", ("planned",), gauge_value(planned))
+        self.metrics.gauge("memqos_besteffort_ceiling_bytes", ("held",), gauge_value(held))
 
     @property
     def pending(self) -> bool:

@@ -8,7 +8,7 @@ import os
 import sys
 import urllib.request
 
-from . import promtext
+from . import features, promtext
 from .config import Config
 from .kubelet_gate import Mode, Writes, companion_mode, properties_where
 from .metrics import parse_listen
@@ -16,7 +16,7 @@ from .node import check_node, read_meminfo, systemd_findings
 from .plan import NodeFacts, Plan, plan
 from .sources import kubelet_gates, make_source
 from .systemd import Systemd
-from .wiring import CGROUP_ROOT, page_size, wire
+from .wiring import CGROUP_ROOT, Wiring, wire
 
 EXIT_OK, EXIT_FAILURE = 0, 1
 SERVICE = "memqos-systemd.service"
@@ -40,8 +40,11 @@ def fetch(cfg: Config):
     return make_source(cfg).fetch()
 
 
-def desired_plan(cfg: Config, snapshot, mode: Mode) -> Plan:
-    return plan(list(snapshot.pods), NodeFacts(read_meminfo(), page_size(), mode.writes), cfg)
+def desired_plan(wiring: Wiring, snapshot, mode: Mode) -> Plan:
+    """The plan of `snapshot`'s pods on this node, each feature's plan step laid on (features.planned)."""
+    cfg = wiring.config
+    return features.planned(wiring.features, plan(list(snapshot.pods), NodeFacts(read_meminfo(), wiring.page_size,
+                                                                                 mode.writes), cfg), cfg, wiring.naming)
 
 
 async def mode_of(cfg: Config) -> Mode:

@@ -37,9 +37,10 @@ def status(args, cfg: Config) -> int:
 async def _status(cfg: Config, output: str) -> int:
     snapshot, source_error, desired = None, None, None
     mode = await mode_of(cfg)
+    wiring = wire(cfg, write=False, kubelet=mode.writes)
     try:
         snapshot = await asyncio.to_thread(fetch, cfg)
-        desired = desired_plan(cfg, snapshot, mode)
+        desired = desired_plan(wiring, snapshot, mode)
     except SourceError as e:
         source_error = str(e)
         warn(f"{e}; showing what systemd and the kernel hold only")
@@ -48,7 +49,6 @@ async def _status(cfg: Config, output: str) -> int:
     except SystemdError as e:
         err(f"cannot reach systemd: {e}")
         return EXIT_FAILURE
-    wiring = wire(cfg, write=False, kubelet=mode.writes)
     naming = wiring.naming
     try:
         observer = wiring.observer(systemd, cgroups=False)
@@ -65,7 +65,7 @@ async def _status(cfg: Config, output: str) -> int:
     if snapshot is not None:
         intake.accept(snapshot, observer.live_pod_uids())
         if intake.snapshot is not None and intake.snapshot.pods != snapshot.pods:
-            desired = desired_plan(cfg, intake.snapshot, mode)  # with the pods carried over
+            desired = desired_plan(wiring, intake.snapshot, mode)  # with the pods carried over
     for feature in wiring.features:  # what each feature shows as planned now (lending: the lines a look draws)
         if desired is not None and hasattr(feature, "shown"):
             desired = feature.shown(desired, cfg)

@@ -105,6 +105,7 @@ class Daemon:
         # What is laid on the round's plan (features.py), each with its state.
         self.features = features.make(Context(outside.cgroupfs, outside.page_size, outside.metrics, outside.state_dir,
                                               clock=outside.clock))
+        outside.metrics.declare(features.families(self.features))  # each feature's metric families
         self.round = Round(outside.metrics, outside.clock, self.features)
         # The observer and the applier over them, for the config in force (wiring.py, as every command's).
         self.wiring = Wiring(lambda: (self.config, self.naming), self.features, outside.cgroupfs, outside.page_size,

@@ -17,6 +17,8 @@ features.py; the daemon and the round iterate the table and never name a feature
   taken as settled (round.Round.settled), since the next may send something.
 * `settle(observed, desired)`: after a round's apply (not in a dry run): what it keeps (a ledger),
   what it says, its metric.
+* `families` (optional): the metric families it sets (Family), declared by the wiring; it sets
+  them with `context.metrics.gauge(name, labels, value)` (value None: the series goes).
 * `look_again(now, planned)`: when it wants a round again (infinity: none), after each round the
   daemon runs (`planned` False: the round could not plan); the agenda holds it (Agenda.look_again).
 * `on_drift(unit, before, now, config)`: a read found `unit` changed without us: the properties of
@@ -29,17 +31,40 @@ features.py; the daemon and the round iterate the table and never name a feature
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, NamedTuple, Protocol
 
 from .cgroupfs import Cgroupfs
 from .config_schema import Config
 from .naming import Naming
 from .plan import Plan
+from .quantity import UINT64_MAX
 
-__all__ = ["Context", "Feature"]
+__all__ = ["Context", "Feature", "Family", "NoGauges", "gauge_value"]
+
+
+class Family(NamedTuple):
+    """A metric family a feature owns (`families`): a gauge, declared by the wiring (the daemon asks
+    each feature of the table for its families: Metrics.declare), set by the feature alone."""
+
+    name: str
+    help: str
+    labels: tuple[str, ...] = ()
+
+
+class NoGauges:
+    """Where a feature's gauges go when nothing is served (a command, a test)."""
+
+    def gauge(self, name: str, labels: tuple[str, ...], value: float | None) -> None:
+        pass
+
+
+def gauge_value(n: int | None) -> float:
+    """Bytes as a gauge shows them: systemd's infinity (and none) as +Inf."""
+    return math.inf if n is None or n >= UINT64_MAX else float(n)
 
 
 @dataclass(frozen=True)
@@ -48,7 +73,7 @@ class Context:
 
     cgroupfs: Cgroupfs
     page_size: int
-    metrics: Any = None  # metrics.Metrics, or None: NoMetrics
+    metrics: Any = None  # where its gauges go (metrics.Metrics.gauge), or None: NoGauges
     state_dir: Path | None = None  # where it keeps its files in /run (beside ledger.py's); None: none kept
     write: bool = True  # False: a dry run, whose files are read and never written
     clock: Callable[[], float] = time.monotonic  # the daemon's clock (monotonic seconds)

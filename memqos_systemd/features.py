@@ -13,13 +13,13 @@ from .burstable_lever import BurstableLever
 from .ceiling_watch import CeilingWatch
 from .cgroupfs import Cgroupfs
 from .config_schema import Config
-from .feature import Context, Feature
+from .feature import Context, Family, Feature
 from .kubelet_gate import Writes
 from .lending_watch import LendingWatch
 from .naming import Naming
 from .plan import Plan
 
-__all__ = ["FEATURES", "make", "owned", "on_drift", "by_name", "on", "said", "taken_back", "offline", "planned"]
+__all__ = ["FEATURES", "make", "owned", "on_drift", "by_name", "on", "said", "taken_back", "offline", "planned", "families"]
 
 FEATURES: tuple[Callable[[Context], Feature], ...] = (
     LendingWatch.made,  # lending: the ceiling's and the lever's lines follow usage (before the ceiling, which steps them)
@@ -86,6 +86,11 @@ def taken_back(features: Iterable[Feature]) -> None:
     for f in features:
         if hasattr(f, "taken_back"):
             f.taken_back()
+
+
+def families(features: Iterable[Feature]) -> tuple[Family, ...]:
+    """The metric families the features set (Feature.families), for the metrics endpoint to declare."""
+    return tuple(fam for f in features for fam in getattr(f, "families", ()))
 
 
 def offline(page_size: int = 4096) -> tuple[Feature, ...]:

@@ -256,10 +256,6 @@ class Observer:
     @property
     def naming(self) -> Naming:
         return self._naming() if callable(self._naming) else self._naming
-
-    @naming.setter
-    def naming(self, naming: Naming) -> None:
-        self._naming = naming
     def snapshot(self, states: Mapping[str, UnitStatus] = _EMPTY) -> Snapshot:
         """The cache as it is now, frozen (the same object while it does not change and no states
         come with it)."""

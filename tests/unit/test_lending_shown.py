@@ -12,7 +12,7 @@ from memqos_systemd.cgroupfs import Cgroupfs, cgroup_path
 from memqos_systemd.cli import plan_to_table
 from memqos_systemd.config import parse_config
 from memqos_systemd.face import WIDTH
-from memqos_systemd.lending_watch import lines_now
+from memqos_systemd.lending_watch import LendingWatch, lines_now
 from memqos_systemd.metrics import Metrics
 from memqos_systemd.plan import NodeFacts, plan
 
@@ -119,16 +119,18 @@ def test_metrics_show_the_lines_and_go_with_them(tmp_path):
     desired, cfg = planned(LENDING)
     now = lines_now(desired, cgroups(tmp_path), cfg, PAGE, 100.0)
     m = Metrics()
+    m.declare(LendingWatch.families)  # as the daemon does, for each feature of the table
+    watch = LendingWatch(Cgroupfs(tmp_path), PAGE, m)
 
     def sample(name, lever, pod=""):
         return m.registry.get_sample_value(name, {"lever": lever, "pod": pod})
-    m.lending(now)
+    watch.show_lines(now)
     assert sample("memqos_lending_line_bytes", "bestEffortCeiling") == now.ceiling.memory_max
     assert sample("memqos_lending_lent_bytes", "bestEffortCeiling") == now.ceiling.lent
     pod = now.lever_of(B1).pod
     assert sample("memqos_lending_line_bytes", "burstableHigh", pod) == now.lever_of(B1).memory_high
     assert sample("memqos_lending_lent_bytes", "burstableHigh", pod) == now.lever_of(B1).lent
-    m.lending(None)  # lending off: the series go
+    watch.show_lines(None)  # lending off: the series go
     assert sample("memqos_lending_line_bytes", "bestEffortCeiling") is None
     assert sample("memqos_lending_lent_bytes", "burstableHigh", pod) is None
 

@@ -8,8 +8,7 @@ import asyncio
 import time
 
 from . import columns, fights
-from .cmd_common import (CGROUP_ROOT, EXIT_FAILURE, EXIT_OK, SERVICE, adds, connect, fetch, service_counts,
-                         systemd_host)
+from .cmd_common import EXIT_FAILURE, EXIT_OK, SERVICE, connect, fetch, service_counts, systemd_host
 from .config import Config
 from .kubelet_gate import GATE_FIX, KNOWN_POLICIES, Writes, companion_mode, properties_where, who_writes, \
     who_writes_what, writes, written_how
@@ -18,7 +17,8 @@ from .sources import SourceError, kubelet_gates
 from .sources.file import hidden_from_service
 from .sources.kubelet import unreachable_in_service
 from .systemd import SystemdError
-from .wiring import FIGHTS_PATH, wire
+from .places import CGROUP_ROOT, FIGHTS_PATH
+from .wiring import adds, wire
 
 __all__ = ["check", "NO_POD_SOURCE"]
 

@@ -8,15 +8,14 @@ import os
 import sys
 import urllib.request
 
-from . import features, promtext
+from . import promtext
 from .config import Config
-from .kubelet_gate import Mode, Writes, companion_mode, properties_where
+from .kubelet_gate import Mode, companion_mode, properties_where
 from .metrics import parse_listen
-from .node import check_node, read_meminfo, systemd_findings
-from .plan import NodeFacts, Plan, plan
+from .node import check_node, systemd_findings
 from .sources import kubelet_gates, make_source
 from .systemd import Systemd
-from .wiring import CGROUP_ROOT, Wiring, wire
+from .places import CGROUP_ROOT
 
 EXIT_OK, EXIT_FAILURE = 0, 1
 SERVICE = "memqos-systemd.service"
@@ -38,13 +37,6 @@ async def connect() -> Systemd:
 
 def fetch(cfg: Config):
     return make_source(cfg).fetch()
-
-
-def desired_plan(wiring: Wiring, snapshot, mode: Mode) -> Plan:
-    """The plan of `snapshot`'s pods on this node, each feature's plan step laid on (features.planned)."""
-    cfg = wiring.config
-    return features.planned(wiring.features, plan(list(snapshot.pods), NodeFacts(read_meminfo(), wiring.page_size,
-                                                                                 mode.writes), cfg), cfg, wiring.naming)
 
 
 async def mode_of(cfg: Config) -> Mode:
@@ -90,8 +82,3 @@ def service_counts(cfg: Config, family: str, keys: tuple[str, str]) -> dict[tupl
             found[(sample.labels[keys[0]], sample.labels[keys[1]])] = sample.value
     return {k: n for k, n in found.items() if n > 0}
 
-
-def adds(cfg: Config, kubelet: Writes) -> tuple[str, ...]:
-    """What the service adds that the config turns on (never one that is off): the features of
-    the table it turns on (Wiring.on)."""
-    return wire(cfg, write=False, kubelet=kubelet, state_dir=None).on()

@@ -13,19 +13,21 @@ from typing import Sequence
 from . import fights
 from .cgroupfs import (Cgroupfs, cgroup_path, kernel_shows, read_cgroup_memory, read_file, read_memory_events,
                        read_pressure, read_value)
-from .cmd_common import EXIT_FAILURE, EXIT_OK, adds, connect, desired_plan, err, fetch, mode_of, service_counts, warn
+from .cmd_common import EXIT_FAILURE, EXIT_OK, connect, err, fetch, mode_of, service_counts, warn
 from .config import Config
 from .feature import Feature
 from .intake import PodIntake
 from .kubelet_gate import Mode, who_writes_what
 from .naming import container_scope
-from .plan import Plan
+from .plan import NodeFacts, Plan
 from .reconcile import DEFAULTS, MAY_CREATE
 from .signals import Protection, ProtectionView
 from .sources import SourceError
 from .status_view import status_lines
 from .systemd import SystemdError
-from .wiring import CGROUP_ROOT, FIGHTS_PATH, LAST_PODS_PATH, page_size, wire
+from .node import page_size, read_meminfo
+from .places import CGROUP_ROOT, FIGHTS_PATH, LAST_PODS_PATH
+from .wiring import adds, wire
 
 __all__ = ["status"]
 
@@ -40,7 +42,7 @@ async def _status(cfg: Config, output: str) -> int:
     wiring = wire(cfg, write=False, kubelet=mode.writes)
     try:
         snapshot = await asyncio.to_thread(fetch, cfg)
-        desired = desired_plan(wiring, snapshot, mode)
+        desired = wiring.plan(snapshot.pods, NodeFacts(read_meminfo(), wiring.page_size, mode.writes))
     except SourceError as e:
         source_error = str(e)
         warn(f"{e}; showing what systemd and the kernel hold only")
@@ -65,7 +67,8 @@ async def _status(cfg: Config, output: str) -> int:
     if snapshot is not None:
         intake.accept(snapshot, observer.live_pod_uids())
         if intake.snapshot is not None and intake.snapshot.pods != snapshot.pods:
-            desired = desired_plan(wiring, intake.snapshot, mode)  # with the pods carried over
+            # with the pods carried over
+            desired = wiring.plan(intake.snapshot.pods, NodeFacts(read_meminfo(), wiring.page_size, mode.writes))
     for feature in wiring.features:  # what each feature shows as planned now (lending: the lines a look draws)
         if desired is not None and hasattr(feature, "shown"):
             desired = feature.shown(desired, cfg)

@@ -32,8 +32,8 @@ from .round import Inputs, Round
 from .runfile import RunLockHeld, hold_run_lock
 from .sources import SourceError, make_source
 from .systemd import Systemd, SystemdError
-from .wiring import (CGROUP_ROOT, FIGHTS_PATH, LAST_PODS_PATH, LEDGER_PATH, RUN_LOCK_PATH, STATE_DIR, Wiring,
-                     wire)
+from .places import CGROUP_ROOT, FIGHTS_PATH, LAST_PODS_PATH, LEDGER_PATH, RUN_LOCK_PATH, STATE_DIR
+from .wiring import Wiring, wire
 
 __all__ = ["apply", "reset", "status", "check", "run", "EXIT_OK", "EXIT_FAILURE", "CALL_TIMEOUT",
            "DEFAULT_CONFIG_PATH", "CGROUP_ROOT"]

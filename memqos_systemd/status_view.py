@@ -13,7 +13,7 @@ from .feature import Feature
 from .kubelet_gate import written_how
 from .pods import one_line
 from .signals import CLASSES
-from .wiring import page_size
+from .node import page_size
 
 __all__ = ["status_lines", "WIDTH"]
 

@@ -6,48 +6,28 @@ each made once with the outside things it may use (feature.Context), and the obs
 applier made over them, so that whatever a feature owns (the units whose MemoryMax is its own) is
 read and taken back the same way everywhere. The config in force reaches the wiring one way: the
 `in_force` callable, asked at each use (the daemon's changes at a reload; a command's is fixed).
-
-Where the outside things are (the cgroup2 mount, the files the service keeps in /run) is said
-here too, once: the MEMQOS_* variables are for tests.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from . import features, fights, last_pods, ledger
+from . import features
 from .applier import Applier
 from .cgroupfs import Cgroupfs
 from .config_schema import Config
 from .feature import Context, Feature
 from .kubelet_gate import Writes
 from .naming import Naming
+from .node import page_size
 from .observe import Observer
+from .places import CGROUP_ROOT, STATE_DIR
+from .plan import NodeFacts, Plan, plan
 
-__all__ = ["Wiring", "wire", "CGROUP_ROOT", "LEDGER_PATH", "LAST_PODS_PATH", "STATE_DIR", "RUN_LOCK_PATH",
-           "FIGHTS_PATH", "page_size"]
-
-CGROUP_ROOT = Path(os.environ.get("MEMQOS_CGROUP_FS", "/sys/fs/cgroup"))
-# The reserved slices the service has written (ledger.py); the variable is for tests, like the one above.
-LEDGER_PATH = Path(os.environ.get("MEMQOS_LEDGER", str(ledger.DEFAULT_PATH)))
-# The pods of the last run, for the first carry_over after a restart (last_pods.py): next to the ledger.
-LAST_PODS_PATH = Path(os.environ.get("MEMQOS_LAST_PODS", str(LEDGER_PATH.with_name(last_pods.DEFAULT_PATH.name))))
-# Where the features keep their files (feature.Context.state_dir; the ceiling's ledger): beside the ledger.
-STATE_DIR = LEDGER_PATH.parent
-# One daemon per node, of either route (runfile.hold_run_lock): beside the ledger, in the
-# directory the service and the DaemonSet's pod share.
-RUN_LOCK_PATH = LEDGER_PATH.with_name("run.lock")
-# The units the service finds written behind its back again and again (fights.py), for status and check.
-FIGHTS_PATH = LEDGER_PATH.with_name(fights.DEFAULT_PATH.name)
-
-
-def page_size() -> int:
-    return os.sysconf("SC_PAGE_SIZE")
-
+__all__ = ["Wiring", "wire", "adds"]
 
 @dataclass
 class Wiring:
@@ -82,6 +62,11 @@ class Wiring:
     def applier(self, systemd, on_restore: Callable[[str, str | None], None] | None = None) -> Applier:
         return Applier(systemd, cgroupfs=self.cgroupfs, on_call=self.on_call, on_restore=on_restore)
 
+    def plan(self, pods, node: NodeFacts) -> Plan:
+        """The plan of `pods` on the node, each feature's plan step laid on (features.planned)."""
+        config, naming = self.in_force()
+        return features.planned(self.features, plan(list(pods), node, config), config, naming)
+
     def on(self) -> tuple[str, ...]:
         """The names of the features the config in force turns on (features.on)."""
         config, naming = self.in_force()
@@ -103,3 +88,9 @@ def wire(config: Config, *, write: bool = True, kubelet: Writes = Writes(), metr
     size = page_size()
     context = Context(cgroupfs, size, metrics, state_dir=state_dir, write=write, clock=clock)
     return Wiring(lambda: (config, naming), features.make(context, table), cgroupfs, size, kubelet=lambda: kubelet)
+
+
+def adds(config: Config, kubelet: Writes) -> tuple[str, ...]:
+    """What the service adds that the config turns on (never one that is off): the features of
+    the table it turns on (Wiring.on)."""
+    return wire(config, write=False, kubelet=kubelet, state_dir=None).on()

@@ -34,6 +34,7 @@ import functools
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Callable
 
 from .config_schema import BurstableHighSettings, CeilingSettings, Config
 from .kubelet_gate import Writes
@@ -300,6 +301,22 @@ def _amounts(kind: str | None, amount: int) -> tuple[int, int]:
     return 0, 0
 
 
+def _claim(name_of: Callable[[], str], seen: set[str], who: str, warnings: list[str]) -> str | None:
+    """A unit's name (`name_of`), claimed once; None, said in `warnings` and not planned, when it
+    cannot be named or is claimed twice (two pods with one UID: parse_pods drops such copies;
+    callers may not)."""
+    try:
+        unit = name_of()
+    except NamingError as e:
+        warnings.append(f"{who}: {e}; not planned")
+        return None
+    if unit in seen:
+        warnings.append(f"{who}: {unit} is claimed twice; not planned")
+        return None
+    seen.add(unit)
+    return unit
+
+
 def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
     """The desired MemoryMin/MemoryLow/MemoryHigh of every unit we manage."""
     if node.capacity <= 0:
@@ -334,16 +351,9 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
     owners: list[Owner] = []
 
     for pod in sorted(pods, key=lambda p: (p.namespace, p.name, p.uid)):
-        try:
-            pod_unit = naming.pod_slice(pod.qos, pod.uid)
-        except NamingError as e:
-            warnings.append(f"pod {pod.display}: {e}; not planned")
+        pod_unit = _claim(lambda: naming.pod_slice(pod.qos, pod.uid), seen_units, f"pod {pod.display}", warnings)
+        if pod_unit is None:
             continue
-        if pod_unit in seen_units:
-            # Two pods with one UID (parse_pods drops such copies; callers may not).
-            warnings.append(f"pod {pod.display}: {pod_unit} is claimed twice; not planned")
-            continue
-        seen_units.add(pod_unit)
         kind = _protection(policy, pod.qos)
         request = pod.request
         children: list[UnitPlan] = []
@@ -354,15 +364,10 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
             # Only running app containers and sidecars get a scope; an init container never does.
             if c.container_id is None or c.kind == "init":
                 continue
-            try:
-                scope = container_scope(c.container_id)
-            except NamingError as e:
-                warnings.append(f"pod {pod.display} container {one_line(c.name)!r}: {e}; not planned")
+            scope = _claim(lambda: container_scope(c.container_id), seen_units,
+                           f"pod {pod.display} container {one_line(c.name)!r}", warnings)
+            if scope is None:
                 continue
-            if scope in seen_units:
-                warnings.append(f"pod {pod.display} container {one_line(c.name)!r}: {scope} is claimed twice; not planned")
-                continue
-            seen_units.add(scope)
             cmin, clow = _amounts(kind, c.request)
             high = INFINITY if pod.qos == "Guaranteed" else high_of(c.request, c.limit, alloc, factor, node.page_size)
             children.append(UnitPlan(scope, "container", pod_unit, cmin, clow, high, pod.key, c.name))

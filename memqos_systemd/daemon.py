@@ -117,7 +117,7 @@ class Daemon:
         self.companion = Companion(config, outside.metrics)
         self.capacity = Capacity(outside.read_capacity)  # the node's memory (node.py)
         self._warn_once = WarnOnce(log)
-        self._kubelet_said: dict[tuple[str, str], float] = {}  # (moment, level) -> when the journal last said it
+        self._moments = KubeletMoments(outside.metrics)  # the kubelet's own moments written over ours
         self.foreign = fights.ForeignLog(outside.metrics, outside.fights_path)  # writes behind our back
         self._oom_group = OomGroupJournal(outside.metrics.oom_group_restored)  # memory.oom.group put back
         self.loop = MainLoop(self.agenda, outside.clock)  # steps, ticks, wake-ups, backoff (mainloop.py)
@@ -387,15 +387,27 @@ class Daemon:
         if kind == "held":
             self.companion.hold(record.unit, frozenset(p for p in record.now if record.now[p] != record.before.get(p)))
             return True
-        self.out.metrics.kubelet_reset(level, kind)
-        said = self._kubelet_said.get((kind, level))
+        self._moments(record, level, kind, now)
+        return True
+
+
+class KubeletMoments:
+    """A kubelet's moment written over ours (Daemon._kubelets): counted (memqos_kubelet_resets_total),
+    and said in the journal once an hour per moment and level."""
+
+    def __init__(self, metrics) -> None:
+        self.metrics = metrics
+        self._said: dict[tuple[str, str], float] = {}  # (moment, level) -> when the journal last said it
+
+    def __call__(self, record, level: str, kind: str, now: float) -> None:
+        self.metrics.kubelet_reset(level, kind)
+        said = self._said.get((kind, level))
         if said is None or now - said >= FOREIGN_LOG_EVERY:
-            self._kubelet_said[(kind, level)] = now
+            self._said[(kind, level)] = now
             log.info("%s: the kubelet's %s (%s) written over ours: putting ours back (its own moment, not a fight:"
                      " memqos_kubelet_resets_total counts each; said once an hour per level)", record.unit,
                      "start reset" if kind == "start" else "values at a container's creation or resize",
                      kubelet_change(record.before, record.now))
-        return True
 
 
 def kubelet_change(before, now) -> str:

@@ -1,10 +1,12 @@
-"""The feature interface: what a feature laid on the plan does at each stage of a round.
+"""The feature interface: what a feature does over its whole life, in the round and in every
+command (`plan`, `apply`, `status`, `check`, `reset`), all of which iterate the table.
 
 A feature is a value the plan alone cannot send as planned: it needs a state kept between rounds,
 a read of its own, or a step at a time (features.py lists them; docs/DESIGN.md, "The feature
 interface", walks through the first).
 Each one is a module with a class that has the members below, and one line of the table in
-features.py; the daemon and the round iterate the table and never name a feature.
+features.py; the daemon, the round and the commands iterate the table (wiring.py builds it for
+each) and never name a feature. tests/integration/test_toy_feature.py adds one that way.
 
 * `name`: its config key, the key of its look again in the agenda.
 * `properties`, `units(naming, config)`: the properties it sets beyond the plan's three, and the
@@ -27,6 +29,21 @@ features.py; the daemon and the round iterate the table and never name a feature
   fileno() the loop watches (None: none); when it is readable the daemon asks `woken` when to look
   again (now, or infinity when what woke it is nothing to the feature) and hands that to the
   agenda, as a look_again.
+
+Optional members, each asked only of a feature that has it (features.py):
+* `plan_step(desired, config, naming)`: a pure step laid on the plan, after plan.plan, by the
+  round, `plan` and `status` alike (Wiring.plan, features.planned).
+* `on(naming, config, kubelet)`: whether the config turns it on (check's and status's "adds ...");
+  without it, whether `units` names any.
+* `warnings()`: what to say after a command's round (`apply`); `taken_back()`: after a `reset` put
+  everything back, forget what it kept (a ledger).
+* how it shows itself: `plan_entry(plan, unit)` (its part of a unit in `plan --output json`),
+  `plan_legend(plan)`, `plan_lines(plan, config, wide)` and `plan_notes(plan, config)` (the
+  table); `shown(desired, config)` (what `status` shows as planned), `status_doc(desired, held,
+  naming, config)` (its part of status's JSON, under its name), `pod_doc(desired, unit)` (its part
+  of a pod's row), `status_lines(entry, pods, wide)` (its lines), `explains(unit, differ, want,
+  held, cgroup_dir)` (why a difference from the plan is no drift); `findings(config, naming,
+  reserved)` (its lines of `check`, beside the kubelet's QOSReserved verdict).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The feature table: every feature laid on the plan (feature.py), one line each.
 
 A new feature is a module with a class that has feature.Feature's members and a `made(context)`
-class method, and its line here; the daemon, the round and `apply --once` make them all from this
-table (`make`) and iterate them.
+class method, and its line here; the daemon, the round and every command make them all from this
+table (`make`, through wiring.py) and iterate them, asking each only for the members it has.
 """
 
 from __future__ import annotations

@@ -186,9 +186,9 @@ def _page_size(arg: str | None) -> int:
 
 def _config(arg: str | None, *, default_path: bool) -> Config:
     if arg is None:
-        cfg = load_config(DEFAULT_CONFIG_PATH if default_path else None)
+        cfg = load_config(DEFAULT_CONFIG_PATH if default_path else None, blocks=features.config_blocks())
     else:
-        cfg = load_config(arg, required=True)
+        cfg = load_config(arg, required=True, blocks=features.config_blocks())
     _check_names(cfg, _config_name(arg, default_path=default_path))
     return cfg
 

@@ -20,7 +20,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import yaml
 
@@ -234,13 +234,16 @@ def read_kubelet_file(path: str) -> KubeletFile:
         return KubeletFile(path, problems=(str(e),))
 
 
-def parse_config(data: Any, src: str = "config", kubelet_doc: Any = None, kubelet_src: str = "") -> Config:
-    """Validate a parsed config document (None or {} means all defaults)."""
+def parse_config(data: Any, src: str = "config", kubelet_doc: Any = None, kubelet_src: str = "",
+                 blocks: Mapping[str, Callable[[str, str, Any], Any]] | None = None) -> Config:
+    """Validate a parsed config document (None or {} means all defaults). `blocks`: the keys the
+    features bring (features.config_blocks: key -> checker), each checked by its feature's checker."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{src}: the config must be a YAML map of keys, got {type(data).__name__}")
-    known = {**_PLANNER, **_DAEMON}
+    blocks = dict(blocks or {})
+    known = {**_PLANNER, **_DAEMON, **{k: (None, check) for k, check in blocks.items() if k not in _PLANNER}}
     for k, v in data.items():
         if k in _REPLACED:
             raise ConfigError(f"{src}: {k}: {_REPLACED[k]}")
@@ -260,12 +263,16 @@ def parse_config(data: Any, src: str = "config", kubelet_doc: Any = None, kubele
             attr, check = _PLANNER[k]
             values[attr] = check(kubelet_src, k, v)
             origins[k] = "kubelet"
+    own: list[tuple[str, Any]] = []
     for k, v in data.items():
         attr, check = known[k]
-        values[attr] = check(src, k, v)
+        if attr is None:  # a feature's own block
+            own.append((k, check(src, k, v)))
+        else:
+            values[attr] = check(src, k, v)
         origins[k] = "config"
 
-    cfg = Config(**values, kubelet_file=kfile, origins=origins)
+    cfg = Config(**values, kubelet_file=kfile, origins=origins, blocks=tuple(own))
     _cross_check(cfg, src)
     return cfg
 
@@ -282,7 +289,8 @@ def _cross_check(cfg: Config, src: str) -> None:
         raise _fail(src, "systemReservedCgroup", cfg.system_reserved_cgroup, "is the same cgroup as kubeReservedCgroup")
 
 
-def load_config(path: str | Path | None, *, required: bool = False) -> Config:
+def load_config(path: str | Path | None, *, required: bool = False,
+                blocks: Mapping[str, Callable[[str, str, Any], Any]] | None = None) -> Config:
     """Load our config file, merged over the kubelet's config when `kubeletConfigFile` is set.
 
     A missing file at the default path means built-in defaults unless `required`.
@@ -303,7 +311,7 @@ def load_config(path: str | Path | None, *, required: bool = False) -> Config:
         kpath = _optional_path(src, "kubeletConfigFile", data["kubeletConfigFile"])
         kubelet_src = str(kpath)
         kubelet_doc = read_yaml(kpath, what="kubelet config")
-    cfg = parse_config(data, src, kubelet_doc, kubelet_src)
+    cfg = parse_config(data, src, kubelet_doc, kubelet_src, blocks)
     return dataclasses.replace(cfg, notes=notes) if notes else cfg
 
 

@@ -31,6 +31,8 @@ each) and never name a feature. tests/integration/test_toy_feature.py adds one t
   agenda, as a look_again.
 
 Optional members, each asked only of a feature that has it (features.py):
+* `config_block` (a class attribute): (key, checker(src, key, value)) of a config block of its own;
+  the loader checks it with the rest (features.config_blocks) and `config.block(key)` gives it back.
 * `plan_step(desired, config, naming)`: a pure step laid on the plan, after plan.plan, by the
   round, `plan` and `status` alike (Wiring.plan, features.planned).
 * `on(naming, config, kubelet)`: whether the config turns it on (check's and status's "adds ...");

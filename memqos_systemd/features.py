@@ -19,7 +19,7 @@ from .lending_watch import LendingWatch
 from .naming import Naming
 from .plan import Plan
 
-__all__ = ["FEATURES", "make", "owned", "on_drift", "by_name", "on", "said", "taken_back", "offline", "planned", "families"]
+__all__ = ["FEATURES", "make", "owned", "on_drift", "by_name", "on", "said", "taken_back", "offline", "planned", "families", "config_blocks"]
 
 FEATURES: tuple[Callable[[Context], Feature], ...] = (
     LendingWatch.made,  # lending: the ceiling's and the lever's lines follow usage (before the ceiling, which steps them)
@@ -91,6 +91,18 @@ def taken_back(features: Iterable[Feature]) -> None:
 def families(features: Iterable[Feature]) -> tuple[Family, ...]:
     """The metric families the features set (Feature.families), for the metrics endpoint to declare."""
     return tuple(fam for f in features for fam in getattr(f, "families", ()))
+
+
+def config_blocks(table: Iterable[Callable[[Context], Feature]] | None = None) -> dict[str, Callable]:
+    """The config keys the features of the table (FEATURES unless `table`) bring themselves, each
+    with its checker (Feature.config_block: (key, checker(src, key, value) -> the checked value)),
+    for the loader (config.load_config), which names no feature."""
+    out = {}
+    for made in FEATURES if table is None else table:
+        block = getattr(getattr(made, "__self__", None), "config_block", None)  # the class of `made`
+        if block is not None:
+            out[block[0]] = block[1]
+    return out
 
 
 def offline(page_size: int = 4096) -> tuple[Feature, ...]:

@@ -163,16 +163,16 @@ def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None
     no name (nor does JSON). Columns are measured as a terminal draws them (columns.py: a CJK
     character takes two), as the output's `encoding` prints them (escapes where it cannot)."""
     limit = sys.maxsize  # cut below, to the room the other columns leave
-    ceiling = any(u.memory_max is not None for u in p.units)  # a feature's MemoryMax (bestEffortCeiling's)
+    with_max = any(u.memory_max is not None for u in p.units)  # a feature sets MemoryMax (bestEffortCeiling)
     header = (("SLICE / POD / CONTAINER", "LEVEL", "MemoryMin", "MemoryLow", "MemoryHigh")
-              + (("MemoryMax",) if ceiling else ()) + (("UNIT",) if wide else ()))
+              + (("MemoryMax",) if with_max else ()) + (("UNIT",) if wide else ()))
     def cell(u: UnitPlan, prop: str, value: int) -> str:
         return show_bytes(value) + ("*" if prop in u.kubelet else "")  # the kubelet's, as its config makes it
 
     rows = [("  " * d + columns.as_printed(_name_cell(u, pending, limit), encoding), u.level,
              cell(u, "MemoryMin", u.memory_min), cell(u, "MemoryLow", u.memory_low),
              cell(u, "MemoryHigh", u.memory_high)) + ((show_bytes(u.memory_max) if u.memory_max is not None else "",)
-                                            if ceiling else ())
+                                            if with_max else ())
             + ((columns.as_printed(u.unit, encoding),) if wide else ()) for d, u in _tree_order(p)]
     widths = [max(columns.width(r[i]) for r in [header, *rows]) for i in range(len(header))]
     cut = False

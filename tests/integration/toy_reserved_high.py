@@ -1,26 +1,37 @@
 """The toy feature of issue 43, written as a contributor would: a MemoryHigh on the kube-reserved
 slice (twice its planned MemoryMin), so that the node's daemons are throttled before they eat into
-the pods' memory. It is this module and one line of the feature table (test_toy_feature.py adds
-the line); nothing else of the product knows it."""
+the pods' memory; opt-in (`toyKubeReservedHigh: true` in the config). It is this module and one
+line of the feature table (test_toy_feature.py adds the line); nothing else of the product knows it."""
 
 from __future__ import annotations
 
 import dataclasses
 
+from memqos_systemd.config_schema import ConfigError
 from memqos_systemd.feature import Family, NoGauges, gauge_value
 
 FAMILY = "memqos_toy_kube_reserved_high_bytes"
+KEY = "toyKubeReservedHigh"
+
+
+def _checked(src: str, key: str, value) -> bool:
+    """Its config block: true or false."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{src}: {key}: {value!r} must be true or false")
+    return value
 
 
 def _unit(config) -> str | None:
-    """The kube-reserved slice, where the config enforces it."""
-    if "kube-reserved" not in config.enforce_node_allocatable or not config.kube_reserved_cgroup:
+    """The kube-reserved slice, where the config turns the toy on and enforces that slice."""
+    if not config.block(KEY) or "kube-reserved" not in config.enforce_node_allocatable \
+            or not config.kube_reserved_cgroup:
         return None
     return config.kube_reserved_cgroup.rstrip("/").rsplit("/", 1)[-1]
 
 
 class KubeReservedHigh:
-    name = "toyKubeReservedHigh"
+    name = KEY
+    config_block = (KEY, _checked)
     properties: tuple[str, ...] = ()  # MemoryHigh is one of the plan's three
     families = (Family(FAMILY, "The toy's MemoryHigh on the kube-reserved slice, as planned"),)
     pending = False
@@ -81,4 +92,4 @@ class KubeReservedHigh:
 
     def findings(self, cfg, naming, reserved) -> list[tuple[str, str]]:
         unit = _unit(cfg)
-        return [("ok", f"toy: MemoryHigh on {unit}")] if unit else [("warn", "toy: no kube-reserved slice enforced")]
+        return [("ok", f"toy: MemoryHigh on {unit}")] if unit else []

@@ -1,23 +1,26 @@
 """The Burstable lever (burstableHigh) as a feature (feature.py, one line of features.py): a
 MemoryHigh on each Burstable pod slice, so that none grows into the others' requests.
 
-plan.py plans it (`Plan.levers`, each lever's formula); what the plan alone sends needs nothing
-between rounds, so its overlay is the plan itself. This is how it says whether it is on and how it
-shows itself in `status` (its paragraph and each pod's formula).
+Its pure plan step (`plan_step`, after plan.plan, in the round, `plan` and `status` alike) lowers
+the pod slices' MemoryHigh (plan.burstable_high, each a plan.Lever in `Plan.levers`); it needs
+nothing between rounds, so its overlay is the plan itself. It says whether it is on and how it
+shows itself in `plan` and `status` (its paragraph and each pod's formula).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Mapping
 
 from . import columns
 from .config_schema import Config
 from .face import WIDTH, count
-from .feature import Context
+from .feature import Context, Given
 from .kubelet_gate import Writes
 from .naming import Naming
-from .plan import Plan
+from .plan import MAX_BYTES, Lever, Plan, burstable_high, capped_at
+from .quantity import format_bytes
 from .pods import one_line
 
 __all__ = ["BurstableLever"]
@@ -54,6 +57,44 @@ class BurstableLever:
 
     def on_drift(self, unit: str, before: Mapping[str, int], now: Mapping[str, int], config: Config) -> frozenset[str]:
         return frozenset()
+
+    # ---------------------------------------------------------------- its pure plan step
+    def plan_step(self, desired: Plan, given: Given) -> Plan:
+        """When burstableHigh is on: the MemoryHigh of each Burstable pod slice that no limit
+        already caps at or below it, lowered to what the others' requests leave (burstable_high);
+        one Lever a pod slice lowered (Plan.levers)."""
+        s = given.config.burstable_high
+        pods = {p.key: p for p in given.pods}
+        slices = [(i, u, pods[u.pod]) for i, u in enumerate(desired.units) if u.level == "pod" and u.pod in pods]
+        burstable = [(i, u, pod) for i, u, pod in slices if pod.qos == "Burstable"]
+        if not s.enabled or not burstable:
+            return desired
+        node, alloc, warnings = given.node, desired.allocatable, list(desired.warnings)
+        if "MemoryHigh" in node.kubelet.at("pod"):
+            # A pod slice's MemoryHigh is the kubelet's when it has a throttling factor
+            # (kubelet_gate.writes; docs/DESIGN.md, "The Burstable lever").
+            warnings.append(f"burstableHigh: not planned: the kubelet writes the pod slices' MemoryHigh itself (its"
+                            f" memoryThrottlingFactor {node.kubelet.factor:g}); remove that from its config, or set"
+                            f" companion: off, to use it")
+            return dataclasses.replace(desired, warnings=tuple(warnings))
+        requests = sum(pod.request for _, _, pod in slices if pod.qos != "BestEffort")  # Guaranteed and Burstable
+        headroom = s.headroom.resolve(alloc)
+        if requests + headroom >= alloc:
+            warnings.append(f"burstableHigh: the Guaranteed and Burstable pods request {format_bytes(requests)}"
+                            f"{f' (+ headroom {format_bytes(headroom)})' if headroom else ''}, not less than"
+                            f" allocatable {format_bytes(alloc)}: every Burstable pod without a limit is held at"
+                            f" its request + a page")
+        units, levers = list(desired.units), []
+        for i, u, pod in burstable:
+            others = requests - pod.request
+            value = min(burstable_high(alloc, others, headroom, pod.request, node.page_size), MAX_BYTES)
+            capped = capped_at(pod)
+            if (capped is not None and capped <= value) or u.memory_high <= value:
+                continue  # a limit (or the KEP's MemoryHigh from it) already holds the pod there
+            units[i] = dataclasses.replace(u, memory_high=value)
+            floored = alloc - others - headroom < value
+            levers.append(Lever(u.unit, pod.key, value, others, headroom, pod.request, floored, u.memory_high))
+        return dataclasses.replace(desired, units=tuple(units), warnings=tuple(warnings), levers=tuple(levers))
 
     # ---------------------------------------------------------------- how it shows (plan, status)
     def plan_entry(self, p: Plan, u) -> dict | None:

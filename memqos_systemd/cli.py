@@ -13,7 +13,6 @@ from typing import Any, Sequence
 
 from . import __version__, columns, features
 from .documents import DocumentError, decode
-from .naming import Naming
 from .kubelet_gate import companion_mode, kubelet_facts
 from .config import DEFAULT_CONFIG_PATH, Config, ConfigError, config_present, load_config, shown_path
 from .plan import MAX_PAGE_SIZE, NodeFacts, PlanError, plan
@@ -253,7 +252,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                      kubelet=mode.writes)
     made = features.offline(node.page_size)
     try:
-        result = features.planned(made, plan(pods, node, cfg), cfg, Naming.for_config(cfg))
+        result = features.plan_all(pods, node, cfg, made)
     except PlanError as e:
         raise UsageError(f"{'built-in defaults' if cfg_file is None else shown_path(cfg_file)}: {e}") from None
     result = dataclasses.replace(result, warnings=cfg.notes + tuple(pod_warnings) + result.warnings)

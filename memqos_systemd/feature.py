@@ -33,8 +33,9 @@ each) and never name a feature. tests/integration/test_toy_feature.py adds one t
 Optional members, each asked only of a feature that has it (features.py):
 * `config_block` (a class attribute): (key, checker(src, key, value)) of a config block of its own;
   the loader checks it with the rest (features.config_blocks) and `config.block(key)` gives it back.
-* `plan_step(desired, config, naming)`: a pure step laid on the plan, after plan.plan, by the
-  round, `plan` and `status` alike (Wiring.plan, features.planned).
+* `plan_step(desired, given)`: a pure step laid on the plan, after plan.plan, by the round, `plan`
+  and `status` alike (Wiring.plan, features.planned); `given`: the pods, the node, the config and
+  its unit names (Given). The Burstable lever's MemoryHigh is one.
 * `on(naming, config, kubelet)`: whether the config turns it on (check's and status's "adds ...");
   without it, whether `units` names any.
 * `warnings()`: what to say after a command's round (`apply`); `taken_back()`: after a `reset` put
@@ -54,15 +55,25 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, Protocol
+from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence
 
 from .cgroupfs import Cgroupfs
 from .config_schema import Config
 from .naming import Naming
-from .plan import Plan
+from .plan import NodeFacts, Plan
+from .pods import Pod
 from .quantity import UINT64_MAX
 
-__all__ = ["Context", "Feature", "Family", "NoGauges", "gauge_value"]
+__all__ = ["Context", "Feature", "Family", "Given", "NoGauges", "gauge_value"]
+
+
+class Given(NamedTuple):
+    """What a feature's pure plan step (`plan_step`) is given beside the plan: the round's inputs."""
+
+    pods: Sequence[Pod]
+    node: NodeFacts
+    config: Config
+    naming: Naming
 
 
 class Family(NamedTuple):

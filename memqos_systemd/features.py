@@ -13,13 +13,13 @@ from .burstable_lever import BurstableLever
 from .ceiling_watch import CeilingWatch
 from .cgroupfs import Cgroupfs
 from .config_schema import Config
-from .feature import Context, Family, Feature
+from .feature import Context, Family, Feature, Given
 from .kubelet_gate import Writes
 from .lending_watch import LendingWatch
 from .naming import Naming
-from .plan import Plan
+from .plan import NodeFacts, Plan, plan
 
-__all__ = ["FEATURES", "make", "owned", "on_drift", "by_name", "on", "said", "taken_back", "offline", "planned", "families", "config_blocks"]
+__all__ = ["FEATURES", "make", "owned", "on_drift", "by_name", "on", "said", "taken_back", "offline", "planned", "families", "config_blocks", "plan_all"]
 
 FEATURES: tuple[Callable[[Context], Feature], ...] = (
     LendingWatch.made,  # lending: the ceiling's and the lever's lines follow usage (before the ceiling, which steps them)
@@ -111,12 +111,19 @@ def offline(page_size: int = 4096) -> tuple[Feature, ...]:
     return make(Context(Cgroupfs(), page_size, state_dir=None, write=False))
 
 
-def planned(features: Iterable[Feature], desired: Plan, config: Config, naming: Naming) -> Plan:
+def planned(features: Iterable[Feature], desired: Plan, given: Given) -> Plan:
     """The plan with each feature's pure plan step laid on it, in the table's order (Feature.plan_step)."""
     for f in features:
         if hasattr(f, "plan_step"):
-            desired = f.plan_step(desired, config, naming)
+            desired = f.plan_step(desired, given)
     return desired
+
+
+def plan_all(pods, node: NodeFacts, config: Config, made: Iterable[Feature] | None = None) -> Plan:
+    """The plan as the service makes it: plan.plan, then each feature's step (`made`: the table's
+    features, made offline, unless given)."""
+    made = offline(node.page_size) if made is None else made
+    return planned(made, plan(list(pods), node, config), Given(tuple(pods), node, config, Naming.for_config(config)))
 
 
 def by_name(features: Iterable[Feature], name: str) -> Feature | None:

@@ -273,7 +273,7 @@ def burstable_high(alloc: int, others: int, headroom: int, request: int, page_si
     return max(floor, (alloc - others - headroom) // page_size * page_size)
 
 
-def _capped_at(pod: Pod) -> int | None:
+def capped_at(pod: Pod) -> int | None:
     """What a limit already caps the pod's memory at (overhead included), None when nothing does:
     its pod-level limit, else its containers' limits when every container has one (summed as its
     request is: app containers and sidecars, or an init container with the sidecars before it)."""
@@ -347,7 +347,6 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
     requested = {"Guaranteed": 0, "Burstable": 0, "BestEffort": 0}
     seen_units: set[str] = set()
     pods_requests: list[tuple[str, int]] = []  # (pod, its request) of every planned pod
-    burstable: list[tuple[int, Pod]] = []  # (index in pod_units, pod) of every planned Burstable pod
     owners: list[Owner] = []
 
     for pod in sorted(pods, key=lambda p: (p.namespace, p.name, p.uid)):
@@ -386,8 +385,6 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
                             f" {format_bytes(pod.pod_limit + pod.overhead)}; planned from the request")
         if pod.qos != "Guaranteed" and pod.pod_limit is not None:
             phigh = high_of(request, pod.pod_limit + pod.overhead, alloc, factor, node.page_size)
-        if pod.qos == "Burstable":
-            burstable.append((len(pod_units), pod))
         pod_units.append(UnitPlan(pod_unit, "pod", naming.qos_slice(pod.qos), pmin, plow, phigh, pod.key))
         container_units.extend(children)
         held[pod.qos][0] += pmin
@@ -406,8 +403,6 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
 
     ceiling = _ceiling(config, naming.qos_slice("BestEffort"), alloc,
                        requested["Guaranteed"] + requested["Burstable"], node.page_size, warnings)
-    levers = _levers(config, node, alloc, requested["Guaranteed"] + requested["Burstable"], pod_units, burstable,
-                     warnings)
     qos_units = [
         UnitPlan(naming.qos_slice("Burstable"), "qos", node_slice, *held["Burstable"]),
         UnitPlan(naming.qos_slice("BestEffort"), "qos", node_slice, *held["BestEffort"],
@@ -445,7 +440,7 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
     units = _fit((*root_units, node_unit, *reserved_units, *qos_units, *pod_units, *container_units))
     if node.kubelet:
         units = _theirs(units, pods, node, config, warnings)
-    return Plan(node.capacity, alloc, units, tuple(warnings), ceiling, node.kubelet, levers, tuple(owners))
+    return Plan(node.capacity, alloc, units, tuple(warnings), ceiling, node.kubelet, (), tuple(owners))
 
 
 def _theirs(units: tuple[UnitPlan, ...], pods: list[Pod], node: NodeFacts, config: Config,
@@ -526,42 +521,6 @@ def ceiling_misfits(alloc: int, headroom: int, minimum: int, page_size: int, sai
                 f" {format_bytes(minimum)} of allocatable {format_bytes(alloc)} even with no requests: every"
                 f" BestEffort pod together gets the minimum, whatever the others request"]
     return []
-
-
-def _levers(config: Config, node: NodeFacts, alloc: int, requests: int, pod_units: list[UnitPlan],
-            burstable: list[tuple[int, Pod]], warnings: list[str]) -> tuple[Lever, ...]:
-    """The Burstable lever when burstableHigh is on: lowers the MemoryHigh of each Burstable pod
-    slice in `pod_units` (in place) that no limit already caps at or below it; one Lever a pod
-    slice lowered. `requests`: every Guaranteed and Burstable pod's request, summed."""
-    s = config.burstable_high
-    if not s.enabled or not burstable:
-        return ()
-    if "MemoryHigh" in node.kubelet.at("pod"):
-        # A pod slice's MemoryHigh is the kubelet's when it has a throttling factor
-        # (kubelet_gate.writes; docs/DESIGN.md, "The Burstable lever").
-        warnings.append(f"burstableHigh: not planned: the kubelet writes the pod slices' MemoryHigh itself (its"
-                        f" memoryThrottlingFactor {node.kubelet.factor:g}); remove that from its config, or set"
-                        f" companion: off, to use it")
-        return ()
-    headroom = s.headroom.resolve(alloc)
-    if requests + headroom >= alloc:
-        warnings.append(f"burstableHigh: the Guaranteed and Burstable pods request {format_bytes(requests)}"
-                        f"{f' (+ headroom {format_bytes(headroom)})' if headroom else ''}, not less than"
-                        f" allocatable {format_bytes(alloc)}: every Burstable pod without a limit is held at its"
-                        f" request + a page")
-    levers = []
-    for i, pod in burstable:
-        u = pod_units[i]
-        request = pod.request
-        others = requests - request
-        value = min(burstable_high(alloc, others, headroom, request, node.page_size), MAX_BYTES)
-        capped = _capped_at(pod)
-        if (capped is not None and capped <= value) or u.memory_high <= value:
-            continue  # a limit (or the KEP's MemoryHigh from it) already holds the pod there
-        pod_units[i] = dataclasses.replace(u, memory_high=value)
-        floored = alloc - others - headroom < value
-        levers.append(Lever(u.unit, pod.key, value, others, headroom, request, floored, u.memory_high))
-    return tuple(levers)
 
 
 def _fit(units: tuple[UnitPlan, ...]) -> tuple[UnitPlan, ...]:

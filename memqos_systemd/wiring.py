@@ -25,7 +25,7 @@ from .naming import Naming
 from .node import page_size
 from .observe import Observer
 from .places import CGROUP_ROOT, STATE_DIR
-from .plan import NodeFacts, Plan, plan
+from .plan import NodeFacts, Plan
 
 __all__ = ["Wiring", "wire", "adds"]
 
@@ -64,8 +64,7 @@ class Wiring:
 
     def plan(self, pods, node: NodeFacts) -> Plan:
         """The plan of `pods` on the node, each feature's plan step laid on (features.planned)."""
-        config, naming = self.in_force()
-        return features.planned(self.features, plan(list(pods), node, config), config, naming)
+        return features.plan_all(pods, node, self.config, self.features)
 
     def on(self) -> tuple[str, ...]:
         """The names of the features the config in force turns on (features.on)."""

@@ -51,8 +51,8 @@ class KubeReservedHigh:
         return _unit(config) is not None
 
     # a pure plan step: the kube-reserved slice's MemoryHigh
-    def plan_step(self, desired, config, naming):
-        unit = _unit(config)
+    def plan_step(self, desired, given):
+        unit = _unit(given.config)
         units = tuple(dataclasses.replace(u, memory_high=2 * u.memory_min)
                       if u.unit == unit and u.level == "reserved" and u.memory_min else u for u in desired.units)
         return dataclasses.replace(desired, units=units)

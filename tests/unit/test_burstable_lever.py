@@ -13,6 +13,7 @@ from memqos_systemd.config import BurstableHighSettings, ConfigError, parse_conf
 from memqos_systemd.config_schema import Reserve
 from memqos_systemd.kubelet_gate import Gate, KubeletFacts, Writes, writes
 from memqos_systemd.naming import Naming
+from memqos_systemd.features import plan_all
 from memqos_systemd.plan import INFINITY, Lever, NodeFacts, burstable_high, plan
 from memqos_systemd.quantity import format_bytes
 from memqos_systemd.reconcile import DEFAULTS, diff, reset_plan
@@ -31,7 +32,9 @@ KUBELET = {"factor": writes(KubeletFacts(Gate(True, "t"), "TieredReservation", f
 
 
 def run(pods, capacity=16 * Gi, page=4096, companion=None, **keys):
-    return plan(list(pods), NodeFacts(capacity, page, KUBELET[companion] if companion else Writes()), parse_config(keys))
+    # as the service plans: plan.plan, then each feature's step (the lever's is one)
+    return plan_all(list(pods), NodeFacts(capacity, page, KUBELET[companion] if companion else Writes()),
+                    parse_config(keys))
 
 
 def highs(p):

@@ -14,6 +14,7 @@ from memqos_systemd.config import parse_config
 from memqos_systemd.face import WIDTH
 from memqos_systemd.lending_watch import LendingWatch, lines_now
 from memqos_systemd.metrics import Metrics
+from memqos_systemd.features import plan_all
 from memqos_systemd.plan import NodeFacts, plan
 
 from test_burstable_lever import NODE
@@ -38,7 +39,7 @@ USAGE = {G: Gi, B1: 256 * Mi, B2: 0, CAPPED: 50 * Mi}
 
 def planned(keys):
     cfg = parse_config(keys)
-    return plan(list(NODE), NodeFacts(16 * Gi, PAGE), cfg), cfg
+    return plan_all(list(NODE), NodeFacts(16 * Gi, PAGE), cfg), cfg
 
 
 def cgroups(tmp_path, usage=USAGE):

@@ -1,8 +1,9 @@
 """The BestEffort ceiling at work, the first feature (feature.py, one line of features.py): its
 steps laid on the plan, its ledger kept, a rival writer heeded.
 
-plan.py plans the ceiling (`besteffort_ceiling`) and ceiling.py decides, purely, how far one write
-may lower it; this is the ceiling's side of a round, so that the round only calls it:
+Its pure plan step (`plan_step`, with `planned_ceiling`, over plan.besteffort_ceiling) plans the
+ceiling after plan.plan, in the round, `plan` and `status` alike, and ceiling.py decides, purely,
+how far one write may lower it; this is the ceiling's side of a round, so that the round only calls it:
 * `units` are the units whose MemoryMax is ours, which the observer reads with the other three
   (`Observer.max_units`, through features.owned): the BestEffort QoS slice while the ceiling is
   on, and every slice of the ledger until it holds infinity again;
@@ -34,10 +35,11 @@ from . import columns
 from .cgroupfs import Cgroupfs, cgroup_path, read_memory_events, read_value
 from .face import WIDTH, count, human, show_bytes
 from .config_schema import Config
-from .feature import Context, Family, NoGauges, gauge_value
+from .feature import Context, Family, Given, NoGauges, gauge_value
 from .ledger import DEFAULT_PATH, OwnedSlices
 from .naming import Naming
-from .plan import INFINITY, Plan, qos_reserved_writer
+from .plan import (INFINITY, MAX_BYTES, Ceiling, Plan, besteffort_ceiling, ceiling_misfits,
+                   qos_reserved_writer)
 from .quantity import format_bytes
 from .reconcile import UNREAD
 from .quantity import show_value
@@ -212,6 +214,22 @@ class CeilingWatch:
         return True
 
 
+    # ---------------------------------------------------------------- its pure plan step
+    def plan_step(self, desired: Plan, given: Given) -> Plan:
+        """When bestEffortCeiling is on (and not left to the kubelet's QOSReserved): the BestEffort
+        QoS slice's MemoryMax, allocatable - the Guaranteed and Burstable requests - headroom
+        (planned_ceiling), as Plan.ceiling and on that slice."""
+        if not given.config.best_effort_ceiling.enabled:
+            return desired
+        pods = {p.key: p for p in given.pods}
+        requests = sum(pods[u.pod].request for u in desired.units
+                       if u.level == "pod" and u.pod in pods and pods[u.pod].qos != "BestEffort")
+        unit, warnings = given.naming.qos_slice("BestEffort"), list(desired.warnings)
+        ceiling = planned_ceiling(given.config, unit, desired.allocatable, requests, given.node.page_size, warnings)
+        units = tuple(dataclasses.replace(u, memory_max=ceiling.memory_max) if ceiling and u.unit == unit
+                      and u.level == "qos" else u for u in desired.units)
+        return dataclasses.replace(desired, units=units, warnings=tuple(warnings), ceiling=ceiling)
+
     # ---------------------------------------------------------------- how it shows (plan, status, check)
     def plan_legend(self, p: Plan) -> list[str]:
         return ["        MemoryMax: above it the kernel OOM-kills in the slice (bestEffortCeiling)"] if p.ceiling else []
@@ -294,6 +312,26 @@ class CeilingWatch:
             out.append(("ok", f"kubelet: its QOSReserved caps {besteffort} itself ({reserved.how}); bestEffortCeiling is"
                               f" off here: no conflict"))
         return out
+
+
+def planned_ceiling(config: Config, unit: str, alloc: int, requests: int, page_size: int,
+                    warnings: list[str]) -> Ceiling | None:
+    """The BestEffort ceiling when bestEffortCeiling is on, and not left to the kubelet: one whose
+    config turns on its QOSReserved with a memory reserve writes the same slice's MemoryMax every
+    minute (kubelet_gate.py); two writers would fight, so the ceiling is not planned, and says so."""
+    s = config.best_effort_ceiling
+    if not s.enabled:
+        return None
+    rival = qos_reserved_writer(config)
+    if rival is not None:
+        warnings.append(f"bestEffortCeiling: not planned: {rival}, and it sets {unit}'s MemoryMax itself every"
+                        f" minute; turn one of the two off")
+        return None
+    headroom = s.headroom.resolve(alloc)
+    said = None if s.headroom.fraction is None else f"{float(s.headroom.fraction * 100):g}%"
+    warnings.extend(ceiling_misfits(alloc, headroom, s.minimum, page_size, said))
+    value = besteffort_ceiling(alloc, requests, headroom, s.minimum, page_size)
+    return Ceiling(unit, min(value, MAX_BYTES), requests, headroom, s.minimum)
 
 
 def stepping(planned: int, held: int, usage: int | None, page: int) -> bool:

@@ -401,12 +401,9 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
                         f" {format_bytes(alloc)} (capacity {format_bytes(node.capacity)}); the largest: pod"
                         f" {biggest[0]} with {format_bytes(biggest[1])}")
 
-    ceiling = _ceiling(config, naming.qos_slice("BestEffort"), alloc,
-                       requested["Guaranteed"] + requested["Burstable"], node.page_size, warnings)
     qos_units = [
         UnitPlan(naming.qos_slice("Burstable"), "qos", node_slice, *held["Burstable"]),
-        UnitPlan(naming.qos_slice("BestEffort"), "qos", node_slice, *held["BestEffort"],
-                 memory_max=ceiling.memory_max if ceiling else None),
+        UnitPlan(naming.qos_slice("BestEffort"), "qos", node_slice, *held["BestEffort"]),
     ]
     if effective or policy == "None":
         node_min = sum(u.memory_min for u in qos_units) + held["Guaranteed"][0]
@@ -440,7 +437,7 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
     units = _fit((*root_units, node_unit, *reserved_units, *qos_units, *pod_units, *container_units))
     if node.kubelet:
         units = _theirs(units, pods, node, config, warnings)
-    return Plan(node.capacity, alloc, units, tuple(warnings), ceiling, node.kubelet, (), tuple(owners))
+    return Plan(node.capacity, alloc, units, tuple(warnings), None, node.kubelet, (), tuple(owners))
 
 
 def _theirs(units: tuple[UnitPlan, ...], pods: list[Pod], node: NodeFacts, config: Config,
@@ -484,26 +481,6 @@ def qos_reserved_writer(config: Config) -> str | None:
         return (f"the kubelet's QOSReserved is on with qosReserved.memory {config.kubelet_qos_reserved_memory}"
                 f" ({config.kubelet_config_file})")
     return None
-
-
-def _ceiling(config: Config, unit: str, alloc: int, requests: int, page_size: int,
-             warnings: list[str]) -> Ceiling | None:
-    """The BestEffort ceiling when bestEffortCeiling is on, and not left to the kubelet: one whose
-    config turns on its QOSReserved with a memory reserve writes the same slice's MemoryMax every
-    minute (kubelet_gate.py); two writers would fight, so the ceiling is not planned, and says so."""
-    s = config.best_effort_ceiling
-    if not s.enabled:
-        return None
-    rival = qos_reserved_writer(config)
-    if rival is not None:
-        warnings.append(f"bestEffortCeiling: not planned: {rival}, and it sets {unit}'s MemoryMax itself every"
-                        f" minute; turn one of the two off")
-        return None
-    headroom = s.headroom.resolve(alloc)
-    said = None if s.headroom.fraction is None else f"{float(s.headroom.fraction * 100):g}%"
-    warnings.extend(ceiling_misfits(alloc, headroom, s.minimum, page_size, said))
-    value = besteffort_ceiling(alloc, requests, headroom, s.minimum, page_size)
-    return Ceiling(unit, min(value, MAX_BYTES), requests, headroom, s.minimum)
 
 
 def ceiling_misfits(alloc: int, headroom: int, minimum: int, page_size: int, said: str | None = None) -> list[str]:

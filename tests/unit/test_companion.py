@@ -11,6 +11,7 @@ from test_plan import Gi, Mi, C, P, cfg, pod_unit, scope
 
 from memqos_systemd.kubelet_gate import Gate, KubeletFacts, Writes, writes
 from memqos_systemd.naming import Naming
+from memqos_systemd.features import plan_all
 from memqos_systemd.plan import HAND_BACK_LEVELS, INFINITY, NodeFacts, levers_on, plan
 from memqos_systemd.reconcile import diff
 
@@ -27,11 +28,11 @@ KEYS = dict(memoryReservationPolicy="TieredReservation", enforceNodeAllocatable=
 
 
 def companion_plan(kubelet: Writes = TIERED, hand_back: bool = False, **keys):
-    return plan(PODS, NodeFacts(16 * Gi, 4096, kubelet=kubelet, hand_back=hand_back), cfg(**{**KEYS, **keys}))
+    return plan_all(PODS, NodeFacts(16 * Gi, 4096, kubelet=kubelet, hand_back=hand_back), cfg(**{**KEYS, **keys}))
 
 
 def alone(**keys):
-    return plan(PODS, NodeFacts(16 * Gi, 4096), cfg(**{**KEYS, **keys}))
+    return plan_all(PODS, NodeFacts(16 * Gi, 4096), cfg(**{**KEYS, **keys}))
 
 
 def test_beside_tiered_reservation_its_protection_is_left_to_it_and_memoryhigh_is_ours():

@@ -44,7 +44,7 @@ from .quantity import MAX_BYTES, UINT64_MAX, format_bytes, page_up
 
 __all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "Ceiling", "Lever", "Owner", "allocatable", "memory_high",
            "kubelet_memory_high", "besteffort_ceiling", "ceiling_misfits", "burstable_high", "qos_reserved_writer",
-           "plan", "levers_on", "HAND_BACK_LEVELS"]
+           "plan", "HAND_BACK_LEVELS"]
 
 # systemd's `infinity` for MemoryHigh.
 INFINITY = UINT64_MAX
@@ -465,13 +465,6 @@ def _theirs(units: tuple[UnitPlan, ...], pods: list[Pod], node: NodeFacts, confi
 
 
 _FIELD = {"MemoryMin": "memory_min", "MemoryLow": "memory_low", "MemoryHigh": "memory_high"}
-
-
-def levers_on(config: Config, kubelet: Writes) -> tuple[str, ...]:
-    """The config keys of the levers the plan lays on when it has pods for them (`check` and
-    `status` name them; none that is off): burstableHigh, unless the kubelet writes the pod
-    slices' MemoryHigh itself."""
-    return ("burstableHigh",) if config.burstable_high.enabled and "MemoryHigh" not in kubelet.at("pod") else ()
 
 
 def qos_reserved_writer(config: Config) -> str | None:

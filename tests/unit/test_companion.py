@@ -11,8 +11,9 @@ from test_plan import Gi, Mi, C, P, cfg, pod_unit, scope
 
 from memqos_systemd.kubelet_gate import Gate, KubeletFacts, Writes, writes
 from memqos_systemd.naming import Naming
+from memqos_systemd import features
 from memqos_systemd.features import plan_all
-from memqos_systemd.plan import HAND_BACK_LEVELS, INFINITY, NodeFacts, levers_on, plan
+from memqos_systemd.plan import HAND_BACK_LEVELS, INFINITY, NodeFacts, plan
 from memqos_systemd.reconcile import diff
 
 ON = Gate(True, "its /metrics")
@@ -137,5 +138,7 @@ def test_handing_back_sends_the_kubelets_values_once_where_it_writes_them_only_a
 @pytest.mark.parametrize("kubelet, on", [(Writes(), ("burstableHigh",)), (DEFAULTS, ("burstableHigh",)),
                                          (TIERED, ("burstableHigh",)), (TIERED_FACTOR, ())])
 def test_the_burstable_lever_is_on_unless_the_kubelet_writes_the_pods_memoryhigh(kubelet, on):
-    assert levers_on(cfg(burstableHigh={"enabled": True}), kubelet) == on
-    assert levers_on(cfg(), kubelet) == ()
+    naming = Naming.for_config(cfg())
+    made = features.offline()
+    assert features.on(made, naming, cfg(burstableHigh={"enabled": True}), kubelet) == on
+    assert features.on(made, naming, cfg(), kubelet) == ()

@@ -9,16 +9,16 @@ import json
 import os
 import shutil
 import sys
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
-from . import __version__, columns
+from . import __version__, columns, features
 from .documents import DocumentError, decode
-from .kubelet_gate import Mode, companion_mode, kubelet_facts, properties_where
+from .kubelet_gate import companion_mode, kubelet_facts
 from .config import DEFAULT_CONFIG_PATH, Config, ConfigError, config_present, load_config, shown_path
-from .plan import INFINITY, MAX_PAGE_SIZE, NodeFacts, Plan, PlanError, UnitPlan, plan
-from .pods import PodsError, count_finished, one_line, parse_pods
-from .quantity import NOT_A_QUANTITY, QuantityError, format_bytes, parse_whole_bytes, shown
+from .plan import MAX_PAGE_SIZE, NodeFacts, PlanError, plan
+from .plan_view import TableContext, plan_to_json, plan_to_table
+from .pods import PodsError, count_finished, parse_pods
+from .quantity import NOT_A_QUANTITY, QuantityError, parse_whole_bytes, shown
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 MAX_PODS_INPUT = 64 << 20
@@ -185,9 +185,9 @@ def _page_size(arg: str | None) -> int:
 
 def _config(arg: str | None, *, default_path: bool) -> Config:
     if arg is None:
-        cfg = load_config(DEFAULT_CONFIG_PATH if default_path else None)
+        cfg = load_config(DEFAULT_CONFIG_PATH if default_path else None, blocks=features.config_blocks())
     else:
-        cfg = load_config(arg, required=True)
+        cfg = load_config(arg, required=True, blocks=features.config_blocks())
     _check_names(cfg, _config_name(arg, default_path=default_path))
     return cfg
 
@@ -217,215 +217,9 @@ def _check_names(cfg: Config, src: str) -> None:
             raise UsageError(f"{src}: {key}: {path!r}: {e}") from None
 
 
-def plan_to_json(p: Plan, pending: Mapping[str, str] | None = None, mode: Mode | None = None) -> dict:
-    """The `plan --output json` document (a contract: see `issues show 2`). `pending`: pod key ->
-    the reason of a resize the kubelet has not allocated (`resizePending` on the pod's unit).
-    A container's unit also names the container (`container`, issue 20). Beside the kubelet's own
-    Memory QoS each unit says which of its values are the kubelet's (`kubelet`), and `kubelet` says
-    what it writes as its own and why (`mode`)."""
-    units = []
-    for u in p.units:
-        entry: dict[str, Any] = {"unit": u.unit, "level": u.level}
-        if u.pod is not None:
-            entry["pod"] = u.pod
-        if u.container is not None:
-            entry["container"] = u.container
-        if u.level == "pod" and pending and u.pod in pending:
-            entry["resizePending"] = pending[u.pod]
-        entry["MemoryMin"] = u.memory_min
-        entry["MemoryLow"] = u.memory_low
-        entry["MemoryHigh"] = "infinity" if u.memory_high == INFINITY else u.memory_high
-        if u.memory_max is not None:  # the BestEffort ceiling (bestEffortCeiling), on that slice only
-            entry["MemoryMax"] = "infinity" if u.memory_max == INFINITY else u.memory_max
-        if p.companion:  # who writes each value: the kubelet's are shown, never sent
-            entry["kubelet"] = sorted(u.kubelet)
-        lever = p.lever_of(u.unit) if p.levers and u.level == "pod" else None
-        if lever is not None:  # burstableHigh lowered this pod slice's MemoryHigh: how
-            entry["burstableHigh"] = {"othersRequestsBytes": lever.others, "headroomBytes": lever.headroom,
-                                      "requestBytes": lever.request, "heldAtRequest": lever.floored}
-        units.append(entry)
-    mins, lows, kmin, klow = p.protected()
-    doc = {"node": {"capacityBytes": p.capacity, "allocatableBytes": p.allocatable},
-           "units": units, "warnings": list(p.warnings),
-           # each byte once: the pod slices' (the node and QoS slices back the same bytes)
-           "protected": {"MemoryMin": mins, "MemoryLow": lows, "kubeletMemoryMin": kmin, "kubeletMemoryLow": klow}}
-    if p.companion:  # beside the kubelet's own Memory QoS (each unit's `kubelet`: what it writes there)
-        doc["companion"] = True
-    if mode is not None:
-        doc["kubelet"] = {"mode": mode.name, "why": mode.why,
-                          "writes": {lv: sorted(props) for lv, props in p.kubelet.levels.items() if props},
-                          "memoryReservationPolicy": mode.facts.policy if mode.facts else None,
-                          "memoryThrottlingFactor": mode.facts.factor if mode.facts else None}
-    return doc
-
-
-def _show_bytes(n: int) -> str:
-    return "infinity" if n == INFINITY else ("0" if n == 0 else format_bytes(n))
-
-
-def _tree_order(p: Plan) -> list[tuple[int, UnitPlan]]:
-    """Units depth-first (each parent followed by its children), with their depth."""
-    children: dict[str | None, list] = {}
-    names = {u.unit for u in p.units}
-    for u in p.units:
-        children.setdefault(u.parent if u.parent in names else None, []).append(u)
-    out: list = []
-
-    def walk(parent: str | None, depth: int) -> None:
-        for u in children.get(parent, []):
-            out.append((depth, u))
-            walk(u.unit, depth + 1)
-    walk(None, 0)
-    return out
-
-
-PENDING_MARK = " (resize pending: "
-
-
-def _pod_cell(u: UnitPlan, pending: Mapping[str, str] | None, limit: int) -> str:
-    """A pod's name; its own row says when a resize of it is pending (planned from what the
-    kubelet allocated, not from the spec)."""
-    name = one_line(u.pod or "", limit)
-    if u.level == "pod" and pending and u.pod in pending:
-        return f"{name}{PENDING_MARK}{pending[u.pod]})"
-    return name
-
-
-def _name_cell(u: UnitPlan, pending: Mapping[str, str] | None, limit: int) -> str:
-    """What a person looks for on a row: the slice's name for the slices of the node, the
-    pod's name for a pod slice, the container's name for a container scope, cut at `limit`
-    characters. The unit names of pods and containers (up to 72 characters) are never cut:
-    `--output wide` and JSON give them."""
-    if u.level == "pod":
-        return _pod_cell(u, pending, limit)
-    if u.level == "container":
-        return one_line(u.container, limit) if u.container is not None else u.unit
-    return u.unit
-
-
 # The kubelet `plan` takes a kubeletConfigFile's for (it asks no kubelet): the release this one is
 # built against (docs/DESIGN.md, "hierarchy: kubelet is the kubelet of v1.37").
 PLAN_KUBELET = "v1.37"
-
-
-@dataclass(frozen=True)
-class TableContext:
-    """Where a plan's inputs came from, for the table's header and footer."""
-    config: str = "built-in defaults"
-    capacity_from: str = "MemTotal of /proc/meminfo"
-    finished_pods: int = 0
-    mode: Mode | None = None  # beside the kubelet's own Memory QoS or not, and what it writes
-
-
-LEGEND = "legend: MemoryMin is never reclaimed, MemoryLow is reclaimed last, MemoryHigh throttles above it"
-NEXT = "next, on a node: memqos-systemd check; then memqos-systemd apply --once --dry-run"
-
-
-TABLE_WIDTH = 100
-
-
-
-def _fit_name(cell: str, room: int, mark: str) -> str:
-    """A row's name cut to `room` columns in the middle, its tree indent and a pending resize's
-    mark (_pod_cell) kept whole."""
-    name = cell.lstrip(" ")
-    indent = cell[: len(cell) - len(name)]
-    head, sep, reason = name.rpartition(PENDING_MARK)
-    name, suffix = (head, sep + reason) if sep else (name, "")
-    return indent + columns.fit(name, max(8, room - len(indent) - columns.width(suffix)), mark, middle=True) + suffix
-
-
-def plan_to_table(p: Plan, cfg: Config, pending: Mapping[str, str] | None = None, *,
-                  context: TableContext = TableContext(), wide: bool = False, encoding: str | None = None) -> str:
-    """The plan for a person: a tree by name (pod, container) whose rows fit TABLE_WIDTH columns,
-    the longest names Kubernetes allows cut with an ellipsis, with where its inputs came from, a
-    legend, totals and what to run next. `wide` adds the full unit name of every row, and cuts
-    no name (nor does JSON). Columns are measured as a terminal draws them (columns.py: a CJK
-    character takes two), as the output's `encoding` prints them (escapes where it cannot)."""
-    limit = sys.maxsize  # cut below, to the room the other columns leave
-    ceiling = p.ceiling is not None
-    header = (("SLICE / POD / CONTAINER", "LEVEL", "MemoryMin", "MemoryLow", "MemoryHigh")
-              + (("MemoryMax",) if ceiling else ()) + (("UNIT",) if wide else ()))
-    def cell(u: UnitPlan, prop: str, value: int) -> str:
-        return _show_bytes(value) + ("*" if prop in u.kubelet else "")  # the kubelet's, as its config makes it
-
-    rows = [("  " * d + columns.as_printed(_name_cell(u, pending, limit), encoding), u.level,
-             cell(u, "MemoryMin", u.memory_min), cell(u, "MemoryLow", u.memory_low),
-             cell(u, "MemoryHigh", u.memory_high)) + ((_show_bytes(u.memory_max) if u.memory_max is not None else "",)
-                                            if ceiling else ())
-            + ((columns.as_printed(u.unit, encoding),) if wide else ()) for d, u in _tree_order(p)]
-    widths = [max(columns.width(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    cut = False
-    if not wide:
-        room = max(columns.width(header[0]), TABLE_WIDTH - sum(widths[1:]) - 2 * (len(widths) - 1))
-        if widths[0] > room:
-            mark = columns.ellipsis(encoding)
-            rows = [(_fit_name(r[0], room, mark),) + r[1:] for r in rows]
-            widths[0], cut = room, True
-    left = (0, 1, len(header) - 1) if wide else (0, 1)
-    factor = "off" if cfg.memory_throttling_factor is None else f"{cfg.memory_throttling_factor:g}"
-    lines = [
-        f"node: capacity {format_bytes(p.capacity)} ({context.capacity_from}), allocatable {format_bytes(p.allocatable)}",
-        f"config: {context.config}",
-        f"  memqos-systemd: policy {cfg.memory_reservation_policy}, hierarchy {cfg.hierarchy}, throttling factor {factor}",
-    ]
-    mode = context.mode
-    if mode is not None and not cfg.kubelet_file and mode.facts is not None and mode.facts.gate.on is None:
-        lines.append("  the kubelet: not read (no kubeletConfigFile): every value shown is memqos-systemd's")
-    elif mode is not None:
-        kubelet = [f"  the kubelet: {mode.name}"]
-        known = mode.facts is not None and mode.facts.gate.on is not None and mode.why.startswith("the kubelet's")
-        kubelet.append(f"    {mode.facts.describe() if known else mode.why}")
-        kubelet.append(f"    it writes {properties_where(p.kubelet.levels)} (marked *, as its own config makes them);"
-                       f" memqos-systemd the rest" if p.kubelet else "    it writes none of these values: each is memqos-systemd's")
-        lines += [w for line in kubelet for w in columns.wrap(line, TABLE_WIDTH, indent="      ")]
-    lines.append("")
-    for r in [header, *rows]:
-        lines.append("  ".join(columns.ljust(c, w) if i in left else columns.rjust(c, w)
-                               for i, (c, w) in enumerate(zip(r, widths))).rstrip())
-    lines += ["", LEGEND] + (["        MemoryMax: above it the kernel OOM-kills in the slice (bestEffortCeiling)"] if ceiling else [])
-    if p.levers:
-        lines.append("        a Burstable pod's MemoryHigh may be burstableHigh's: what the others' requests leave")
-    if p.companion:
-        lines.append("        *: the kubelet's value (it writes it itself; shown as its own config makes it, never sent)")
-    # Each byte once: the pod slices' protection (the node and QoS slices back the same bytes).
-    mins, lows, kmin, klow = p.protected()
-    reserved = sum(u.memory_min for u in p.units if u.level == "reserved")
-    kreserved = sum(u.memory_min for u in p.units if u.level == "reserved" and "MemoryMin" in u.kubelet)
-    pods = sum(1 for u in p.units if u.level == "pod")
-    lines.append(f"total: {pods} pod(s) protected by {_show_bytes(mins + lows)} of {format_bytes(p.allocatable)}"
-                 f" allocatable: MemoryMin {_show_bytes(mins)} + MemoryLow {_show_bytes(lows)}")
-    if p.companion:
-        lines.append(f"       of which the kubelet writes {_show_bytes(kmin + klow)} (MemoryMin {_show_bytes(kmin)} +"
-                     f" MemoryLow {_show_bytes(klow)}), memqos-systemd {_show_bytes(mins + lows - kmin - klow)}")
-    if reserved:
-        lines.append(f"       and {format_bytes(reserved)} of MemoryMin for the reserved slices"
-                     + (f" ({_show_bytes(kreserved)} of it the kubelet's)" if p.companion else ""))
-    if ceiling:
-        c = p.ceiling
-        lines += [f"BestEffort ceiling: MemoryMax {_show_bytes(c.memory_max)} on {c.unit}",
-                  *columns.wrap(f"       = allocatable {format_bytes(p.allocatable)} - Guaranteed and Burstable"
-                                f" requests {_show_bytes(c.requests)} - headroom {_show_bytes(c.headroom)}, at least"
-                                f" {_show_bytes(c.minimum)}", TABLE_WIDTH, indent="         ")]
-    if p.levers:
-        lines.append(f"Burstable lever (burstableHigh) on {len(p.levers)} pod slice(s): none may grow into the"
-                     f" others' requests")
-        for lever in p.levers:
-            name = f"  {one_line(lever.pod, limit)}"
-            lines += [name if wide else columns.fit(name, 100), *(f"      {f}" for f in lever.formula(p.allocatable))]
-    if cfg.lending.enabled and (ceiling or p.levers):  # lending.py: drawn from usage, which a plan has not
-        lines += ["lending on: the service draws these lines from what the pods with requests use, not from",
-                  "       their requests, and lends what they neither use nor are about to (the lines now:",
-                  "       memqos-systemd status, metrics memqos_lending_line_bytes and memqos_lending_lent_bytes)"]
-    if context.finished_pods:
-        lines.append(f"skipped: {context.finished_pods} finished pod(s) (Succeeded or Failed), which hold no memory")
-    if p.warnings:
-        lines += ["", "warnings:"] + [line for w in p.warnings for line in columns.wrap(f"  - {w}", TABLE_WIDTH, indent="    ")]
-    if not wide:
-        lines.append(f"names cut to fit {TABLE_WIDTH} columns; whole, with unit names (for systemctl show): --output"
-                     f" wide, or json" if cut else "full unit names (for systemctl show): --output wide, or json")
-    lines += ["", NEXT]
-    return "\n".join(lines)
 
 
 def _plan_config(arg: str | None) -> tuple[Config, str | None, str]:
@@ -456,21 +250,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
                                                        version=PLAN_KUBELET if cfg.kubelet_file else None))
     node = NodeFacts(capacity=_node_memory(args.node_memory), page_size=_page_size(args.page_size),
                      kubelet=mode.writes)
+    made = features.offline(node.page_size)
     try:
-        result = plan(pods, node, cfg)
+        result = features.plan_all(pods, node, cfg, made)
     except PlanError as e:
         raise UsageError(f"{'built-in defaults' if cfg_file is None else shown_path(cfg_file)}: {e}") from None
     result = dataclasses.replace(result, warnings=cfg.notes + tuple(pod_warnings) + result.warnings)
     pending = {pod.key: pod.resize_pending for pod in pods if pod.resize_pending}
     output = args.output or ("table" if sys.stdout.isatty() else "json")
     if output == "json":
-        json.dump(plan_to_json(result, pending, mode), sys.stdout, indent=2)
+        json.dump(plan_to_json(result, pending, mode, shown_by=made), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         context = TableContext(cfg_source, "--node-memory" if args.node_memory else "MemTotal of /proc/meminfo",
                                count_finished(doc), mode)
         print(plan_to_table(result, cfg, pending, context=context, wide=output == "wide",
-                            encoding=getattr(sys.stdout, "encoding", None)))
+                            encoding=getattr(sys.stdout, "encoding", None), shown_by=made))
     return EXIT_OK
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 __all__ = [
     "ConfigError", "Config", "CeilingSettings", "BurstableHighSettings", "LendingSettings", "KubeletSettings",
@@ -158,10 +158,17 @@ class Config:
     burstable_high: BurstableHighSettings = BurstableHighSettings()
     # The levers' lines follow usage (lending.py), off unless `lending: {enabled: true}`.
     lending: LendingSettings = LendingSettings()
+    # The blocks of the features that bring their own (feature.Feature.config_block): (key, checked
+    # value) for each set in the file; `block(key)` reads one (None: not set).
+    blocks: tuple[tuple[str, Any], ...] = ()
     # Where each planner value came from, for `check`/logs: key -> "default"|"kubelet"|"config".
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
     # What an operator must be told about the file that is not an error (load_config): one line each.
     notes: tuple[str, ...] = field(default=(), compare=False)
+
+    def block(self, key: str) -> Any:
+        """A feature's own config block as checked (Feature.config_block); None when not set."""
+        return next((value for k, value in self.blocks if k == key), None)
 
     # From the kubelet's config: its own MemoryQoS gate as featureGates sets it, None when it does
     # not (the kubelet's default applies: kubelet_gate.py).

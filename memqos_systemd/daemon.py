@@ -49,6 +49,7 @@ from .config import Config, ConfigError
 from .events import SystemdEvents
 from .feature import Context
 from .in_force import made_from, reloaded
+from .wiring import Wiring
 from .drift import FOREIGN_LOG_EVERY
 from .kubelet_gate import kubelets_write
 from .quantity import show_value
@@ -104,7 +105,11 @@ class Daemon:
         # What is laid on the round's plan (features.py), each with its state.
         self.features = features.make(Context(outside.cgroupfs, outside.page_size, outside.metrics, outside.state_dir,
                                               clock=outside.clock))
+        outside.metrics.declare(features.families(self.features))  # each feature's metric families
         self.round = Round(outside.metrics, outside.clock, self.features)
+        # The observer and the applier over them, for the config in force (wiring.py, as every command's).
+        self.wiring = Wiring(lambda: (self.config, self.naming), self.features, outside.cgroupfs, outside.page_size,
+                             kubelet=lambda: self.companion.writes, on_call=outside.metrics.dbus_call)
         self.systemd = None
         self.observer: Observer | None = None  # what systemd and the kernel hold (observe.py)
         self.applier: Applier | None = None
@@ -112,7 +117,7 @@ class Daemon:
         self.companion = Companion(config, outside.metrics)
         self.capacity = Capacity(outside.read_capacity)  # the node's memory (node.py)
         self._warn_once = WarnOnce(log)
-        self._kubelet_said: dict[tuple[str, str], float] = {}  # (moment, level) -> when the journal last said it
+        self._moments = KubeletMoments(outside.metrics)  # the kubelet's own moments written over ours
         self.foreign = fights.ForeignLog(outside.metrics, outside.fights_path)  # writes behind our back
         self._oom_group = OomGroupJournal(outside.metrics.oom_group_restored)  # memory.oom.group put back
         self.loop = MainLoop(self.agenda, outside.clock)  # steps, ticks, wake-ups, backoff (mainloop.py)
@@ -222,14 +227,10 @@ class Daemon:
             self.systemd = None
         systemd = await self.out.connect(self.out.bus_address)
         systemd.on_disconnect(self.wake)
-        self.observer = Observer(systemd, self.naming, cgroupfs=self.out.cgroupfs, page_size=self.out.page_size,
-                                 on_call=self.out.metrics.dbus_call,
-                                 max_units=lambda: features.owned(self.features, "MemoryMax", self.naming, self.config),
-                                 kubelet=lambda: self.companion.writes)
+        self.observer = self.wiring.observer(systemd)
         await systemd.subscribe(**self.events.handlers())  # (a signal may come before it returns)
         self.systemd = systemd
-        self.applier = Applier(systemd, cgroupfs=self.out.cgroupfs, on_call=self.out.metrics.dbus_call,
-                               on_restore=self._oom_group)
+        self.applier = self.wiring.applier(systemd, self._oom_group)
         self.agenda.connected()
         log.info("connected to systemd %s", await systemd.version())
 
@@ -248,8 +249,6 @@ class Daemon:
         source_changed = source is not self.source
         self.reserved.config_changed(self.naming.reserved_slices(), naming.reserved_slices())
         self.config, self.naming, self.source = config, naming, source
-        if self.observer is not None:
-            self.observer.naming = naming
         self.agenda.config_changed(self.out.clock(), resync_interval=config.resync_interval,
                                    poll_interval=config.kubelet.poll_interval,
                                    watch_source=hasattr(self.source, "changed"), source_changed=source_changed)
@@ -388,15 +387,27 @@ class Daemon:
         if kind == "held":
             self.companion.hold(record.unit, frozenset(p for p in record.now if record.now[p] != record.before.get(p)))
             return True
-        self.out.metrics.kubelet_reset(level, kind)
-        said = self._kubelet_said.get((kind, level))
+        self._moments(record, level, kind, now)
+        return True
+
+
+class KubeletMoments:
+    """A kubelet's moment written over ours (Daemon._kubelets): counted (memqos_kubelet_resets_total),
+    and said in the journal once an hour per moment and level."""
+
+    def __init__(self, metrics) -> None:
+        self.metrics = metrics
+        self._said: dict[tuple[str, str], float] = {}  # (moment, level) -> when the journal last said it
+
+    def __call__(self, record, level: str, kind: str, now: float) -> None:
+        self.metrics.kubelet_reset(level, kind)
+        said = self._said.get((kind, level))
         if said is None or now - said >= FOREIGN_LOG_EVERY:
-            self._kubelet_said[(kind, level)] = now
+            self._said[(kind, level)] = now
             log.info("%s: the kubelet's %s (%s) written over ours: putting ours back (its own moment, not a fight:"
                      " memqos_kubelet_resets_total counts each; said once an hour per level)", record.unit,
                      "start reset" if kind == "start" else "values at a container's creation or resize",
                      kubelet_change(record.before, record.now))
-        return True
 
 
 def kubelet_change(before, now) -> str:

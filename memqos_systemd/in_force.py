@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
+from . import features
 from .config import ConfigError, load_config
 from .config_schema import Config
 from .naming import Naming, NamingError
@@ -50,7 +51,7 @@ def reloaded(path: str | None, make_source: Callable[[Config], Any], previous: t
     """The config at `path` (required when given) and what it makes, every part made before any
     is used; a ConfigError in one line, whatever went wrong (the old config then stays in force)."""
     try:
-        config = load_config(path, required=path is not None)
+        config = load_config(path, required=path is not None, blocks=features.config_blocks())
         return InForce(config, *made_from(config, path, make_source, previous=previous))
     except ConfigError:
         raise

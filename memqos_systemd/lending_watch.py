@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Mapping
 
 from . import lending
@@ -34,8 +35,7 @@ from .agenda import Look, follow
 from .ceiling import step
 from .cgroupfs import Cgroupfs
 from .config_schema import Config
-from .feature import Context
-from .metrics import NoMetrics
+from .feature import Context, Family, NoGauges
 from .naming import Naming
 from .plan import Plan
 from .reconcile import UNREAD
@@ -53,6 +53,14 @@ PRESS_WINDOW = 1_000_000
 class LendingWatch:
     name = "lending"
     properties: tuple[str, ...] = ()
+    families = (Family("memqos_lending_line_bytes",
+                       "A line that follows usage (lending: {enabled: true}): the BestEffort ceiling's MemoryMax"
+                       " (lever=bestEffortCeiling, pod empty) or a Burstable pod slice's MemoryHigh"
+                       " (lever=burstableHigh) as last drawn, which the writes step towards", ("lever", "pod")),
+                Family("memqos_lending_lent_bytes",
+                       "What that line lends: the memory the pods with requests requested and do not use"
+                       " (nor are about to) that it gives above the line with every request reserved",
+                       ("lever", "pod")))
 
     @classmethod
     def made(cls, context: Context) -> LendingWatch:
@@ -61,7 +69,8 @@ class LendingWatch:
     def __init__(self, cgroupfs: Cgroupfs, page_size: int, metrics=None, clock=None):
         self.cgroupfs = cgroupfs
         self.page_size = page_size
-        self.metrics = metrics or NoMetrics()
+        self.metrics = metrics or NoGauges()
+        self._lent_shown: set[tuple[str, str]] = set()  # the series shown (show_lines)
         self.clock = clock
         self.state = lending.State()
         self.lines: lending.Lines | None = None
@@ -164,7 +173,24 @@ class LendingWatch:
         return self.active
 
     def settle(self, observed: Mapping[str, Mapping[str, int] | None], desired: Plan) -> None:
-        self.metrics.lending(desired if self.active else None)
+        self.show_lines(desired if self.active else None)
+
+    def show_lines(self, plan: Plan | None) -> None:
+        """The lines that follow usage after a round (plan.Ceiling.lent, plan.Lever.lent), as gauges;
+        None: lending off. A series goes with its line, not between scrapes."""
+        lines = {}
+        if plan is not None and plan.ceiling is not None and plan.ceiling.lent is not None:
+            lines[("bestEffortCeiling", "")] = (plan.ceiling.memory_max, plan.ceiling.lent)
+        for lever in plan.levers if plan is not None else ():
+            if lever.lent is not None:
+                lines[("burstableHigh", lever.pod)] = (lever.memory_high, lever.lent)
+        for gone in sorted(self._lent_shown - lines.keys()):
+            self.metrics.gauge("memqos_lending_line_bytes", gone, None)
+            self.metrics.gauge("memqos_lending_lent_bytes", gone, None)
+        for labels, (line, lent) in lines.items():
+            self.metrics.gauge("memqos_lending_line_bytes", labels, line)
+            self.metrics.gauge("memqos_lending_lent_bytes", labels, lent)
+        self._lent_shown = set(lines)
 
     def look_again(self, now: float, planned: bool = True) -> float:
         self._look = follow(self._look, now, planned and self.active, self.moved, lending.LOOK_FIRST,
@@ -174,6 +200,18 @@ class LendingWatch:
 
     def on_drift(self, unit: str, before: Mapping[str, int], now: Mapping[str, int], config: Config) -> frozenset[str]:
         return frozenset()
+
+    def plan_notes(self, p: Plan, config: Config) -> list[str]:
+        """`plan`'s note under the lines it draws: a plan has no usage to draw them from."""
+        if not (config.lending.enabled and (p.ceiling is not None or p.levers)):
+            return []
+        return ["lending on: the service draws these lines from what the pods with requests use, not from",
+                "       their requests, and lends what they neither use nor are about to (the lines now:",
+                "       memqos-systemd status, metrics memqos_lending_line_bytes and memqos_lending_lent_bytes)"]
+
+    def shown(self, desired: Plan, config: Config) -> Plan:
+        """What `status` shows as planned: the lines a first look draws now (`lines_now`)."""
+        return lines_now(desired, self.cgroupfs, config, self.page_size, (self.clock or time.monotonic)())
 
 
 def lines_now(desired: Plan, cgroupfs: Cgroupfs, config: Config, page_size: int, now: float) -> Plan:

@@ -38,7 +38,6 @@ whatever the scraper accepts (compressing it would cost more CPU than the scrape
 from __future__ import annotations
 
 import logging
-import math
 import resource
 import selectors
 import socket
@@ -46,7 +45,7 @@ import socketserver
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
@@ -71,10 +70,6 @@ _UPPER = ("node", "reserved", "qos")  # the levels memqos_unit_desired_bytes alw
 # Reconciles are a handful of D-Bus calls: milliseconds normally, seconds when systemd is slow.
 _RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _AGE = header("memqos_source_snapshot_age_seconds", "gauge", "Seconds since the last good pod snapshot was fetched")
-
-
-def _bytes_value(n: int) -> float:
-    return math.inf if n >= UINT64_MAX else float(n)
 
 
 def _value(n: int | float) -> str:
@@ -177,20 +172,7 @@ class Metrics:
         self._holding = Gauge("memqos_holding", "1 while the daemon holds (sends only raising values: no pod"
                               " snapshot yet, or a suspect empty one); the reason is in the journal and"
                               " `status`", registry=r)
-        self._ceiling = Gauge("memqos_besteffort_ceiling_bytes",
-                              "The BestEffort ceiling: MemoryMax of the BestEffort QoS slice as planned (kind=planned)"
-                              " and as systemd holds it (kind=held; above the plan while it steps down with the"
-                              " slice's usage); +Inf: none", ["kind"], registry=r)
-        self._lend_line = Gauge("memqos_lending_line_bytes",
-                                "A line that follows usage (lending: {enabled: true}): the BestEffort ceiling's MemoryMax"
-                                " (lever=bestEffortCeiling, pod empty) or a Burstable pod slice's MemoryHigh"
-                                " (lever=burstableHigh) as last drawn, which the writes step towards",
-                                ["lever", "pod"], registry=r)
-        self._lend_lent = Gauge("memqos_lending_lent_bytes",
-                                "What that line lends: the memory the pods with requests requested and do not use"
-                                " (nor are about to) that it gives above the line with every request reserved",
-                                ["lever", "pod"], registry=r)
-        self._lent_shown: set[tuple[str, str]] = set()
+        self._families: dict[str, Gauge] = {}  # the features' own (declare)
         self._companion = Gauge("memqos_companion_mode", "1 while the service stands beside the kubelet's own Memory"
                                 " QoS (its MemoryQoS gate on, or companion: on) and writes none of what the kubelet"
                                 " writes as its own; 0 while every value is ours", registry=r)
@@ -278,26 +260,23 @@ class Metrics:
         self._companion.set(1 if on else 0)
         self._kubelet_protects.set(1 if protects else 0)
 
-    def besteffort_ceiling(self, planned: int | None, held: int | None) -> None:
-        """The BestEffort ceiling after a round: planned and held MemoryMax (None: none)."""
-        self._ceiling.labels("planned").set(_bytes_value(UINT64_MAX if planned is None else planned))
-        self._ceiling.labels("held").set(_bytes_value(UINT64_MAX if held is None else held))
+    def declare(self, families: Iterable[Any]) -> None:
+        """The metric families the features set (feature.Family: name, help, labels), each made once."""
+        for f in families:
+            if f.name not in self._families:
+                self._families[f.name] = Gauge(f.name, f.help, list(f.labels), registry=self.registry)
 
-    def lending(self, plan: Plan | None) -> None:
-        """The lines that follow usage after a round (plan.Ceiling.lent, plan.Lever.lent); None: lending off."""
-        lines = {}
-        if plan is not None and plan.ceiling is not None and plan.ceiling.lent is not None:
-            lines[("bestEffortCeiling", "")] = (plan.ceiling.memory_max, plan.ceiling.lent)
-        for lever in plan.levers if plan is not None else ():
-            if lever.lent is not None:
-                lines[("burstableHigh", lever.pod)] = (lever.memory_high, lever.lent)
-        for gone in self._lent_shown - lines.keys():  # a series goes with its line, not between scrapes
-            self._lend_line.remove(*gone)
-            self._lend_lent.remove(*gone)
-        for labels, (line, lent) in lines.items():
-            self._lend_line.labels(*labels).set(line)
-            self._lend_lent.labels(*labels).set(lent)
-        self._lent_shown = set(lines)
+    def gauge(self, name: str, labels: tuple[str, ...], value: float | None) -> None:
+        """A feature's gauge (declared) set to `value`; None: its series goes."""
+        family = self._families[name]
+        if value is None:
+            if labels:
+                try:
+                    family.remove(*labels)
+                except KeyError:
+                    pass
+            return
+        (family.labels(*labels) if labels else family).set(value)
 
     # ---------------------------------------------------------------- serving
 
@@ -398,8 +377,8 @@ class NoMetrics:
     def foreign_write(self, level: str, writer: str) -> None: pass
     def kubelet_reset(self, level: str, moment: str) -> None: pass
     def oom_group_restored(self, ok: bool) -> None: pass
-    def besteffort_ceiling(self, planned: int | None, held: int | None) -> None: pass
-    def lending(self, plan: Plan | None) -> None: pass
+    def declare(self, families: Iterable[Any]) -> None: pass
+    def gauge(self, name: str, labels: tuple[str, ...], value: float | None) -> None: pass
     def companion(self, on: bool, protects: bool = False) -> None: pass
 
 

@@ -218,12 +218,14 @@ class PodStarts:
 
 
 class Observer:
-    def __init__(self, systemd, naming: Naming, *, cgroupfs: Cgroupfs | None = None, page_size: int = 4096,
-                 on_call: Callable[[str, str], None] | None = None,
+    def __init__(self, systemd, naming: Naming | Callable[[], Naming], *, cgroupfs: Cgroupfs | None = None,
+                 page_size: int = 4096, on_call: Callable[[str, str], None] | None = None,
                  max_units: Callable[[], Collection[str]] = frozenset,
                  kubelet: Callable[[], Writes] = Writes):
         self.systemd = systemd
-        self.naming = naming
+        # The unit names of the config in force: fixed, or asked at each use (wiring.Wiring: the
+        # daemon's change at a reload, and nobody assigns them here).
+        self._naming = naming
         # What the kubelet writes as its own now (kubelet_gate.Writes, the companion mode's): it is
         # neither compared, nor watched, nor ours; asked at each read.
         self.kubelet = kubelet
@@ -250,6 +252,10 @@ class Observer:
         self.dropins: dict[str, dict[str, int]] = {}  # what we wrote to units we may create (see the module)
 
     # ------------------------------------------------------------ the snapshot
+
+    @property
+    def naming(self) -> Naming:
+        return self._naming() if callable(self._naming) else self._naming
     def snapshot(self, states: Mapping[str, UnitStatus] = _EMPTY) -> Snapshot:
         """The cache as it is now, frozen (the same object while it does not change and no states
         come with it)."""

@@ -34,7 +34,7 @@ import functools
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Mapping
+from typing import Callable, Mapping
 
 from .config_schema import BurstableHighSettings, CeilingSettings, Config
 from .cgroup_tree import cgroup_paths
@@ -45,7 +45,7 @@ from .quantity import MAX_BYTES, UINT64_MAX, format_bytes, page_up
 
 __all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "Ceiling", "Lever", "Owner", "allocatable", "memory_high",
            "kubelet_memory_high", "besteffort_ceiling", "ceiling_misfits", "burstable_high", "qos_reserved_writer",
-           "plan", "levers_on", "HAND_BACK_LEVELS"]
+           "plan", "HAND_BACK_LEVELS"]
 
 # systemd's `infinity` for MemoryHigh.
 INFINITY = UINT64_MAX
@@ -280,7 +280,7 @@ def burstable_high(alloc: int, others: int, headroom: int, request: int, page_si
     return max(floor, (alloc - others - headroom) // page_size * page_size)
 
 
-def _capped_at(pod: Pod) -> int | None:
+def capped_at(pod: Pod) -> int | None:
     """What a limit already caps the pod's memory at (overhead included), None when nothing does:
     its pod-level limit, else its containers' limits when every container has one (summed as its
     request is: app containers and sidecars, or an init container with the sidecars before it)."""
@@ -306,6 +306,22 @@ def _amounts(kind: str | None, amount: int) -> tuple[int, int]:
     if kind == "low":
         return 0, amount
     return 0, 0
+
+
+def _claim(name_of: Callable[[], str], seen: set[str], who: str, warnings: list[str]) -> str | None:
+    """A unit's name (`name_of`), claimed once; None, said in `warnings` and not planned, when it
+    cannot be named or is claimed twice (two pods with one UID: parse_pods drops such copies;
+    callers may not)."""
+    try:
+        unit = name_of()
+    except NamingError as e:
+        warnings.append(f"{who}: {e}; not planned")
+        return None
+    if unit in seen:
+        warnings.append(f"{who}: {unit} is claimed twice; not planned")
+        return None
+    seen.add(unit)
+    return unit
 
 
 def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
@@ -338,20 +354,12 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
     requested = {"Guaranteed": 0, "Burstable": 0, "BestEffort": 0}
     seen_units: set[str] = set()
     pods_requests: list[tuple[str, int]] = []  # (pod, its request) of every planned pod
-    burstable: list[tuple[int, Pod]] = []  # (index in pod_units, pod) of every planned Burstable pod
     owners: list[Owner] = []
 
     for pod in sorted(pods, key=lambda p: (p.namespace, p.name, p.uid)):
-        try:
-            pod_unit = naming.pod_slice(pod.qos, pod.uid)
-        except NamingError as e:
-            warnings.append(f"pod {pod.display}: {e}; not planned")
+        pod_unit = _claim(lambda: naming.pod_slice(pod.qos, pod.uid), seen_units, f"pod {pod.display}", warnings)
+        if pod_unit is None:
             continue
-        if pod_unit in seen_units:
-            # Two pods with one UID (parse_pods drops such copies; callers may not).
-            warnings.append(f"pod {pod.display}: {pod_unit} is claimed twice; not planned")
-            continue
-        seen_units.add(pod_unit)
         kind = _protection(policy, pod.qos)
         request = pod.request
         children: list[UnitPlan] = []
@@ -362,15 +370,10 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
             # Only running app containers and sidecars get a scope; an init container never does.
             if c.container_id is None or c.kind == "init":
                 continue
-            try:
-                scope = container_scope(c.container_id)
-            except NamingError as e:
-                warnings.append(f"pod {pod.display} container {one_line(c.name)!r}: {e}; not planned")
+            scope = _claim(lambda: container_scope(c.container_id), seen_units,
+                           f"pod {pod.display} container {one_line(c.name)!r}", warnings)
+            if scope is None:
                 continue
-            if scope in seen_units:
-                warnings.append(f"pod {pod.display} container {one_line(c.name)!r}: {scope} is claimed twice; not planned")
-                continue
-            seen_units.add(scope)
             cmin, clow = _amounts(kind, c.request)
             high = INFINITY if pod.qos == "Guaranteed" else high_of(c.request, c.limit, alloc, factor, node.page_size)
             children.append(UnitPlan(scope, "container", pod_unit, cmin, clow, high, pod.key, c.name))
@@ -389,8 +392,6 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
                             f" {format_bytes(pod.pod_limit + pod.overhead)}; planned from the request")
         if pod.qos != "Guaranteed" and pod.pod_limit is not None:
             phigh = high_of(request, pod.pod_limit + pod.overhead, alloc, factor, node.page_size)
-        if pod.qos == "Burstable":
-            burstable.append((len(pod_units), pod))
         pod_units.append(UnitPlan(pod_unit, "pod", naming.qos_slice(pod.qos), pmin, plow, phigh, pod.key))
         container_units.extend(children)
         held[pod.qos][0] += pmin
@@ -407,14 +408,9 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
                         f" {format_bytes(alloc)} (capacity {format_bytes(node.capacity)}); the largest: pod"
                         f" {biggest[0]} with {format_bytes(biggest[1])}")
 
-    ceiling = _ceiling(config, naming.qos_slice("BestEffort"), alloc,
-                       requested["Guaranteed"] + requested["Burstable"], node.page_size, warnings)
-    levers = _levers(config, node, alloc, requested["Guaranteed"] + requested["Burstable"], pod_units, burstable,
-                     warnings)
     qos_units = [
         UnitPlan(naming.qos_slice("Burstable"), "qos", node_slice, *held["Burstable"]),
-        UnitPlan(naming.qos_slice("BestEffort"), "qos", node_slice, *held["BestEffort"],
-                 memory_max=ceiling.memory_max if ceiling else None),
+        UnitPlan(naming.qos_slice("BestEffort"), "qos", node_slice, *held["BestEffort"]),
     ]
     if effective or policy == "None":
         node_min = sum(u.memory_min for u in qos_units) + held["Guaranteed"][0]
@@ -448,7 +444,7 @@ def plan(pods: list[Pod], node: NodeFacts, config: Config) -> Plan:
     units = _fit((*root_units, node_unit, *reserved_units, *qos_units, *pod_units, *container_units))
     if node.kubelet:
         units = _theirs(units, pods, node, config, warnings)
-    return Plan(node.capacity, alloc, units, tuple(warnings), ceiling, node.kubelet, levers, tuple(owners))
+    return Plan(node.capacity, alloc, units, tuple(warnings), None, node.kubelet, (), tuple(owners))
 
 
 def _theirs(units: tuple[UnitPlan, ...], pods: list[Pod], node: NodeFacts, config: Config,
@@ -478,13 +474,6 @@ def _theirs(units: tuple[UnitPlan, ...], pods: list[Pod], node: NodeFacts, confi
 _FIELD = {"MemoryMin": "memory_min", "MemoryLow": "memory_low", "MemoryHigh": "memory_high"}
 
 
-def levers_on(config: Config, kubelet: Writes) -> tuple[str, ...]:
-    """The config keys of the levers the plan lays on when it has pods for them (`check` and
-    `status` name them; none that is off): burstableHigh, unless the kubelet writes the pod
-    slices' MemoryHigh itself."""
-    return ("burstableHigh",) if config.burstable_high.enabled and "MemoryHigh" not in kubelet.at("pod") else ()
-
-
 def qos_reserved_writer(config: Config) -> str | None:
     """What says that the kubelet caps the BestEffort QoS slice itself (its QOSReserved gate on and
     qosReserved.memory set in the kubelet config we read); None when its config does not say so."""
@@ -492,26 +481,6 @@ def qos_reserved_writer(config: Config) -> str | None:
         return (f"the kubelet's QOSReserved is on with qosReserved.memory {config.kubelet_qos_reserved_memory}"
                 f" ({config.kubelet_config_file})")
     return None
-
-
-def _ceiling(config: Config, unit: str, alloc: int, requests: int, page_size: int,
-             warnings: list[str]) -> Ceiling | None:
-    """The BestEffort ceiling when bestEffortCeiling is on, and not left to the kubelet: one whose
-    config turns on its QOSReserved with a memory reserve writes the same slice's MemoryMax every
-    minute (kubelet_gate.py); two writers would fight, so the ceiling is not planned, and says so."""
-    s = config.best_effort_ceiling
-    if not s.enabled:
-        return None
-    rival = qos_reserved_writer(config)
-    if rival is not None:
-        warnings.append(f"bestEffortCeiling: not planned: {rival}, and it sets {unit}'s MemoryMax itself every"
-                        f" minute; turn one of the two off")
-        return None
-    headroom = s.headroom.resolve(alloc)
-    said = None if s.headroom.fraction is None else f"{float(s.headroom.fraction * 100):g}%"
-    warnings.extend(ceiling_misfits(alloc, headroom, s.minimum, page_size, said))
-    value = besteffort_ceiling(alloc, requests, headroom, s.minimum, page_size)
-    return Ceiling(unit, min(value, MAX_BYTES), requests, headroom, s.minimum)
 
 
 def ceiling_misfits(alloc: int, headroom: int, minimum: int, page_size: int, said: str | None = None) -> list[str]:
@@ -529,42 +498,6 @@ def ceiling_misfits(alloc: int, headroom: int, minimum: int, page_size: int, sai
                 f" {format_bytes(minimum)} of allocatable {format_bytes(alloc)} even with no requests: every"
                 f" BestEffort pod together gets the minimum, whatever the others request"]
     return []
-
-
-def _levers(config: Config, node: NodeFacts, alloc: int, requests: int, pod_units: list[UnitPlan],
-            burstable: list[tuple[int, Pod]], warnings: list[str]) -> tuple[Lever, ...]:
-    """The Burstable lever when burstableHigh is on: lowers the MemoryHigh of each Burstable pod
-    slice in `pod_units` (in place) that no limit already caps at or below it; one Lever a pod
-    slice lowered. `requests`: every Guaranteed and Burstable pod's request, summed."""
-    s = config.burstable_high
-    if not s.enabled or not burstable:
-        return ()
-    if "MemoryHigh" in node.kubelet.at("pod"):
-        # A pod slice's MemoryHigh is the kubelet's when it has a throttling factor
-        # (kubelet_gate.writes; docs/DESIGN.md, "The Burstable lever").
-        warnings.append(f"burstableHigh: not planned: the kubelet writes the pod slices' MemoryHigh itself (its"
-                        f" memoryThrottlingFactor {node.kubelet.factor:g}); remove that from its config, or set"
-                        f" companion: off, to use it")
-        return ()
-    headroom = s.headroom.resolve(alloc)
-    if requests + headroom >= alloc:
-        warnings.append(f"burstableHigh: the Guaranteed and Burstable pods request {format_bytes(requests)}"
-                        f"{f' (+ headroom {format_bytes(headroom)})' if headroom else ''}, not less than"
-                        f" allocatable {format_bytes(alloc)}: every Burstable pod without a limit is held at its"
-                        f" request + a page")
-    levers = []
-    for i, pod in burstable:
-        u = pod_units[i]
-        request = pod.request
-        others = requests - request
-        value = min(burstable_high(alloc, others, headroom, request, node.page_size), MAX_BYTES)
-        capped = _capped_at(pod)
-        if (capped is not None and capped <= value) or u.memory_high <= value:
-            continue  # a limit (or the KEP's MemoryHigh from it) already holds the pod there
-        pod_units[i] = dataclasses.replace(u, memory_high=value)
-        floored = alloc - others - headroom < value
-        levers.append(Lever(u.unit, pod.key, value, others, headroom, request, floored, u.memory_high))
-    return tuple(levers)
 
 
 def _fit(units: tuple[UnitPlan, ...]) -> tuple[UnitPlan, ...]:

@@ -46,7 +46,7 @@ from typing import Callable, Collection, Mapping, Sequence
 
 from .applier import Applier, ApplyResult, name_changes, summarize
 from .config_schema import Config
-from .feature import Feature
+from .feature import Feature, Given
 from .intake import Holding
 from .naming import Naming
 from .metrics import NoMetrics
@@ -144,6 +144,10 @@ class Round:
         key = (inputs.pods, inputs.node, inputs.config, inputs.naming)
         if self._planned is None or self._planned[0] != key:
             desired = plan(list(inputs.pods), inputs.node, inputs.config)
+            given = Given(tuple(inputs.pods), inputs.node, inputs.config, inputs.naming)
+            for feature in self.features:  # each feature's pure plan step (features.planned)
+                if hasattr(feature, "plan_step"):
+                    desired = feature.plan_step(desired, given)
             self._planned = (key, desired, desired.by_unit())
         return self._planned[1]
 

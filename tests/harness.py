@@ -28,6 +28,7 @@ from dbus_next.errors import DBusError
 from fakesystemd import unit_path
 from sockets import socket_path
 
+from memqos_systemd import features
 from memqos_systemd.cgroupfs import Cgroupfs
 from memqos_systemd.config import load_config, parse_config
 from memqos_systemd.daemon import Daemon, Outside
@@ -213,8 +214,8 @@ class Harness:
             ledger_path=ledger_path, last_pods_path=last_pods_path, state_dir=state_dir,
             fights_path=fights_path)
         # (A config naming the kubelet's config file is read as the service reads it: load_config.)
-        loaded = (load_config(self.config_path, required=True) if (config or {}).get("kubeletConfigFile")
-                  else parse_config(config or TIERED))
+        loaded = (load_config(self.config_path, required=True, blocks=features.config_blocks()) if (config or {}).get("kubeletConfigFile")
+                  else parse_config(config or TIERED, blocks=features.config_blocks()))
         self.daemon = Daemon(str(self.config_path), loaded, outside)
         handler = self.daemon.events.on_unit_removed
 

@@ -98,9 +98,10 @@ def floor(tree: Cgroup, name: str, *, recursive: bool, step: int = MIB, page_siz
 
 def planned(layout: str, capacity: int, page_size: int = 4096):
     """The real planner's plan of PODS under `layout` on a node of `capacity` bytes."""
-    from memqos_systemd.plan import NodeFacts, plan
+    from memqos_systemd.features import plan_all
+    from memqos_systemd.plan import NodeFacts
 
-    return plan(pods(), NodeFacts(capacity, page_size), config(layout))
+    return plan_all(pods(), NodeFacts(capacity, page_size), config(layout))
 
 
 def tree_of(units, usage: dict[str, int], read=None) -> Cgroup:

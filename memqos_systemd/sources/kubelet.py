@@ -50,7 +50,8 @@ import time
 from typing import Callable
 from urllib.parse import urlsplit
 
-from ..config import KubeletSettings, url_problem
+from ..config import KubeletSettings
+from ..config_checks import url_problem
 from ..hosts import is_loopback
 from .snapshot import MAX_RESPONSE_BYTES, Snapshot, SourceError, snapshot_from_doc
 

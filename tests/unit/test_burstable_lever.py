@@ -13,6 +13,7 @@ from memqos_systemd.config import BurstableHighSettings, ConfigError, parse_conf
 from memqos_systemd.config_schema import Reserve
 from memqos_systemd.kubelet_gate import Gate, KubeletFacts, Writes, writes
 from memqos_systemd.naming import Naming
+from memqos_systemd.features import plan_all
 from memqos_systemd.plan import INFINITY, Lever, NodeFacts, burstable_high, plan
 from memqos_systemd.quantity import format_bytes
 from memqos_systemd.reconcile import DEFAULTS, diff, reset_plan
@@ -31,7 +32,9 @@ KUBELET = {"factor": writes(KubeletFacts(Gate(True, "t"), "TieredReservation", f
 
 
 def run(pods, capacity=16 * Gi, page=4096, companion=None, **keys):
-    return plan(list(pods), NodeFacts(capacity, page, KUBELET[companion] if companion else Writes()), parse_config(keys))
+    # as the service plans: plan.plan, then each feature's step (the lever's is one)
+    return plan_all(list(pods), NodeFacts(capacity, page, KUBELET[companion] if companion else Writes()),
+                    parse_config(keys))
 
 
 def highs(p):
@@ -327,19 +330,20 @@ def test_plan_json_says_how_on_the_pods_it_lowered():
 # ---- how `status` shows it -----------------------------------------------------------------------
 
 def _status_doc(p, keys, name="b1"):
-    from memqos_systemd.commands import _lever_doc, _lever_of
+    from memqos_systemd.burstable_lever import BurstableLever
+    lever = BurstableLever()
     unit = pod_unit(2)
     pod = {"namespace": "default", "pod": name, "qosClass": "Burstable", "unit": unit, "requestBytes": Gi,
            "MemoryMin": 0, "MemoryLow": Gi, "MemoryHigh": p.by_unit()[unit].memory_high,
-           "burstableHigh": _lever_of(p, unit), "usageBytes": Gi // 2, "events": {"low": 0, "oom_kill": 0},
+           "burstableHigh": lever.pod_doc(p, unit), "usageBytes": Gi // 2, "events": {"low": 0, "oom_kill": 0},
            "pressureFullAvg10": 0.0, "drift": None, "containers": []}
     return {"node": {"capacityBytes": 16 * Gi, "allocatableBytes": p.allocatable, "MemoryMin": 0, "MemoryLow": 0},
             "holding": None, "podSource": None, "drift": 0, "units": [], "pods": [pod],
-            "burstableHigh": _lever_doc(p, parse_config(keys))}
+            "burstableHigh": lever.status_doc(p, {}, None, parse_config(keys))}
 
 
 def test_status_shows_the_lever_on_the_pods_it_lowers():
-    from memqos_systemd.commands import WIDTH, status_lines
+    from memqos_systemd.status_view import WIDTH, status_lines
     keys = {"burstableHigh": {"enabled": True, "headroom": "100Mi"}}
     p = run(NODE, **keys)
     doc = _status_doc(p, keys)
@@ -361,7 +365,7 @@ def test_status_shows_the_lever_on_the_pods_it_lowers():
 
 
 def test_status_says_nothing_of_it_when_off_and_why_in_companion_mode():
-    from memqos_systemd.commands import status_lines
+    from memqos_systemd.status_view import status_lines
     doc = _status_doc(run(NODE), {})
     assert doc["burstableHigh"] is None and doc["pods"][0]["burstableHigh"] is None
     assert not any("burstableHigh" in line for line in status_lines(doc))

@@ -11,7 +11,7 @@ import pytest
 
 from memqos_systemd import columns
 from memqos_systemd.cli import plan_to_table
-from memqos_systemd.commands import WIDTH, status_lines
+from memqos_systemd.status_view import WIDTH, status_lines
 from memqos_systemd.config import parse_config
 from memqos_systemd.plan import NodeFacts, plan
 from memqos_systemd.pods import parse_pods

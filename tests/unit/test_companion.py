@@ -11,7 +11,9 @@ from test_plan import Gi, Mi, C, P, cfg, pod_unit, scope
 
 from memqos_systemd.kubelet_gate import Gate, KubeletFacts, Writes, writes
 from memqos_systemd.naming import Naming
-from memqos_systemd.plan import HAND_BACK_LEVELS, INFINITY, NodeFacts, levers_on, plan
+from memqos_systemd import features
+from memqos_systemd.features import plan_all
+from memqos_systemd.plan import HAND_BACK_LEVELS, INFINITY, NodeFacts, plan
 from memqos_systemd.reconcile import diff
 
 ON = Gate(True, "its /metrics")
@@ -27,11 +29,11 @@ KEYS = dict(memoryReservationPolicy="TieredReservation", enforceNodeAllocatable=
 
 
 def companion_plan(kubelet: Writes = TIERED, hand_back: bool = False, **keys):
-    return plan(PODS, NodeFacts(16 * Gi, 4096, kubelet=kubelet, hand_back=hand_back), cfg(**{**KEYS, **keys}))
+    return plan_all(PODS, NodeFacts(16 * Gi, 4096, kubelet=kubelet, hand_back=hand_back), cfg(**{**KEYS, **keys}))
 
 
 def alone(**keys):
-    return plan(PODS, NodeFacts(16 * Gi, 4096), cfg(**{**KEYS, **keys}))
+    return plan_all(PODS, NodeFacts(16 * Gi, 4096), cfg(**{**KEYS, **keys}))
 
 
 def test_beside_tiered_reservation_its_protection_is_left_to_it_and_memoryhigh_is_ours():
@@ -136,5 +138,7 @@ def test_handing_back_sends_the_kubelets_values_once_where_it_writes_them_only_a
 @pytest.mark.parametrize("kubelet, on", [(Writes(), ("burstableHigh",)), (DEFAULTS, ("burstableHigh",)),
                                          (TIERED, ("burstableHigh",)), (TIERED_FACTOR, ())])
 def test_the_burstable_lever_is_on_unless_the_kubelet_writes_the_pods_memoryhigh(kubelet, on):
-    assert levers_on(cfg(burstableHigh={"enabled": True}), kubelet) == on
-    assert levers_on(cfg(), kubelet) == ()
+    naming = Naming.for_config(cfg())
+    made = features.offline()
+    assert features.on(made, naming, cfg(burstableHigh={"enabled": True}), kubelet) == on
+    assert features.on(made, naming, cfg(), kubelet) == ()

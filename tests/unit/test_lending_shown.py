@@ -6,19 +6,29 @@ The node is test_burstable_lever's (16Gi, allocatable 16284Mi; requests 3684Mi),
 from __future__ import annotations
 
 from memqos_systemd import lending
+from memqos_systemd.burstable_lever import BurstableLever
+from memqos_systemd.ceiling_watch import CeilingWatch
 from memqos_systemd.cgroup_tree import cgroup_path
 from memqos_systemd.cgroupfs import Cgroupfs
 from memqos_systemd.cli import plan_to_table
-from memqos_systemd.commands import WIDTH, _ceiling_lines, _lever_of, _lever_lines
 from memqos_systemd.config import parse_config
-from memqos_systemd.lending_watch import lines_now
+from memqos_systemd.face import WIDTH
+from memqos_systemd.lending_watch import LendingWatch, lines_now
 from memqos_systemd.metrics import Metrics
+from memqos_systemd.features import plan_all
 from memqos_systemd.plan import NodeFacts, plan
 
 from test_burstable_lever import NODE
 from test_plan import Gi, Mi, pod_unit
 
 PAGE = 4096
+
+_lever_of = BurstableLever().pod_doc
+_lever_lines = BurstableLever().status_lines
+
+
+def _ceiling_lines(row: dict) -> list[str]:
+    return CeilingWatch(Cgroupfs(), None, PAGE).status_lines(row, [], False)
 ALLOC = 16284 * Mi
 LEVERS = {"bestEffortCeiling": {"enabled": True}, "burstableHigh": {"enabled": True}}
 LENDING = {**LEVERS, "lending": {"enabled": True}}
@@ -30,7 +40,7 @@ USAGE = {G: Gi, B1: 256 * Mi, B2: 0, CAPPED: 50 * Mi}
 
 def planned(keys):
     cfg = parse_config(keys)
-    return plan(list(NODE), NodeFacts(16 * Gi, PAGE), cfg), cfg
+    return plan_all(list(NODE), NodeFacts(16 * Gi, PAGE), cfg), cfg
 
 
 def cgroups(tmp_path, usage=USAGE):
@@ -111,16 +121,18 @@ def test_metrics_show_the_lines_and_go_with_them(tmp_path):
     desired, cfg = planned(LENDING)
     now = lines_now(desired, cgroups(tmp_path), cfg, PAGE, 100.0)
     m = Metrics()
+    m.declare(LendingWatch.families)  # as the daemon does, for each feature of the table
+    watch = LendingWatch(Cgroupfs(tmp_path), PAGE, m)
 
     def sample(name, lever, pod=""):
         return m.registry.get_sample_value(name, {"lever": lever, "pod": pod})
-    m.lending(now)
+    watch.show_lines(now)
     assert sample("memqos_lending_line_bytes", "bestEffortCeiling") == now.ceiling.memory_max
     assert sample("memqos_lending_lent_bytes", "bestEffortCeiling") == now.ceiling.lent
     pod = now.lever_of(B1).pod
     assert sample("memqos_lending_line_bytes", "burstableHigh", pod) == now.lever_of(B1).memory_high
     assert sample("memqos_lending_lent_bytes", "burstableHigh", pod) == now.lever_of(B1).lent
-    m.lending(None)  # lending off: the series go
+    watch.show_lines(None)  # lending off: the series go
     assert sample("memqos_lending_line_bytes", "bestEffortCeiling") is None
     assert sample("memqos_lending_lent_bytes", "burstableHigh", pod) is None
 
@@ -134,5 +146,5 @@ def test_plan_says_the_service_draws_the_lines_from_usage():
 
 
 def _gi(n):
-    from memqos_systemd.commands import _human
-    return _human(n)
+    from memqos_systemd.face import human
+    return human(n)

@@ -11,6 +11,7 @@ import yaml
 
 from memqos_systemd.config import parse_config
 from memqos_systemd.naming import Naming
+from memqos_systemd.features import plan_all
 from memqos_systemd.plan import INFINITY, NodeFacts, Plan, PlanError, allocatable, memory_high, plan
 from memqos_systemd.pods import Container, Pod, parse_pods
 
@@ -49,7 +50,8 @@ def cfg(**keys):
 
 
 def run(pods, capacity=16 * Gi, page=4096, **keys) -> Plan:
-    return plan(list(pods), NodeFacts(capacity, page), cfg(**keys))
+    # as the service plans: plan.plan, then each feature's step (the ceiling's and the lever's)
+    return plan_all(list(pods), NodeFacts(capacity, page), cfg(**keys))
 
 
 def props(p: Plan) -> dict[str, tuple[int, int, int]]:
@@ -746,7 +748,7 @@ def test_ceiling_is_left_to_a_kubelet_whose_config_turns_on_qosreserved_for_memo
             ({"QOSReserved": True}, {}, True)):  # on, but nothing reserved for memory
         c = parse(keys, "config.yaml", {"kind": "KubeletConfiguration", "featureGates": gates, "qosReserved": reserved},
                   "/var/lib/kubelet/config.yaml")
-        p = plan([], NodeFacts(16 * Gi, 4096), c)
+        p = plan_all([], NodeFacts(16 * Gi, 4096), c)
         assert (p.ceiling is not None) is planned, (gates, reserved)
         if not planned:
             assert p.by_unit()[BE_SLICE].memory_max is None

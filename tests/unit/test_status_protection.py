@@ -8,7 +8,8 @@ import re
 from test_signals import GI, three_class_node, worked_tree
 
 from memqos_systemd import columns
-from memqos_systemd.commands import WIDTH, _protection_doc, status_lines
+from memqos_systemd.cmd_status import _protection_doc
+from memqos_systemd.status_view import WIDTH, status_lines
 from memqos_systemd.signals import ProtectionView
 
 

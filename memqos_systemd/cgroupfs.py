@@ -21,7 +21,7 @@ no plan (`reset`), a search of the kubepods tree finds. What is read there:
   that follows usage is drawn from (lending.py), at each of its looks; and a PSI trigger on
   kubepods.slice's memory.pressure (`Cgroupfs.pressure_wake`) that says when its tasks stall.
 * memory.events, memory.pressure and memory.current of the pod and QoS slices and the container
-  scopes (`KeptFiles`, parsed by `flat_keyed` and `psi_totals`): read at each scrape, for the
+  scopes (`KeptFiles`, parsed by cgroup_tree's `flat_keyed` and `psi_totals`): read at each scrape, for the
   metrics (signals.py says which file goes into which metric), and by `status`
   (`read_memory_events`, `read_pressure`, `read_value`).
 * memory.swap.max and memory.oom.group (`Cgroupfs.runtime_settings`): see below.
@@ -58,7 +58,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import re
 import resource
 import select
 import threading
@@ -66,14 +65,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Container, Iterable, Mapping
 
-from .cgroup_tree import MEMORY_FILES, WITH_MAX, cgroup_path, files_of, kernel_shows
-from .quantity import UINT64_MAX
+from .cgroup_tree import (MEMORY_FILES, WITH_MAX, cgroup_path, files_of, flat_keyed, kernel_shows, parse_flat_keyed,
+                          parse_pressure, parse_value, psi_totals, recursive_protection)
 
 __all__ = [
     "Cgroupfs", "KeptFiles", "RuntimeSettings", "INVOCATION_XATTRS", "ROOT",
     "dir_of_control_group", "read_file", "read_value", "read_invocation_id", "read_cgroup_memory",
-    "read_memory_events", "read_pressure", "parse_pressure", "parse_flat_keyed", "flat_keyed", "psi_totals",
-    "MOUNTS", "recursive_protection", "PressureWake",
+    "read_memory_events", "read_pressure", "MOUNTS", "PressureWake",
 ]
 
 ROOT = Path("/sys/fs/cgroup")
@@ -183,16 +181,6 @@ def read_value(path: str | os.PathLike) -> int | None:
     return None if raw is None else parse_value(raw)
 
 
-def parse_value(raw: bytes) -> int | None:
-    """A one-number cgroup file's content ("max" is UINT64_MAX); None when not a number."""
-    text = raw.strip()
-    if text == b"max":
-        return UINT64_MAX
-    if text.isdigit() and int(text) <= UINT64_MAX:
-        return int(text)
-    return None
-
-
 def read_invocation_id(cgroup_dir: str | os.PathLike) -> bytes | None:
     """The invocation ID systemd wrote on a unit's cgroup directory when it started the unit
     (systemd.py's docstring), as 16 bytes; None when there is none (not started, the cgroup is
@@ -224,49 +212,10 @@ def read_cgroup_memory(cgroup_dir: str | os.PathLike, *, with_max: bool = False)
     return values
 
 
-def flat_keyed(raw: bytes) -> dict[bytes, bytes]:
-    """The lines `key value` of a flat-keyed cgroup file (memory.events, memory.stat) -> {key:
-    value}, both as the file has them (the value's digits); malformed lines are skipped."""
-    fields = raw.split()
-    values = fields[1::2]
-    if len(fields) % 2 == 0 and b"".join(values).isdigit():  # the kernel's files: every line `key digits`
-        return dict(zip(fields[::2], values))
-    out = {}
-    for line in raw.splitlines():
-        key, _, value = line.partition(b" ")
-        if value.isdigit():
-            out[key] = value
-    return out
-
-
-def parse_flat_keyed(raw: bytes) -> dict[str, int]:
-    """flat_keyed as {key: number}."""
-    return {key.decode("utf-8", "replace"): int(value) for key, value in flat_keyed(raw).items()}
-
-
 def read_memory_events(cgroup_dir: str | os.PathLike, name: str = "memory.events") -> dict[str, int]:
     """`memory.events` (or memory.events.local) of a cgroup directory -> {"low": n, "high": n, ...};
     {} when the cgroup is gone (a container that just exited); malformed lines are skipped."""
     return parse_flat_keyed(read_file(os.path.join(cgroup_dir, name)) or b"")
-
-
-def parse_pressure(raw: bytes) -> dict[str, dict[str, float]]:
-    """The lines of a PSI file such as memory.pressure (`some avg10=0.00 avg60=0.00 avg300=0.00
-    total=1234`): {"some": {"avg10": %, "avg60": %, "avg300": %, "total": µs}, "full": {...}};
-    malformed fields are skipped, a line without `total=` is left out."""
-    out: dict[str, dict[str, float]] = {}
-    for line in raw.decode("ascii", "replace").splitlines():
-        kind, *fields = line.split() or [""]
-        values: dict[str, float] = {}
-        for f in fields:
-            key, _, value = f.partition("=")
-            try:
-                values[key] = int(value) if key == "total" else float(value)
-            except ValueError:
-                continue
-        if kind in ("some", "full") and "total" in values:
-            out[kind] = values
-    return out
 
 
 def read_pressure(cgroup_dir: str | os.PathLike, name: str = "memory.pressure") -> dict[str, dict[str, float]]:
@@ -277,35 +226,6 @@ def read_pressure(cgroup_dir: str | os.PathLike, name: str = "memory.pressure") 
     if raw is None:
         return {}
     return {kind: {**values, "total": values["total"] / 1e6} for kind, values in parse_pressure(raw).items()}
-
-
-def psi_totals(raw: bytes) -> dict[bytes, bytes]:
-    """The `total=` of each line of a PSI file (memory.pressure): {b"some": µs, b"full": µs}, the
-    digits as the file has them; a line without a numeric total is left out."""
-    out = {}
-    for line in raw.splitlines():
-        kind, _, rest = line.partition(b" ")
-        _, found, total = rest.rpartition(b"total=")
-        if found and total.isdigit():
-            out[kind] = total
-    return out
-
-
-def recursive_protection(mounts: bytes, where: str | os.PathLike) -> bool | None:
-    """Whether the cgroup2 mount at `where` has the option memory_recursiveprot, from the text of
-    /proc/mounts (the last mount at a place is the one seen); None when no cgroup2 mount is there."""
-    target = os.fsencode(os.path.normpath(where))
-    found = None
-    for line in mounts.splitlines():
-        fields = line.split()
-        if len(fields) >= 4 and fields[2] == b"cgroup2" and _unescape_mount(fields[1]) == target:
-            found = b"memory_recursiveprot" in fields[3].split(b",")
-    return found
-
-
-def _unescape_mount(field: bytes) -> bytes:
-    """A mount point as /proc/mounts writes it: space, tab, newline and backslash as octal escapes."""
-    return re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8) & 0xFF]), field)
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from .cgroup_tree import cgroup_path
-from .cgroupfs import KeptFiles, flat_keyed, parse_value, psi_totals
+from .cgroup_tree import cgroup_path, flat_keyed, parse_value, psi_totals
+from .cgroupfs import KeptFiles
 from .effective import Cgroup, Effective, protection
 from .plan import Plan, UnitPlan
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from prereq import require
 
-from memqos_systemd import cgroupfs
+from memqos_systemd import cgroup_tree, cgroupfs
 from memqos_systemd.cgroup_tree import cgroup_path, kernel_shows
 from memqos_systemd.cgroupfs import Cgroupfs, dir_of_control_group, read_memory_events, read_pressure, read_value
 from memqos_systemd.quantity import UINT64_MAX
@@ -95,15 +95,15 @@ def test_a_placed_plan_names_its_units_dirs(tmp_path):
 
 def test_flat_keyed_and_psi_totals_keep_the_kernels_digits():
     events = b"low 3\nhigh 1207\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n"
-    assert cgroupfs.flat_keyed(events) == {b"low": b"3", b"high": b"1207", b"max": b"0", b"oom": b"0",
+    assert cgroup_tree.flat_keyed(events) == {b"low": b"3", b"high": b"1207", b"max": b"0", b"oom": b"0",
                                            b"oom_kill": b"0", b"oom_group_kill": b"0"}
     # Anything else line by line: a line that is not `key digits` is left out.
-    assert cgroupfs.flat_keyed(b"high x\nweird\nmax 2\n") == {b"max": b"2"}
-    assert cgroupfs.flat_keyed(b"a 1 2\nb 3\n") == {b"b": b"3"}
-    assert cgroupfs.flat_keyed(b"") == {}
+    assert cgroup_tree.flat_keyed(b"high x\nweird\nmax 2\n") == {b"max": b"2"}
+    assert cgroup_tree.flat_keyed(b"a 1 2\nb 3\n") == {b"b": b"3"}
+    assert cgroup_tree.flat_keyed(b"") == {}
     psi = b"some avg10=1.50 avg60=0.20 avg300=0.00 total=2500000\nfull avg10=0.75 avg60=0.10 avg300=0.00 total=7\n"
-    assert cgroupfs.psi_totals(psi) == {b"some": b"2500000", b"full": b"7"}
-    assert cgroupfs.psi_totals(b"some avg10=x total=\nfull total=-1\n") == {}
+    assert cgroup_tree.psi_totals(psi) == {b"some": b"2500000", b"full": b"7"}
+    assert cgroup_tree.psi_totals(b"some avg10=x total=\nfull total=-1\n") == {}
 
 
 def test_kept_files_read_with_pread_and_close_what_is_no_longer_asked(tmp_path):

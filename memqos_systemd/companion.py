@@ -12,6 +12,9 @@ known, may make its own (kubelet_gate.kubelets_write), until the mode is decided
 Handing properties over to the kubelet (`hand_back`) writes its own values there once, at the
 levels it writes only at a unit's creation (pod slices, container scopes) or its own start
 (reserved slices): nothing of ours stays that it would not write.
+At the kubelet's start, where the node and QoS slices' protection is its own (TieredReservation),
+`bridge` writes its own values there until its first round counts the running pods: its start sets
+them to 0 whatever its policy (measured, e2e 59-real-kubelet-beside), up to a minute before that round.
 The journal says the mode the first time and when it changes, and the metrics show it.
 """
 
@@ -33,6 +36,7 @@ log = logging.getLogger("memqos_systemd")
 # slice's at its own start): what moves to it there is handed back with its value (plan.py). It
 # rewrites the node and QoS slices' every minute itself.
 HAND_BACK_LEVELS = plan.HAND_BACK_LEVELS
+BRIDGED = frozenset({"MemoryMin", "MemoryLow"})  # what its start sets to 0 there
 
 
 class Companion:
@@ -43,6 +47,8 @@ class Companion:
         self.file: KubeletFile | None = config.kubelet_file  # its config file as last read
         self.held: dict[str, frozenset[str]] = {}  # unit -> what is left to it while its mode is decided
         self.hand_back = False  # the next round writes its values where they moved to it (HAND_BACK_LEVELS)
+        self.bridge = False  # its values written on the node and QoS slices until it counts the pods (BRIDGE_LEVELS)
+        self.zeroed = False
         self.version: str | None = None  # the version it last reported (kubernetes_build_info)
         self.facts, self.reserved = facts_of(config, self.answers, file=self.file)
         self.mode: Mode = companion_mode(config.companion, self.facts)
@@ -53,6 +59,13 @@ class Companion:
     def writes(self) -> Writes:
         """What the kubelet writes as its own now, with what is held for it."""
         return self.mode.writes.holding(self.held) if self.held else self.mode.writes
+
+    @property
+    def watched(self) -> Writes:
+        """What the kubelet writes as its own and is therefore neither compared nor watched: while
+        its start is bridged, not the node and QoS slices' (their zeros are put back)."""
+        writes = self.writes
+        return writes.without(plan.BRIDGE_LEVELS) if self.bridge else writes
 
     async def ask(self, config: Config, source) -> bool:
         """Ask the kubelet what it writes itself (a thread: blocking), then `decide`. A change hands
@@ -70,7 +83,25 @@ class Companion:
         self.stale = True
         if config.kubelet_config_file:
             self.file = read_kubelet_file(config.kubelet_config_file)
-        return self.decide(config)
+        turned = self.decide(config)
+        # Its start sets the node and QoS slices' protection to 0 whatever its policy, and where that
+        # protection is its own it counts the running pods only at its next round: its values are
+        # written there until then (`end_bridge`), never 0 meanwhile.
+        self.bridge = bool(self.mode.writes.at("node") & BRIDGED)
+        self.zeroed = False  # its start's zeros seen there (a write of its after them is its round)
+        if self.bridge:
+            log.info("the kubelet started: its own values on kubepods.slice and the QoS slices are written"
+                     " until its first round counts the running pods (its start sets them to 0)")
+        return turned or self.bridge
+
+    def end_bridge(self, why: str) -> bool:
+        """The kubelet counts the pods again (its own round wrote there), or its start is long past:
+        the node and QoS slices' protection is its own again, not written. True if it was bridged."""
+        if not self.bridge:
+            return False
+        self.bridge = False
+        log.info("kubepods.slice and the QoS slices: the kubelet's own again (%s)", why)
+        return True
 
     def config_changed(self, config: Config) -> bool:
         """A reload made `config` the one in force, with the kubelet's config file read again."""
@@ -94,6 +125,8 @@ class Companion:
                 log.warning("kubelet: %s", warning)
                 self._said.add(warning)
         self.mode = mode
+        if not mode.writes.at("node") & BRIDGED:
+            self.bridge = False  # nothing of the kubelet's there to bridge
         self.metrics.companion(mode.companion, mode.writes.protects)
         return turned
 

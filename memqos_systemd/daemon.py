@@ -59,7 +59,7 @@ from .metrics import NoMetrics
 from .node import Capacity
 from .notify import Notifier, WarnOnce, watchdog_interval
 from .observe import Observer
-from .plan import NodeFacts, PlanError
+from .plan import BRIDGE_LEVELS, NodeFacts, PlanError
 from .round import Inputs, Round
 from .runtime_keep import OomGroupJournal
 from .systemd import SystemdError
@@ -225,7 +225,7 @@ class Daemon:
         self.observer = Observer(systemd, self.naming, cgroupfs=self.out.cgroupfs, page_size=self.out.page_size,
                                  on_call=self.out.metrics.dbus_call,
                                  max_units=lambda: features.owned(self.features, "MemoryMax", self.naming, self.config),
-                                 kubelet=lambda: self.companion.writes)
+                                 kubelet=lambda: self.companion.watched)
         await systemd.subscribe(**self.events.handlers())  # (a signal may come before it returns)
         self.systemd = systemd
         self.applier = Applier(systemd, cgroupfs=self.out.cgroupfs, on_call=self.out.metrics.dbus_call,
@@ -295,12 +295,16 @@ class Daemon:
         held for it past its patience."""
         if self.agenda.take_kubelet_start() and self.companion.kubelet_started(self.config):
             self.agenda.reread()
+        if self.companion.bridge and not self.agenda.kubelet_starting(now) \
+                and self.companion.end_bridge("its start is past"):
+            self.agenda.reread()
         if self.companion.held and not self.agenda.deciding(now) and self.companion.release():
             self.agenda.reread()  # what was held for it is compared as the mode has it
 
     # ------------------------------------------------------------ one round (round.py)
     def _inputs(self) -> Inputs:
-        node = NodeFacts(self.capacity.bytes, self.out.page_size, self.companion.writes, self.companion.hand_back)
+        node = NodeFacts(self.capacity.bytes, self.out.page_size, self.companion.writes, self.companion.hand_back,
+                         self.companion.bridge)
         return Inputs(self.intake.pods, node, self.config, self.naming, self.intake.holding,
                       frozenset(self.reserved.retired))
 
@@ -364,25 +368,38 @@ class Daemon:
         closes in (the next round puts ours back), a feature takes its own part of each (a
         feature's: said there), and the rest is counted, said and kept (fights.ForeignLog)."""
         now = self.out.clock()
+        bridged = self.companion.bridge  # for every write found in this read (its round writes several)
         for record in self.observer.take_drift():
-            if self._kubelets(record, now):
+            if self._kubelets(record, now, bridged):
                 continue
             self.agenda.foreign_write(now)
             taken = features.on_drift(self.features, record.unit, record.before, record.now, self.config)
             self.foreign.seen(record, self.naming, taken, now)
         self.loop.ticks_moved()  # the close watch begins within a second
 
-    def _kubelets(self, record, now: float) -> bool:
+    def _kubelets(self, record, now: float, bridged: bool = False) -> bool:
         """Whether a write found is the kubelet's at one of its moments (kubelet_gate.kubelets_write):
         its start's reset or a container's values at its creation (counted, said, put back when
         ours), or one its configuration, being decided, may make its own (held for it). None of
         them is a foreign write or a fight."""
         ref = self.naming.parse_unit(record.unit)
         level = ref.level if ref is not None else "reserved"
+        if bridged and level in BRIDGE_LEVELS:
+            changed = {p: v for p, v in record.now.items() if record.before.get(p) != v}
+            if changed and not any(changed.values()):  # its start's zeros: its own values put back
+                kind = "start"
+                self.companion.zeroed = True
+            else:  # after its zeros, its round counted the pods: its own from now on (before: its last values)
+                if self.companion.zeroed and self.companion.end_bridge("its round wrote there"):
+                    self.agenda.reread()
+                return True
+        else:
+            kind = None
         facts = self.companion.mode.facts
         deciding = self.config.companion != "off" and self.agenda.deciding(now)
-        kind = kubelets_write(level, record.before, record.now, facts, starting=self.agenda.kubelet_starting(now),
-                              deciding=deciding) if facts is not None else None
+        if kind is None:
+            kind = kubelets_write(level, record.before, record.now, facts, starting=self.agenda.kubelet_starting(now),
+                                  deciding=deciding) if facts is not None else None
         if kind is None:
             return False
         if kind == "held":

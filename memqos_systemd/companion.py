@@ -12,6 +12,9 @@ known, may make its own (kubelet_gate.kubelets_write), until the mode is decided
 Handing properties over to the kubelet (`hand_back`) writes its own values there once, at the
 levels it writes only at a unit's creation (pod slices, container scopes) or its own start
 (reserved slices): nothing of ours stays that it would not write.
+At the kubelet's start, where the node and QoS slices' protection is its own (TieredReservation),
+`bridge` writes its own values there until its first round counts the running pods: its start sets
+them to 0 whatever its policy (measured, e2e 59-real-kubelet-beside), up to a minute before that round.
 The journal says the mode the first time and when it changes, and the metrics show it.
 """
 
@@ -19,10 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Mapping
+
 from . import plan
 from .config import read_kubelet_file
 from .config_schema import Config, KubeletFile
-from .kubelet_gate import Mode, Writes, companion_mode
+from .kubelet_gate import Mode, Writes, companion_mode, kubelets_write
 from .sources import Answers, ask_kubelet, facts_of
 
 __all__ = ["Companion", "HAND_BACK_LEVELS"]
@@ -33,6 +38,7 @@ log = logging.getLogger("memqos_systemd")
 # slice's at its own start): what moves to it there is handed back with its value (plan.py). It
 # rewrites the node and QoS slices' every minute itself.
 HAND_BACK_LEVELS = plan.HAND_BACK_LEVELS
+BRIDGED = frozenset({"MemoryMin", "MemoryLow"})  # what its start sets to 0 there
 
 
 class Companion:
@@ -43,6 +49,8 @@ class Companion:
         self.file: KubeletFile | None = config.kubelet_file  # its config file as last read
         self.held: dict[str, frozenset[str]] = {}  # unit -> what is left to it while its mode is decided
         self.hand_back = False  # the next round writes its values where they moved to it (HAND_BACK_LEVELS)
+        self.bridge = False  # its values written on the node and QoS slices until it counts the pods (BRIDGE_LEVELS)
+        self.zeroed = False
         self.version: str | None = None  # the version it last reported (kubernetes_build_info)
         self.facts, self.reserved = facts_of(config, self.answers, file=self.file)
         self.mode: Mode = companion_mode(config.companion, self.facts)
@@ -53,6 +61,13 @@ class Companion:
     def writes(self) -> Writes:
         """What the kubelet writes as its own now, with what is held for it."""
         return self.mode.writes.holding(self.held) if self.held else self.mode.writes
+
+    @property
+    def watched(self) -> Writes:
+        """What the kubelet writes as its own and is therefore neither compared nor watched: while
+        its start is bridged, not the node and QoS slices' (their zeros are put back)."""
+        writes = self.writes
+        return writes.without(plan.BRIDGE_LEVELS) if self.bridge else writes
 
     async def ask(self, config: Config, source) -> bool:
         """Ask the kubelet what it writes itself (a thread: blocking), then `decide`. A change hands
@@ -70,7 +85,52 @@ class Companion:
         self.stale = True
         if config.kubelet_config_file:
             self.file = read_kubelet_file(config.kubelet_config_file)
-        return self.decide(config)
+        turned = self.decide(config)
+        # Its start sets the node and QoS slices' protection to 0 whatever its policy, and where that
+        # protection is its own it counts the running pods only at its next round: its values are
+        # written there until then (`end_bridge`), never 0 meanwhile.
+        self.bridge = bool(self.mode.writes.at("node") & BRIDGED)
+        self.zeroed = False  # its start's zeros seen there (a write of its after them is its round)
+        if self.bridge:
+            log.info("the kubelet started: its own values on kubepods.slice and the QoS slices are written"
+                     " until its first round counts the running pods (its start sets them to 0)")
+        return turned or self.bridge
+
+    def end_bridge(self, why: str) -> bool:
+        """The kubelet counts the pods again (its own round wrote there), or its start is long past:
+        the node and QoS slices' protection is its own again, not written. True if it was bridged."""
+        if not self.bridge:
+            return False
+        self.bridge = False
+        log.info("kubepods.slice and the QoS slices: the kubelet's own again (%s)", why)
+        return True
+
+    def whose(self, unit: str, level: str, before: Mapping[str, int], now: Mapping[str, int], *, bridged: bool,
+              starting: bool, deciding: bool) -> str | None:
+        """Whether a write found on `unit` is the kubelet's (kubelet_gate.kubelets_write): "start" or
+        "create", one of its moments (ours is put back and the moment counted); "held", one its
+        configuration, being decided, may make its own (left to it: `hold`); on the node and QoS
+        slices while its start is `bridged` (the bridge's state when the read began), "round" when its
+        round ends the bridge and "own" for another of its own (`bridged_write`). None: not the kubelet's."""
+        if bridged and level in plan.BRIDGE_LEVELS:
+            return self.bridged_write(before, now) or "own"
+        if self.mode.facts is None:
+            return None
+        kind = kubelets_write(level, before, now, self.mode.facts, starting=starting, deciding=deciding)
+        if kind == "held":
+            self.hold(unit, frozenset(p for p in now if now[p] != before.get(p)))
+        return kind
+
+    def bridged_write(self, before: Mapping[str, int], now: Mapping[str, int]) -> str | None:
+        """A write found on the node or a QoS slice while its start is bridged: "start" for its start's
+        zeros (its own values are put back, a moment of its); "round" for the first other write after
+        them, its round having counted the pods, which ends the bridge (its values are its own from
+        then on); None for any other (its own, before its zeros: its last values)."""
+        changed = {p: v for p, v in now.items() if before.get(p) != v}
+        if changed and not any(changed.values()):
+            self.zeroed = True
+            return "start"
+        return "round" if self.zeroed and self.end_bridge("its round wrote there") else None
 
     def config_changed(self, config: Config) -> bool:
         """A reload made `config` the one in force, with the kubelet's config file read again."""
@@ -94,6 +154,8 @@ class Companion:
                 log.warning("kubelet: %s", warning)
                 self._said.add(warning)
         self.mode = mode
+        if not mode.writes.at("node") & BRIDGED:
+            self.bridge = False  # nothing of the kubelet's there to bridge
         self.metrics.companion(mode.companion, mode.writes.protects)
         return turned
 

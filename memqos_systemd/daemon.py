@@ -51,7 +51,6 @@ from .feature import Context
 from .in_force import made_from, reloaded
 from .wiring import Wiring
 from .drift import FOREIGN_LOG_EVERY
-from .kubelet_gate import kubelets_write
 from .quantity import show_value
 from .intake import PodIntake
 from .ledger import ReservedSlices
@@ -109,7 +108,7 @@ class Daemon:
         self.round = Round(outside.metrics, outside.clock, self.features)
         # The observer and the applier over them, for the config in force (wiring.py, as every command's).
         self.wiring = Wiring(lambda: (self.config, self.naming), self.features, outside.cgroupfs, outside.page_size,
-                             kubelet=lambda: self.companion.writes, on_call=outside.metrics.dbus_call)
+                             kubelet=lambda: self.companion.watched, on_call=outside.metrics.dbus_call)
         self.systemd = None
         self.observer: Observer | None = None  # what systemd and the kernel hold (observe.py)
         self.applier: Applier | None = None
@@ -294,12 +293,16 @@ class Daemon:
         held for it past its patience."""
         if self.agenda.take_kubelet_start() and self.companion.kubelet_started(self.config):
             self.agenda.reread()
+        if self.companion.bridge and not self.agenda.kubelet_starting(now) \
+                and self.companion.end_bridge("its start is past"):
+            self.agenda.reread()
         if self.companion.held and not self.agenda.deciding(now) and self.companion.release():
             self.agenda.reread()  # what was held for it is compared as the mode has it
 
     # ------------------------------------------------------------ one round (round.py)
     def _inputs(self) -> Inputs:
-        node = NodeFacts(self.capacity.bytes, self.out.page_size, self.companion.writes, self.companion.hand_back)
+        node = NodeFacts(self.capacity.bytes, self.out.page_size, self.companion.writes, self.companion.hand_back,
+                         self.companion.bridge)
         return Inputs(self.intake.pods, node, self.config, self.naming, self.intake.holding,
                       frozenset(self.reserved.retired))
 
@@ -363,32 +366,28 @@ class Daemon:
         closes in (the next round puts ours back), a feature takes its own part of each (a
         feature's: said there), and the rest is counted, said and kept (fights.ForeignLog)."""
         now = self.out.clock()
+        bridged = self.companion.bridge  # for every write found in this read (its round writes several)
         for record in self.observer.take_drift():
-            if self._kubelets(record, now):
+            if self._kubelets(record, now, bridged):
                 continue
             self.agenda.foreign_write(now)
             taken = features.on_drift(self.features, record.unit, record.before, record.now, self.config)
             self.foreign.seen(record, self.naming, taken, now)
         self.loop.ticks_moved()  # the close watch begins within a second
 
-    def _kubelets(self, record, now: float) -> bool:
-        """Whether a write found is the kubelet's at one of its moments (kubelet_gate.kubelets_write):
-        its start's reset or a container's values at its creation (counted, said, put back when
-        ours), or one its configuration, being decided, may make its own (held for it). None of
-        them is a foreign write or a fight."""
+    def _kubelets(self, record, now: float, bridged: bool = False) -> bool:
+        """Whether a write found is the kubelet's (Companion.whose): a moment of its (counted, said,
+        put back when ours), held for it, or its own while its start is bridged. Never a fight."""
         ref = self.naming.parse_unit(record.unit)
         level = ref.level if ref is not None else "reserved"
-        facts = self.companion.mode.facts
-        deciding = self.config.companion != "off" and self.agenda.deciding(now)
-        kind = kubelets_write(level, record.before, record.now, facts, starting=self.agenda.kubelet_starting(now),
-                              deciding=deciding) if facts is not None else None
-        if kind is None:
-            return False
-        if kind == "held":
-            self.companion.hold(record.unit, frozenset(p for p in record.now if record.now[p] != record.before.get(p)))
-            return True
-        self._moments(record, level, kind, now)
-        return True
+        kind = self.companion.whose(record.unit, level, record.before, record.now, bridged=bridged,
+                                    starting=self.agenda.kubelet_starting(now),
+                                    deciding=self.config.companion != "off" and self.agenda.deciding(now))
+        if kind == "round":
+            self.agenda.reread()  # the node and QoS slices are its own again: compared as such
+        elif kind in ("start", "create"):
+            self._moments(record, level, kind, now)
+        return kind is not None
 
 
 class KubeletMoments:

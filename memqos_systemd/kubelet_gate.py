@@ -9,7 +9,7 @@ pkg/kubelet/kuberuntime/kuberuntime_container_linux.go; docs/DESIGN.md, "Compani
 
 | its configuration | what it holds as its own | what it writes at a moment, and we put back |
 |---|---|---|
-| gate on, TieredReservation | MemoryMin, MemoryLow of kubepods.slice, the QoS slices (every minute), the pod slices and container scopes (at creation and resize); a reserved slice's MemoryMin | - (its start sets the same zeros as under None, measured; there they are its own, left to it until its first round: docs/DESIGN.md, "Handing over") |
+| gate on, TieredReservation | MemoryMin, MemoryLow of kubepods.slice, the QoS slices (every minute), the pod slices and container scopes (at creation and resize); a reserved slice's MemoryMin | at its start the same zeros as under None (measured): its own properties there, so its own values are put back until its first round counts the pods (companion.Companion.bridge; docs/DESIGN.md, "Handing over") |
 | gate on, None (its v1.37 default) | a reserved slice's MemoryMin | at its start: kubepods.slice MemoryMin and MemoryLow, the Burstable slice's MemoryLow to 0; at a container's creation and resize: its MemoryMin and MemoryLow to 0 |
 | gate on, a policy this version does not know (v1.38 may add Hard, Soft) | as TieredReservation: left to it | - |
 | with a throttling factor (nil by default from v1.37) | also MemoryHigh of the pod slices (pod-level limits) and container scopes | - |
@@ -289,6 +289,10 @@ class Writes:
     def holding(self, held: Mapping[str, frozenset[str]]) -> Writes:
         return replace(self, held=MappingProxyType({u: frozenset(p) for u, p in held.items() if p}))
 
+    def without(self, levels: frozenset[str]) -> Writes:
+        """The same, with nothing of its at `levels` (bridged: its values written there by us)."""
+        return replace(self, levels=MappingProxyType({lv: p for lv, p in self.levels.items() if lv not in levels}))
+
 
 def writes(facts: KubeletFacts) -> Writes:
     """What the kubelet of `facts` holds as its own (the table in the module's docstring)."""
@@ -311,8 +315,9 @@ def start_resets(facts: KubeletFacts) -> Mapping[str, frozenset[str]]:
     policy other than TieredReservation, kubepods.slice MemoryMin and MemoryLow and the Burstable
     slice's MemoryLow (its QoS manager's Start; with the gate off its node-allocatable enforcement
     too). Under TieredReservation its start sets the same zeros (e2e 59-real-kubelet-beside), but
-    on properties that are its own then: none of ours. A start that does not know the gate is
-    taken to reset (the safe side: ours goes back at once)."""
+    on properties that are its own then: bridged with its own values (companion.Companion.bridge),
+    not here. A start that does not know the gate is taken to reset (the safe side: ours goes back
+    at once)."""
     if facts.gate.on and facts.policy == "TieredReservation":
         return _EMPTY
     return MappingProxyType({"node": _PROTECTION, "qos": frozenset({"MemoryLow"})})

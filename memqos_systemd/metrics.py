@@ -159,8 +159,8 @@ class Metrics:
         self._kubelet_resets = Counter("memqos_kubelet_resets",
                                        "Times the kubelet was found writing over a value of ours at one of its moments,"
                                        " each put back through systemd, by the unit's level and the moment: start (its"
-                                       " start resets kubepods.slice and the Burstable slice to 0 unless its policy is"
-                                       " TieredReservation) or create (a container's values as it creates or resizes"
+                                       " start resets kubepods.slice and the Burstable slice to 0; under TieredReservation"
+                                       " its own values are put back until its round counts the pods) or create (a container's values as it creates or resizes"
                                        " it); never a foreign write nor a fight", ["level", "moment"], registry=r)
         self._oom_group_restores = Counter("memqos_oom_group_restores",
                                            "memory.oom.group put back to the runtime's 1 after systemd re-applied a"

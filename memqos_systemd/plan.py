@@ -45,7 +45,7 @@ from .quantity import MAX_BYTES, UINT64_MAX, format_bytes, page_up
 
 __all__ = ["INFINITY", "NodeFacts", "UnitPlan", "Plan", "PlanError", "Ceiling", "Lever", "Owner", "allocatable", "memory_high",
            "kubelet_memory_high", "besteffort_ceiling", "ceiling_misfits", "burstable_high", "qos_reserved_writer",
-           "plan", "HAND_BACK_LEVELS"]
+           "plan", "HAND_BACK_LEVELS", "BRIDGE_LEVELS"]
 
 # systemd's `infinity` for MemoryHigh.
 INFINITY = UINT64_MAX
@@ -69,9 +69,15 @@ class NodeFacts:
     # writes them only at a unit's creation or its own start (HAND_BACK_LEVELS), so that nothing of
     # ours stays there that it would not write.
     hand_back: bool = False
+    # Bridge the kubelet's start (companion.Companion.bridge): its start sets the node and QoS
+    # slices' protection to 0 under TieredReservation too, and it counts the running pods only at
+    # its next round (up to a minute; docs/DESIGN.md, "Handing over"): until then its own values
+    # are sent there (BRIDGE_LEVELS), so that the pods are never left unprotected meanwhile.
+    bridge: bool = False
 
 
 HAND_BACK_LEVELS = frozenset({"reserved", "pod", "container"})
+BRIDGE_LEVELS = frozenset({"node", "qos"})
 
 
 @dataclass(frozen=True)
@@ -457,7 +463,7 @@ def _theirs(units: tuple[UnitPlan, ...], pods: list[Pod], node: NodeFacts, confi
     kconfig = dataclasses.replace(config, memory_reservation_policy=writes.policy,
                                   memory_throttling_factor=writes.factor, hierarchy=writes.layout,
                                   best_effort_ceiling=CeilingSettings(), burstable_high=BurstableHighSettings())
-    theirs = plan(pods, dataclasses.replace(node, kubelet=Writes(), hand_back=False), kconfig).by_unit()
+    theirs = plan(pods, dataclasses.replace(node, kubelet=Writes(), hand_back=False, bridge=False), kconfig).by_unit()
     out = []
     for u in units:
         mine = writes.of(u.unit, u.level)
@@ -466,7 +472,8 @@ def _theirs(units: tuple[UnitPlan, ...], pods: list[Pod], node: NodeFacts, confi
             out.append(u)
             continue
         values = {"MemoryMin": k.memory_min, "MemoryLow": k.memory_low, "MemoryHigh": k.memory_high}
-        shown = frozenset() if node.hand_back and u.level in HAND_BACK_LEVELS else mine  # handed back: sent once
+        sent = (node.hand_back and u.level in HAND_BACK_LEVELS) or (node.bridge and u.level in BRIDGE_LEVELS)
+        shown = frozenset() if sent else mine  # handed back (sent once) or bridged (sent until it counts)
         out.append(dataclasses.replace(u, kubelet=shown, **{_FIELD[p]: values[p] for p in mine if p in values}))
     return tuple(out)
 

@@ -37,7 +37,7 @@ class Wiring:
     features: tuple[Feature, ...]
     cgroupfs: Cgroupfs
     page_size: int
-    kubelet: Callable[[], Writes] = Writes  # what the kubelet writes as its own now (companion mode)
+    kubelet: Callable[[], Writes] = Writes  # what the kubelet writes as its own now, not compared nor watched (companion mode)
     on_call: Callable[[str, str], None] | None = None  # each D-Bus call counted (metrics)
 
     @property

@@ -102,6 +102,14 @@ def test_beside_tiered_reservation_nothing_it_writes_is_written_nor_fought_over(
     run(body())
 
 
+async def settled_beside_tiered(h: Harness, fake) -> None:
+    """Settled beside a kubelet that protects the pods, its values written."""
+    await h.settle()
+    assert h.daemon.companion.mode.writes.protects
+    kubelet_writes(fake)
+    await h.resync_now()
+
+
 def zero_at_start(fake) -> None:
     """What a v1.37 kubelet's start writes with its gate off or its policy None: kubepods.slice
     MemoryMin and MemoryLow and the Burstable slice's MemoryLow to 0 (its QoS manager's Start)."""
@@ -134,6 +142,38 @@ def test_beside_a_kubelet_at_its_defaults_ours_protect_the_pods_and_come_back_af
     run(body())
 
 
+def test_beside_tiered_reservation_its_start_zeros_are_bridged_with_its_own_values(fake_systemd, tmp_path):
+    """Issue 41 (measured with the real kubelet of v1.37.2, e2e 59): under TieredReservation too
+    its start sets kubepods.slice and the Burstable slice to 0, and it counts the running pods only
+    at its next round. Its own values are written there until then (counted as its start's moment,
+    never a foreign write); its round's write ends that, and nothing of its is written after."""
+    start_pods(fake_systemd, *UNITS)
+    config = {**RESERVED, "kubeletConfigFile": kubelet_file(tmp_path, TIERED_KUBELET)}
+
+    async def body():
+        async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=config, state_dir=tmp_path) as h:
+            await settled_beside_tiered(h, fake_systemd)
+            fake_systemd.clear_calls()
+            fake_systemd.emit_job_removed("kubelet.service", "done")
+            await until(lambda: h.daemon.companion.bridge, timeout=5)
+            zero_at_start(fake_systemd)
+            await h.resync_now()
+            await until(lambda: h.memory("kubepods.slice")["MemoryMin"] > 0
+                        and h.memory("kubepods-burstable.slice")["MemoryLow"] > 0, timeout=5)
+            sent = {u for u, _ in h.sets()}
+            assert sent <= {"kubepods.slice", "kubepods-burstable.slice", "kubepods-besteffort.slice"}, sent
+            assert foreign(h) == 0 and counted(h, "memqos_kubelet_resets") >= 1
+            kubelet_writes(fake_systemd, 2)  # its round, which counts the pods: its own from now on
+            await h.resync_now()
+            await until(lambda: not h.daemon.companion.bridge, timeout=5)
+            fake_systemd.clear_calls()
+            await h.resync_now()
+            await h.settle()
+            assert ours_written(h) == [] and foreign(h) == 0 and not h.daemon.foreign.writes.fights
+            assert h.memory("kubepods.slice")["MemoryMin"] == 2 * 768 * MI
+    run(body())
+
+
 def test_the_gate_in_the_kubelets_file_is_read_again_at_its_start(fake_systemd, tmp_path):
     """Issue 42, the first handover: the gate learned only from the kubelet's file follows its
     restarts, not only our own start and reload. Gate off in the file, the kubelet restarts and
@@ -144,10 +184,7 @@ def test_the_gate_in_the_kubelets_file_is_read_again_at_its_start(fake_systemd, 
 
     async def body():
         async with Harness(fake_systemd, tmp_path, [GUARANTEED, BURSTABLE], config=config, state_dir=tmp_path) as h:
-            await h.settle()
-            assert h.daemon.companion.mode.writes.protects
-            kubelet_writes(fake_systemd)
-            await h.resync_now()
+            await settled_beside_tiered(h, fake_systemd)
             kubelet_file(tmp_path, GATE_OFF_KUBELET)
             fake_systemd.clear_calls()
             fake_systemd.emit_job_removed("kubelet.service", "done")

@@ -13,7 +13,7 @@ from memqos_systemd.kubelet_gate import Gate, KubeletFacts, Writes, writes
 from memqos_systemd.naming import Naming
 from memqos_systemd import features
 from memqos_systemd.features import plan_all
-from memqos_systemd.plan import HAND_BACK_LEVELS, INFINITY, NodeFacts, plan
+from memqos_systemd.plan import BRIDGE_LEVELS, HAND_BACK_LEVELS, INFINITY, NodeFacts, plan
 from memqos_systemd.reconcile import diff
 
 ON = Gate(True, "its /metrics")
@@ -28,8 +28,9 @@ KEYS = dict(memoryReservationPolicy="TieredReservation", enforceNodeAllocatable=
             kubeReservedCgroup="/kube.slice", kubeReserved={"memory": "300Mi"}, bestEffortCeiling={"enabled": True})
 
 
-def companion_plan(kubelet: Writes = TIERED, hand_back: bool = False, **keys):
-    return plan_all(PODS, NodeFacts(16 * Gi, 4096, kubelet=kubelet, hand_back=hand_back), cfg(**{**KEYS, **keys}))
+def companion_plan(kubelet: Writes = TIERED, hand_back: bool = False, bridge: bool = False, **keys):
+    return plan_all(PODS, NodeFacts(16 * Gi, 4096, kubelet=kubelet, hand_back=hand_back, bridge=bridge),
+                    cfg(**{**KEYS, **keys}))
 
 
 def alone(**keys):
@@ -133,6 +134,21 @@ def test_handing_back_sends_the_kubelets_values_once_where_it_writes_them_only_a
     values = p.by_unit()
     assert values[scope(2)].memory_low == 256 * Mi and values[scope(2)].memory_min == 0
     assert values["kube.slice"].memory_min == 300 * Mi
+
+
+def test_bridging_its_start_sends_its_own_values_on_the_node_and_qos_slices_only():
+    """Its start zeros the node and QoS slices under TieredReservation too (e2e 59): while bridged,
+    its values are sent there (never ours), and nothing else of its is."""
+    held, bridged = companion_plan().by_unit(), companion_plan(bridge=True)
+    for u in bridged.units:
+        if u.level in BRIDGE_LEVELS:
+            assert not u.kubelet and (u.memory_min, u.memory_low) == (held[u.unit].memory_min, held[u.unit].memory_low)
+        else:
+            assert u.kubelet == held[u.unit].kubelet
+    assert bridged.by_unit()["kubepods.slice"].memory_min > 0
+    # At its defaults nothing there is its own: the same plan, bridged or not.
+    assert companion_plan(DEFAULTS, bridge=True).units == companion_plan(DEFAULTS).units
+    assert TIERED.without(BRIDGE_LEVELS).at("node") == frozenset() and TIERED.without(BRIDGE_LEVELS).protects
 
 
 @pytest.mark.parametrize("kubelet, on", [(Writes(), ("burstableHigh",)), (DEFAULTS, ("burstableHigh",)),

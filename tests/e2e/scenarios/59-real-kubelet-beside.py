@@ -232,6 +232,13 @@ def stretch_below(unit, f, floor, since, until):
     return round(longest, 2), vals
 
 
+def upper_gaps(plan, since, until):
+    """stretch_below for the node and Burstable slices' memory.min/low that `plan` sets (non-zero)."""
+    return {f"{u} {f}": stretch_below(u, f, plan[u][p], since, until)
+            for u in (NODE, BURSTABLE) for f, p in (("memory.min", "MemoryMin"), ("memory.low", "MemoryLow"))
+            if plan[u][p] > 0}
+
+
 def last_foreign(unit, prop, since):
     """The last value the kubelet or runc set for `unit`'s `prop` over D-Bus since `since`, or None."""
     v = None
@@ -366,9 +373,7 @@ time.sleep(3)
 t_end = time.monotonic()
 after = counts()
 d = delta(before, after)
-gaps = {f"{u} {f}": stretch_below(u, f, plan_a[u][p], t0, t_back)
-        for u in (NODE, BURSTABLE) for f, p in (("memory.min", "MemoryMin"), ("memory.low", "MemoryLow"))
-        if plan_a[u][p] > 0}
+gaps = upper_gaps(plan_a, t0, t_back)
 scope = next(iter(n["scopes"].values()))
 rc = [c for c in mon.calls(since=t_new, unit=scope) if not c["who"].startswith(OURS)]
 report["steps"]["a-again"] = {"healthz_s": took, "port_s": port_s, "first_write_s": first_s, "delta": d,
@@ -473,9 +478,7 @@ time.sleep(2)
 t_end = time.monotonic()
 after = counts()
 d = delta(before, after)
-gaps = {f"{u} {f}": stretch_below(u, f, plan_d[u][p], t0, t_ours)
-        for u in (NODE, BURSTABLE) for f, p in (("memory.min", "MemoryMin"), ("memory.low", "MemoryLow"))
-        if plan_d[u][p] > 0}
+gaps = upper_gaps(plan_d, t0, t_ours)
 report["steps"]["c->d"] = {"healthz_s": took, "port_s": port_s, "first_write_s": first_s,
                            "mode_s": round(mode_t - t0, 2) if mode_t else None,
                            "ours_in_kernel_s": round(t_ours - t0, 1), "delta": d, "gaps_s": gaps,

@@ -28,8 +28,10 @@ A line moves on a grid of QUANTUM bytes with hysteresis: it is lowered as soon a
 claim passes it (to the grid point below), and raised only once they leave two grid steps more.
 Usage that jitters by less than a step never writes anything.
 
-Getting to a line (the steps, and how far below a borrower's usage one write may go: TAKE) is
-ceiling.step's; when to look again is the feature's (lending_watch.py, over agenda.follow).
+Getting to a line is ceiling.py's: the BestEffort slice's MemoryMax never below its usage
+(ceiling.step), its MemoryHigh down to the line at most TAKE below the usage a write
+(ceiling.take_back), a lever pod's MemoryHigh the same way (ceiling.step with TAKE); when to look
+again is the feature's (lending_watch.py, over agenda.follow).
 Every number here is chosen from measurements: docs/DESIGN.md, "Lines that follow usage".
 No I/O, no clock (`now` is passed in), no globals; tests/unit/test_lending.py is its table.
 """
@@ -58,9 +60,10 @@ HORIZON = 2.0
 PRESS_STALL = 0.01
 # A pressed owner keeps its whole request reserved for this long after its last press.
 PRESS_HOLD = 60.0
-# One write may lower a borrower's line at most this far below its usage (ceiling.step's `take`):
-# what PID 1 reclaims in the write, or the kernel OOM-kills in the borrower's cgroup.
-TAKE = 64 * MIB
+# One write may lower a borrower's MemoryHigh at most this far below its usage (ceiling.take_back,
+# ceiling.step's `take`): at most what PID 1 reclaims inside that write (memory.high never
+# OOM-kills). A MemoryMax is never written below the usage (docs/DESIGN.md, "Lines that follow usage").
+TAKE = 32 * MIB
 # Looks: LOOK_FIRST after a look that moved something, twice as long each time nothing moved, up
 # to LOOK_MOST (agenda.follow); a stall in kubepods.slice wakes a look at once.
 LOOK_FIRST = 1.0

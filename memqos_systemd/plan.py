@@ -106,9 +106,6 @@ class Ceiling:
     requests: int  # the Guaranteed and Burstable pods' requests, summed
     headroom: int
     minimum: int
-    # How far one write may go below the slice's usage (ceiling.step): 0 for the static line; a
-    # line that follows usage (lending.py) takes back what it lent.
-    take: int = 0
     lent: int | None = None  # a line that follows usage: what it lends (lending.Lent); None: the static line
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from memqos_systemd.ceiling import Step, step
+from memqos_systemd.ceiling import Step, step, take_back
 
 Mi = 2**20
 INF = 2**64 - 1
@@ -71,5 +71,54 @@ def test_no_step_below_the_usage_and_never_up_while_lowering(usage, held):
     (900 * Mi, INF, None, 64 * Mi, Step(INF, True)),  # no usage: nothing lowered
     (1500 * Mi, 900 * Mi, 3000 * Mi, 64 * Mi, Step(1500 * Mi, False)),  # raising: at once
 ])
-def test_step_takes_back_a_bounded_step(target, held, usage, take, expected):
+def test_step_lowers_a_memory_high_a_bounded_step(target, held, usage, take, expected):
     assert step(target, held, usage, PAGE, take) == expected
+
+
+@pytest.mark.parametrize("line, held, usage, expected", [
+    # BestEffort uses more than the line (the owners grew into what it was lent): its MemoryHigh
+    # goes down at most `take` (32 MiB here) below the usage a write, never below the line
+    (900 * Mi, None, 1500 * Mi, Step(1468 * Mi, True)),
+    (900 * Mi, INF, 1500 * Mi, Step(1468 * Mi, True)),
+    (900 * Mi, INF, 1500 * Mi + 1, Step(1468 * Mi + PAGE, True)),  # the usage up to a page
+    # the borrower came down to it (it reclaimed, freed, or the kernel took its pages): the next step
+    (900 * Mi, 1468 * Mi, 1468 * Mi, Step(1436 * Mi, True)),
+    (900 * Mi, 1468 * Mi, 1480 * Mi, Step(1448 * Mi, True)),  # within a take of it: from the usage
+    # it did not (anonymous memory, no swap): nothing lower, nothing sent (PID 1 would only retry)
+    (900 * Mi, 1468 * Mi, 1500 * Mi, Step(1468 * Mi, True)),
+    (900 * Mi, 1468 * Mi, 1600 * Mi, Step(1468 * Mi, True)),
+    # near the line: the line itself
+    (900 * Mi, 940 * Mi, 920 * Mi, Step(900 * Mi, True)),
+    (900 * Mi, 900 * Mi, 920 * Mi, Step(900 * Mi, True)),  # held there while the usage is above it
+    # at or below the line: MemoryMax holds it there; MemoryHigh back to infinity
+    (900 * Mi, 900 * Mi, 900 * Mi, Step(INF, False)),
+    (900 * Mi, 1000 * Mi, 10 * Mi, Step(INF, False)),
+    (900 * Mi, INF, 900 * Mi - 1, Step(INF, False)),
+    # the line rose above what is held (an owner shrank, a pod left): raised to it at once
+    (1200 * Mi, 1000 * Mi, 1500 * Mi, Step(1200 * Mi, True)),
+    # the usage cannot be read: nothing lowered; a raise to the line still goes
+    (900 * Mi, 1000 * Mi, None, Step(1000 * Mi, True)),
+    (900 * Mi, None, None, Step(INF, True)),
+    (1200 * Mi, 1000 * Mi, None, Step(1200 * Mi, True)),
+])
+def test_take_back_lowers_memory_high_a_bounded_step(line, held, usage, expected):
+    assert take_back(line, held, usage, PAGE, 32 * Mi) == expected
+
+
+@pytest.mark.parametrize("usage", [0, 1, 123 * Mi + 7, 900 * Mi, 930 * Mi, 1500 * Mi, 5000 * Mi - 3])
+@pytest.mark.parametrize("held", [None, 880 * Mi, 950 * Mi, 1490 * Mi, 2000 * Mi, INF])
+@pytest.mark.parametrize("take", [0, 32 * Mi, 64 * Mi + 1])
+def test_take_back_never_more_than_a_take_below_the_usage(usage, held, take):
+    """Whatever the inputs: a MemoryHigh lowered below what is held is at most `take` below the
+    usage (what PID 1 may reclaim in the write) and never below the line; and the MemoryMax the
+    same round sends (step, no take) is never below the usage."""
+    line = 900 * Mi
+    got = take_back(line, held, usage, PAGE, take)
+    was = INF if held is None else held
+    if got.value < was:
+        assert got.value >= line and got.value >= usage - take
+    assert got.following == (usage > line)
+    assert (got.value == INF) == (usage <= line)
+    m = step(line, held, usage, PAGE)
+    if m.value < was:
+        assert m.value >= usage

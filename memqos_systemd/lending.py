@@ -45,7 +45,8 @@ from typing import Mapping
 from .quantity import page_up
 
 __all__ = ["Owner", "Seen", "Lent", "Lines", "State", "draw", "quantum", "slack_min", "reserve",
-           "SLACK_FLOOR", "SLACK_SHARE", "HORIZON", "PRESS_STALL", "PRESS_HOLD", "TAKE", "LOOK_FIRST", "LOOK_MOST"]
+           "SLACK_FLOOR", "SLACK_SHARE", "HORIZON", "PRESS_STALL", "PRESS_HOLD", "TAKE", "LOOK_FIRST", "LOOK_MOST",
+           "LOOK_IDLE", "look_most"]
 
 MIB = 1 << 20
 # Each owner's slack is at least a sixteenth of its request (4 MiB at least): what it may grow by
@@ -65,9 +66,12 @@ PRESS_HOLD = 60.0
 # OOM-kills). A MemoryMax is never written below the usage (docs/DESIGN.md, "Lines that follow usage").
 TAKE = 32 * MIB
 # Looks: LOOK_FIRST after a look that moved something, twice as long each time nothing moved, up
-# to LOOK_MOST (agenda.follow); a stall in kubepods.slice wakes a look at once.
+# to LOOK_MOST while a line lends, LOOK_IDLE while none does (look_most; agenda.follow); a stall in
+# kubepods.slice wakes a look at once, so an owner growing into what was lent is found when its
+# tasks first stall, not by the backed-off look. (docs/DESIGN.md, "Lines that follow usage")
 LOOK_FIRST = 1.0
-LOOK_MOST = 10.0
+LOOK_MOST = 30.0
+LOOK_IDLE = 60.0
 
 
 def quantum(alloc: int, page_size: int) -> int:
@@ -141,6 +145,15 @@ class Lines:
 
     def lever(self, unit: str) -> Lent | None:
         return next((lv for lv in self.levers if lv.unit == unit), None)
+
+
+def look_most(lines: Lines | None) -> float:
+    """How far the looks may back off: LOOK_MOST while a line lends (the owners may want it back),
+    LOOK_IDLE while none does (nothing to take back: a look can only find more to lend)."""
+    if lines is None:
+        return LOOK_MOST
+    lends = (lines.ceiling is not None and lines.ceiling.lent > 0) or any(lv.lent > 0 for lv in lines.levers)
+    return LOOK_MOST if lends or lines.pressed else LOOK_IDLE
 
 
 def reserve(owner: Owner, seen: Seen | None, pressed: bool, rate: float) -> tuple[int, int]:

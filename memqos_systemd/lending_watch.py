@@ -15,10 +15,12 @@ replaces them at each look:
   most TAKE, and never kill (docs/DESIGN.md, "Lines that follow usage"). Between
   looks (a poll's round, a new pod) it lays the lines of the last look, read again at once only
   when the plan changed.
-* `pending` while it is on: the lines move with usage, which no input of the round shows, so a
-  round is never taken as settled.
+* `pending` while a look is due and not taken: the lines move with usage, which no input of the
+  round shows, so a round is not taken as settled then; between looks an idle round is settled
+  (and skipped) as any other.
 * `look_again`: LOOK_FIRST after a look that moved something (a line, an owner's usage by a grid
-  step, a press), twice as long each time nothing moved, up to LOOK_MOST (agenda.follow);
+  step, a press, a step written), twice as long each time nothing moved, up to LOOK_MOST while a
+  line lends and LOOK_IDLE while none does (lending.look_most; agenda.follow);
   `notifier` is a PSI trigger on kubepods.slice (Cgroupfs.pressure_wake: PRESS_TRIGGER of stall in
   PRESS_WINDOW), and `woken` makes a look due at once: the owners' growth is found when their
   tasks first stall on memory, not at the next tick.
@@ -77,6 +79,7 @@ class LendingWatch:
         self._overlaid: tuple | None = None  # (desired, key, overlaid plan)
         self._look = Look()
         self._due = True  # a look is due at the next overlay
+        self._drawn_at = float("-inf")  # when the lines were last drawn
 
     def units(self, naming: Naming, config: Config) -> frozenset[str]:
         return frozenset()
@@ -120,7 +123,7 @@ class LendingWatch:
         self.lines, self.state = lending.draw(owners, self._seen, alloc=desired.allocatable, headroom=headroom,
                                               ceiling=ceiling, page_size=self.page_size, state=self.state, now=now)
         self.moved = self.lines.moved
-        self._drawn_for, self._due, self._headroom = desired, False, headroom
+        self._drawn_for, self._due, self._headroom, self._drawn_at = desired, False, headroom, now
         self._say(before, self.lines)
 
     def _lay(self, desired: Plan, observed: Mapping[str, Mapping[str, int] | None]) -> Plan:
@@ -171,15 +174,17 @@ class LendingWatch:
 
     @property
     def pending(self) -> bool:
-        """While on, never settled: the lines follow usage, which the round's inputs do not show."""
-        return self.active
+        """A look is due and not taken yet: the lines follow usage, which the round's inputs do not
+        show, so a round must not be taken as settled then (round.py asks before and after a round).
+        Between looks, a round with nothing to send is settled as any other."""
+        return self.active and (self._due or self._drawn_at < self._look.at <= self.clock())
 
     def settle(self, observed: Mapping[str, Mapping[str, int] | None], desired: Plan) -> None:
         self.metrics.lending(desired if self.active else None)
 
     def look_again(self, now: float, planned: bool = True) -> float:
         self._look = follow(self._look, now, planned and self.active, self.moved, lending.LOOK_FIRST,
-                            lending.LOOK_MOST)
+                            lending.look_most(self.lines))
         self.moved = False
         return self._look.at
 

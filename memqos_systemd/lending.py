@@ -28,9 +28,8 @@ A line moves on a grid of QUANTUM bytes with hysteresis: it is lowered as soon a
 claim passes it (to the grid point below), and raised only once they leave two grid steps more.
 Usage that jitters by less than a step never writes anything.
 
-Getting to a line is ceiling.py's: the BestEffort slice's MemoryMax never below its usage
-(ceiling.step), its MemoryHigh down to the line at most TAKE below the usage a write
-(ceiling.take_back), a lever pod's MemoryHigh the same way (ceiling.step with TAKE); when to look
+Getting to a line is ceiling.step's: the BestEffort slice's MemoryMax and a lever pod's MemoryHigh
+step down with the borrower's usage, never below it (GUARD above it); when to look
 again is the feature's (lending_watch.py, over agenda.follow).
 Every number here is chosen from measurements: docs/DESIGN.md, "Lines that follow usage".
 No I/O, no clock (`now` is passed in), no globals; tests/unit/test_lending.py is its table.
@@ -45,7 +44,7 @@ from typing import Mapping
 from .quantity import page_up
 
 __all__ = ["Owner", "Seen", "Lent", "Lines", "State", "draw", "quantum", "slack_min", "reserve",
-           "SLACK_FLOOR", "SLACK_SHARE", "HORIZON", "PRESS_STALL", "PRESS_HOLD", "TAKE", "LOOK_FIRST", "LOOK_MOST",
+           "SLACK_FLOOR", "SLACK_SHARE", "HORIZON", "PRESS_STALL", "PRESS_HOLD", "GUARD", "LOOK_FIRST", "LOOK_MOST",
            "LOOK_IDLE", "look_most"]
 
 MIB = 1 << 20
@@ -61,10 +60,11 @@ HORIZON = 2.0
 PRESS_STALL = 0.01
 # A pressed owner keeps its whole request reserved for this long after its last press.
 PRESS_HOLD = 60.0
-# One write may lower a borrower's MemoryHigh at most this far below its usage (ceiling.take_back,
-# ceiling.step's `take`): at most what PID 1 reclaims inside that write (memory.high never
-# OOM-kills). A MemoryMax is never written below the usage (docs/DESIGN.md, "Lines that follow usage").
-TAKE = 32 * MIB
+# A line below a borrower's usage is stepped down with the usage, never below it, and stops this
+# far above it (ceiling.step's `guard`): what the borrower may charge between the usage read and the
+# write without turning the write into one below its usage, which makes PID 1 reclaim and OOM-kill
+# (docs/DESIGN.md, "Lines that follow usage").
+GUARD = 4 * MIB
 # Looks: LOOK_FIRST after a look that moved something, twice as long each time nothing moved, up
 # to LOOK_MOST while a line lends, LOOK_IDLE while none does (look_most; agenda.follow); a stall in
 # kubepods.slice wakes a look at once, so an owner growing into what was lent is found when its

@@ -7,12 +7,10 @@ replaces them at each look:
 * `overlay` reads, when a look is due, each owner's memory.current, `low` count and PSI `some`
   total (Cgroupfs.owners_seen: a pread each), draws the lines (lending.draw, pure), and lays them
   on the plan: the ceiling's MemoryMax (which CeilingWatch, after it in the table, then steps
-  towards, never below the BestEffort slice's usage), the BestEffort slice's MemoryHigh while its
-  usage is above the line (ceiling.take_back: down to the line, at most lending.TAKE below the
-  usage in one write, infinity again once the usage is at the line), and each lever pod's
-  MemoryHigh, stepped the same way (ceiling.step with TAKE). So no write of ours is a MemoryMax
-  below a usage, the write that makes PID 1 OOM-kill; a MemoryHigh write makes PID 1 reclaim at
-  most TAKE, and never kill (docs/DESIGN.md, "Lines that follow usage"). Between
+  towards, never below the BestEffort slice's usage, lending.GUARD above it), and each lever pod's
+  MemoryHigh, stepped the same way (ceiling.step with GUARD). No write of ours goes below a
+  borrower's usage: such a write makes PID 1 reclaim, and for a MemoryMax OOM-kill, inside it
+  (docs/DESIGN.md, "Lines that follow usage"). Between
   looks (a poll's round, a new pod) it lays the lines of the last look, read again at once only
   when the plan changed.
 * `pending` while a look is due and not taken: the lines move with usage, which no input of the
@@ -36,13 +34,13 @@ from typing import Mapping
 
 from . import lending
 from .agenda import Look, follow
-from .ceiling import step, take_back
+from .ceiling import step
 from .cgroupfs import Cgroupfs
 from .config_schema import Config
 from .feature import Context
 from .metrics import NoMetrics
 from .naming import Naming
-from .plan import INFINITY, Plan, UnitPlan
+from .plan import INFINITY, Plan
 from .reconcile import UNREAD
 
 __all__ = ["LendingWatch", "PRESS_TRIGGER", "PRESS_WINDOW", "lines_now"]
@@ -134,30 +132,21 @@ class LendingWatch:
         for lent in lines.levers:
             held = _held(observed, lent.unit, "MemoryHigh")
             seen = self._seen.get(lent.unit)
-            s = step(lent.value, held, seen.usage if seen is not None else None, self.page_size, lending.TAKE)
+            s = step(lent.value, held, seen.usage if seen is not None else None, self.page_size, lending.GUARD)
             steps[lent.unit] = s.value
             self.stepping |= s.following
             self.moved |= s.value != (INFINITY if held is None else held)  # a write: look again soon
-        besteffort_high = None  # the BestEffort slice's MemoryHigh while its usage is above the line
-        if lines.ceiling is not None and desired.ceiling is not None:
-            unit = desired.ceiling.unit
-            held_max, held_high = _held(observed, unit, "MemoryMax"), _held(observed, unit, "MemoryHigh")
-            if lines.ceiling.value < (INFINITY if held_max is None else held_max) or held_high not in (None, INFINITY):
-                s = take_back(lines.ceiling.value, held_high, self.cgroupfs.usage(unit), self.page_size, lending.TAKE)
-                besteffort_high = s.value
-                self.stepping |= s.following
-                self.moved |= s.value != (INFINITY if held_high is None else held_high)
-        key = (lines.ceiling, lines.levers, tuple(sorted(steps.items())), besteffort_high)
+        key = (lines.ceiling, lines.levers, tuple(sorted(steps.items())))
         if self._overlaid is not None and self._overlaid[0] is desired and self._overlaid[1] == key:
             return self._overlaid[2]
         ceiling, units = desired.ceiling, desired.units
         if lines.ceiling is not None and ceiling is not None:
             # its headroom lending's: what it lends is above allocatable - requests - that headroom
             ceiling = dataclasses.replace(ceiling, memory_max=lines.ceiling.value, lent=lines.ceiling.lent,
-                                          headroom=self._headroom)
+                                          headroom=self._headroom, guard=lending.GUARD)
         levers = tuple(dataclasses.replace(lv, memory_high=lines.lever(lv.unit).value, lent=lines.lever(lv.unit).lent)
                        if lines.lever(lv.unit) is not None else lv for lv in desired.levers)
-        units = tuple(_besteffort(u, ceiling.memory_max, besteffort_high)
+        units = tuple(dataclasses.replace(u, memory_max=ceiling.memory_max)
                       if ceiling is not None and u.unit == ceiling.unit and u.level == "qos" and u.memory_max is not None
                       else dataclasses.replace(u, memory_high=steps[u.unit]) if u.level == "pod" and u.unit in steps
                       else u for u in units)
@@ -197,12 +186,6 @@ def _held(observed: Mapping[str, Mapping[str, int] | None], unit: str, prop: str
     return None if values is None or values is UNREAD else values.get(prop)
 
 
-def _besteffort(u: UnitPlan, memory_max: int, memory_high: int | None) -> UnitPlan:
-    """The BestEffort QoS slice with the line as its MemoryMax (CeilingWatch steps it, never below
-    the usage) and, while its usage is above the line, the MemoryHigh that takes it back."""
-    return dataclasses.replace(u, memory_max=memory_max, **({} if memory_high is None else {"memory_high": memory_high}))
-
-
 def lines_now(desired: Plan, cgroupfs: Cgroupfs, config: Config, page_size: int, now: float) -> Plan:
     """`desired` with the lines a first look draws now (for `status`): the owners read once, no
     trigger armed, nothing stepped. A first look knows no growth rate and no press held, so the
@@ -213,7 +196,4 @@ def lines_now(desired: Plan, cgroupfs: Cgroupfs, config: Config, page_size: int,
     watch = LendingWatch(cgroupfs, page_size)
     watch._draw(desired, config.lending.headroom.resolve(desired.allocatable), now)
     # each line taken as held: laid as drawn, not stepped from what systemd holds
-    held = {lent.unit: {"MemoryHigh": lent.value} for lent in watch.lines.levers}
-    if watch.lines.ceiling is not None:
-        held[watch.lines.ceiling.unit] = {"MemoryMax": watch.lines.ceiling.value, "MemoryHigh": INFINITY}
-    return watch._lay(desired, held)
+    return watch._lay(desired, {lent.unit: {"MemoryHigh": lent.value} for lent in watch.lines.levers})

@@ -107,6 +107,9 @@ class Ceiling:
     headroom: int
     minimum: int
     lent: int | None = None  # a line that follows usage: what it lends (lending.Lent); None: the static line
+    # How far above the slice's usage a step down stops (ceiling.step): 0 for the static line,
+    # lending.GUARD for a line that follows usage.
+    guard: int = 0
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,7 @@
 dbus-daemon with the stand-in systemd: the BestEffort ceiling and the Burstable lever drawn from
 what the pods with requests use (their cgroups' memory.current, memory.events and memory.pressure,
 files in the stand-in's cgroup directories), looked at again as usage moves, taken back when the
-owners grow into it (the borrower's MemoryHigh a bounded step below its usage a write, its MemoryMax
-never below it), and back to the static lines when
+owners grow into it (stepped down with the borrower's usage, never below it), and back to the static lines when
 lending is turned off. The metrics show each line and what it lends.
 
 The kernel's side (the OOM kill in BestEffort, the throttled borrower, the owners' pages kept) is
@@ -91,27 +90,20 @@ def test_lines_follow_usage_and_take_back_a_step_at_a_time(fake_systemd, tmp_pat
             assert gauge(h, "memqos_lending_lent_bytes", "burstableHigh", "ns/u") == \
                 lever - (ALLOC - g - b)
             # BestEffort fills what it was lent; G grows to its request: the line comes down below
-            # BestEffort's usage. Its MemoryMax stays at the usage (never below it: that write makes
-            # PID 1 OOM-kill); its MemoryHigh goes down a bounded step a write (lending.TAKE: what PID
-            # 1 may reclaim in it), found at the next look
-            use(fake_systemd, BE, ceiling)
+            # BestEffort's usage. Its MemoryMax steps down with the usage, never below it, a guard
+            # above it (lending.GUARD: a write below the usage makes PID 1 reclaim and OOM-kill)
+            use(fake_systemd, BE, ceiling - 8 * MI)
             use(fake_systemd, GPOD, 510 * MI)
             lower = grid(ALLOC - HEADROOM - g - reserve(b, 50 * MI) - reserve(u, 0))
-            assert ceiling - lower > 2 * lending.TAKE
-            await until(lambda: high(fake_systemd, BE) == ceiling - lending.TAKE, timeout=15)
-            assert memory_max(fake_systemd) == ceiling
+            assert ceiling - lower > 2 * lending.GUARD
+            await until(lambda: memory_max(fake_systemd) == ceiling - 8 * MI + lending.GUARD, timeout=15)
             assert gauge(h, "memqos_lending_line_bytes", "bestEffortCeiling") == lower
+            assert high(fake_systemd, BE) == UINT64_MAX  # no MemoryHigh below the usage either
             assert high(fake_systemd, UPOD) == max(ALLOC - g - b, grid(ALLOC - HEADROOM - g - reserve(b, 50 * MI)))
-            # the borrower reclaimed to it: MemoryMax follows the usage down, MemoryHigh a step further
-            use(fake_systemd, BE, ceiling - lending.TAKE)
-            await until(lambda: high(fake_systemd, BE) == ceiling - 2 * lending.TAKE
-                        and memory_max(fake_systemd) == ceiling - lending.TAKE, timeout=15)
-            use(fake_systemd, BE, lower + 10 * MI)  # the kernel took its pages: within a step of the line
-            await until(lambda: memory_max(fake_systemd) == lower + 10 * MI and high(fake_systemd, BE) == lower,
-                        timeout=15)
-            use(fake_systemd, BE, lower - MI)  # at the line: MemoryMax holds it, MemoryHigh back to infinity
-            await until(lambda: memory_max(fake_systemd) == lower and high(fake_systemd, BE) == UINT64_MAX,
-                        timeout=15)
+            use(fake_systemd, BE, lower + 10 * MI)  # the kernel took its pages (its own charge's OOM kill)
+            await until(lambda: memory_max(fake_systemd) == lower + 10 * MI + lending.GUARD, timeout=15)
+            use(fake_systemd, BE, lower - MI)  # at the line: the line
+            await until(lambda: memory_max(fake_systemd) == lower, timeout=15)
             assert gauge(h, "memqos_lending_line_bytes", "bestEffortCeiling") == lower
     run(body())
 

@@ -61,10 +61,13 @@ PRESS_STALL = 0.01
 # A pressed owner keeps its whole request reserved for this long after its last press.
 PRESS_HOLD = 60.0
 # A line below a borrower's usage is stepped down with the usage, never below it, and stops this
-# far above it (ceiling.step's `guard`): what the borrower may charge between the usage read and the
-# write without turning the write into one below its usage, which makes PID 1 reclaim and OOM-kill
-# (docs/DESIGN.md, "Lines that follow usage").
-GUARD = 4 * MIB
+# far above it (ceiling.step's `guard`). 0, as the static ceiling's step: measured (e2e 25-ceiling
+# C3), 4 MiB let an idle borrower's few charges fit under its MemoryMax, so it lived on while an
+# owner's growth left the node short, until the kernel's global OOM killer came 57 s later with PID
+# 1 stalled 17.7 s on its own page faults; at the usage, its next charge OOM-kills it in its own
+# context within moments. The price: a page charged between our read and the write turns the write
+# into one below the usage (docs/DESIGN.md, "Lines that follow usage").
+GUARD = 0
 # Looks: LOOK_FIRST after a look that moved something, twice as long each time nothing moved, up
 # to LOOK_MOST while a line lends, LOOK_IDLE while none does (look_most; agenda.follow); a stall in
 # kubepods.slice wakes a look at once, so an owner growing into what was lent is found when its

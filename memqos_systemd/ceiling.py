@@ -19,15 +19,13 @@ on cgroup v2 is the very write that makes the writer reclaim.
 A raise, or a lowering to a value at or above the usage, is sent at once. No usage known (the
 slice's cgroup cannot be read): nothing is lowered until it can be.
 
-`guard`: how far above the usage a step stops (0 for the static ceiling). A line that follows
-usage (lending.py) takes back what it lent by the same steps, never below the usage, a guard above
-it: the usage read and the write are apart by a D-Bus call, and a borrower that charged one page
-meanwhile turns a write at its usage into a write below it. Measured (e2e 25-ceiling C3, 4th run):
-MemoryMax written at the usage read, the slice one page above it by the write, PID 1 invoked the OOM
-killer in `memory_max_write` and answered no one for 4.0 s. No MemoryHigh goes below the usage
-either (that run's call lowered MemoryHigh 32 MiB below the usage first): a memory.high write
-reclaims in the writer too, and goes on for as long as reclaim makes progress
-(`memory_high_write`), which a borrower's refaulting page cache can keep up.
+`guard`: how far above the usage a step stops (0 for both lines today: lending.GUARD says why). A
+line that follows usage (lending.py) takes back what it lent by the same steps, never below the
+usage. No MemoryHigh goes below the usage either: a memory.high write reclaims in the writer too,
+for as long as reclaim makes progress (`memory_high_write`). Measured (e2e 25-ceiling C3): one
+SetUnitProperties that lowered MemoryHigh 32 MiB below the usage and set MemoryMax at the usage
+read found the slice a page above it by the write; PID 1 invoked the OOM killer in
+`memory_max_write` and answered no one for 4.0 s.
 
 Like plan.py: no I/O, no clock, no globals; tests/unit/test_ceiling.py is its table.
 """

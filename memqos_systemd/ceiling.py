@@ -19,13 +19,13 @@ on cgroup v2 is the very write that makes the writer reclaim.
 A raise, or a lowering to a value at or above the usage, is sent at once. No usage known (the
 slice's cgroup cannot be read): nothing is lowered until it can be.
 
-`take`: how far one write may go below the usage (0 for the static ceiling: never). A line that
-follows usage (lending.py) takes back what it lent when the owners of requests grow into it: one
-write then goes at most `take` below the usage, so PID 1 reclaims at most that much of the
-borrower's page cache in its write, or, when the borrower holds anonymous memory it cannot
-reclaim, the kernel OOM-kills in the borrower's own cgroup (mm/memcontrol.c, `memory_max_write`);
-the next step goes on from the usage that leaves. The same holds for a MemoryHigh (the Burstable
-lever), except that memory.high never kills: what cannot be reclaimed stays, throttled.
+`guard`: how far above the usage a step stops (0 for both lines today: lending.GUARD says why). A
+line that follows usage (lending.py) takes back what it lent by the same steps, never below the
+usage. No MemoryHigh goes below the usage either: a memory.high write reclaims in the writer too,
+for as long as reclaim makes progress (`memory_high_write`). Measured (e2e 25-ceiling C3): one
+SetUnitProperties that lowered MemoryHigh 32 MiB below the usage and set MemoryMax at the usage
+read found the slice a page above it by the write; PID 1 invoked the OOM killer in
+`memory_max_write` and answered no one for 4.0 s.
 
 Like plan.py: no I/O, no clock, no globals; tests/unit/test_ceiling.py is its table.
 """
@@ -54,16 +54,16 @@ class Step:
     following: bool  # the usage keeps it above the plan: look at the usage again soon
 
 
-def step(target: int, held: int | None, usage: int | None, page_size: int, take: int = 0) -> Step:
+def step(target: int, held: int | None, usage: int | None, page_size: int, guard: int = 0) -> Step:
     """The MemoryMax (or MemoryHigh) to send towards `target` (the plan's), given what systemd
     `held` (None: not known, taken as infinity, the default) and the cgroup's `usage`
-    (memory.current; None: not readable); at most `take` below the usage (see the module)."""
+    (memory.current; None: not readable); a step stops `guard` above the usage (see the module)."""
     held = INFINITY if held is None else held
     if target >= held:
         return Step(target, False)  # a raise (or nothing): the kernel reclaims nothing
     if usage is None:
         return Step(held, True)
-    floor = max(0, page_up(usage, page_size) - take // page_size * page_size)  # the usage, up to a page; less `take`
-    if floor <= target:
+    at = page_up(usage, page_size)  # the usage, up to a page
+    if at <= target:
         return Step(target, False)
-    return Step(min(floor, held), True)
+    return Step(min(at + page_up(guard, page_size), held), True)

@@ -130,8 +130,8 @@ class CeilingWatch:
         self.following = False
         if target is not None:
             usage = self.cgroupfs.usage(unit) if target < (INFINITY if held is None else held) else None
-            take = desired.ceiling.take if desired.ceiling is not None and target == desired.ceiling.memory_max else 0
-            s = step(target, held, usage, self.page_size, take)
+            guard = desired.ceiling.guard if desired.ceiling is not None and target == desired.ceiling.memory_max else 0
+            s = step(target, held, usage, self.page_size, guard)
             value, self.following = s.value, s.following
             if value != INFINITY:
                 self.ledger.add(unit)  # before the write: reset must know, whatever happens next

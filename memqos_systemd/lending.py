@@ -28,8 +28,9 @@ A line moves on a grid of QUANTUM bytes with hysteresis: it is lowered as soon a
 claim passes it (to the grid point below), and raised only once they leave two grid steps more.
 Usage that jitters by less than a step never writes anything.
 
-Getting to a line (the steps, and how far below a borrower's usage one write may go: TAKE) is
-ceiling.step's; when to look again is the feature's (lending_watch.py, over agenda.follow).
+Getting to a line is ceiling.step's: the BestEffort slice's MemoryMax and a lever pod's MemoryHigh
+step down with the borrower's usage, never below it (GUARD above it); when to look
+again is the feature's (lending_watch.py, over agenda.follow).
 Every number here is chosen from measurements: docs/DESIGN.md, "Lines that follow usage".
 No I/O, no clock (`now` is passed in), no globals; tests/unit/test_lending.py is its table.
 """
@@ -43,7 +44,8 @@ from typing import Mapping
 from .quantity import page_up
 
 __all__ = ["Owner", "Seen", "Lent", "Lines", "State", "draw", "quantum", "slack_min", "reserve",
-           "SLACK_FLOOR", "SLACK_SHARE", "HORIZON", "PRESS_STALL", "PRESS_HOLD", "TAKE", "LOOK_FIRST", "LOOK_MOST"]
+           "SLACK_FLOOR", "SLACK_SHARE", "HORIZON", "PRESS_STALL", "PRESS_HOLD", "GUARD", "LOOK_FIRST", "LOOK_MOST",
+           "LOOK_IDLE", "look_most"]
 
 MIB = 1 << 20
 # Each owner's slack is at least a sixteenth of its request (4 MiB at least): what it may grow by
@@ -58,13 +60,21 @@ HORIZON = 2.0
 PRESS_STALL = 0.01
 # A pressed owner keeps its whole request reserved for this long after its last press.
 PRESS_HOLD = 60.0
-# One write may lower a borrower's line at most this far below its usage (ceiling.step's `take`):
-# what PID 1 reclaims in the write, or the kernel OOM-kills in the borrower's cgroup.
-TAKE = 64 * MIB
+# A line below a borrower's usage is stepped down with the usage, never below it, and stops this
+# far above it (ceiling.step's `guard`). 0, as the static ceiling's step: measured (e2e 25-ceiling
+# C3), 4 MiB let an idle borrower's few charges fit under its MemoryMax, so it lived on while an
+# owner's growth left the node short, until the kernel's global OOM killer came 57 s later with PID
+# 1 stalled 17.7 s on its own page faults; at the usage, its next charge OOM-kills it in its own
+# context within moments. The price: a page charged between our read and the write turns the write
+# into one below the usage (docs/DESIGN.md, "Lines that follow usage").
+GUARD = 0
 # Looks: LOOK_FIRST after a look that moved something, twice as long each time nothing moved, up
-# to LOOK_MOST (agenda.follow); a stall in kubepods.slice wakes a look at once.
+# to LOOK_MOST while a line lends, LOOK_IDLE while none does (look_most; agenda.follow); a stall in
+# kubepods.slice wakes a look at once, so an owner growing into what was lent is found when its
+# tasks first stall, not by the backed-off look. (docs/DESIGN.md, "Lines that follow usage")
 LOOK_FIRST = 1.0
-LOOK_MOST = 10.0
+LOOK_MOST = 30.0
+LOOK_IDLE = 60.0
 
 
 def quantum(alloc: int, page_size: int) -> int:
@@ -138,6 +148,15 @@ class Lines:
 
     def lever(self, unit: str) -> Lent | None:
         return next((lv for lv in self.levers if lv.unit == unit), None)
+
+
+def look_most(lines: Lines | None) -> float:
+    """How far the looks may back off: LOOK_MOST while a line lends (the owners may want it back),
+    LOOK_IDLE while none does (nothing to take back: a look can only find more to lend)."""
+    if lines is None:
+        return LOOK_MOST
+    lends = (lines.ceiling is not None and lines.ceiling.lent > 0) or any(lv.lent > 0 for lv in lines.levers)
+    return LOOK_MOST if lends or lines.pressed else LOOK_IDLE
 
 
 def reserve(owner: Owner, seen: Seen | None, pressed: bool, rate: float) -> tuple[int, int]:

@@ -7,15 +7,18 @@ replaces them at each look:
 * `overlay` reads, when a look is due, each owner's memory.current, `low` count and PSI `some`
   total (Cgroupfs.owners_seen: a pread each), draws the lines (lending.draw, pure), and lays them
   on the plan: the ceiling's MemoryMax (which CeilingWatch, after it in the table, then steps
-  towards, at most lending.TAKE below the BestEffort slice's usage in one write), and each lever
-  pod's MemoryHigh, stepped here the same way (ceiling.step with TAKE: a line below a borrower's
-  usage goes down a bounded step at a time, so PID 1 reclaims at most TAKE in one write). Between
+  towards, never below the BestEffort slice's usage, lending.GUARD above it), and each lever pod's
+  MemoryHigh, stepped the same way (ceiling.step with GUARD). No write of ours goes below a
+  borrower's usage: such a write makes PID 1 reclaim, and for a MemoryMax OOM-kill, inside it
+  (docs/DESIGN.md, "Lines that follow usage"). Between
   looks (a poll's round, a new pod) it lays the lines of the last look, read again at once only
   when the plan changed.
-* `pending` while it is on: the lines move with usage, which no input of the round shows, so a
-  round is never taken as settled.
+* `pending` while a look is due and not taken: the lines move with usage, which no input of the
+  round shows, so a round is not taken as settled then; between looks an idle round is settled
+  (and skipped) as any other.
 * `look_again`: LOOK_FIRST after a look that moved something (a line, an owner's usage by a grid
-  step, a press), twice as long each time nothing moved, up to LOOK_MOST (agenda.follow);
+  step, a press, a step written), twice as long each time nothing moved, up to LOOK_MOST while a
+  line lends and LOOK_IDLE while none does (lending.look_most; agenda.follow);
   `notifier` is a PSI trigger on kubepods.slice (Cgroupfs.pressure_wake: PRESS_TRIGGER of stall in
   PRESS_WINDOW), and `woken` makes a look due at once: the owners' growth is found when their
   tasks first stall on memory, not at the next tick.
@@ -37,7 +40,7 @@ from .cgroupfs import Cgroupfs
 from .config_schema import Config
 from .feature import Context, Family, NoGauges
 from .naming import Naming
-from .plan import Plan
+from .plan import INFINITY, Plan
 from .reconcile import UNREAD
 
 __all__ = ["LendingWatch", "PRESS_TRIGGER", "PRESS_WINDOW", "lines_now"]
@@ -83,6 +86,7 @@ class LendingWatch:
         self._overlaid: tuple | None = None  # (desired, key, overlaid plan)
         self._look = Look()
         self._due = True  # a look is due at the next overlay
+        self._drawn_at = float("-inf")  # when the lines were last drawn
 
     def units(self, naming: Naming, config: Config) -> frozenset[str]:
         return frozenset()
@@ -126,7 +130,7 @@ class LendingWatch:
         self.lines, self.state = lending.draw(owners, self._seen, alloc=desired.allocatable, headroom=headroom,
                                               ceiling=ceiling, page_size=self.page_size, state=self.state, now=now)
         self.moved = self.lines.moved
-        self._drawn_for, self._due, self._headroom = desired, False, headroom
+        self._drawn_for, self._due, self._headroom, self._drawn_at = desired, False, headroom, now
         self._say(before, self.lines)
 
     def _lay(self, desired: Plan, observed: Mapping[str, Mapping[str, int] | None]) -> Plan:
@@ -135,21 +139,20 @@ class LendingWatch:
         steps = {}
         self.stepping = False
         for lent in lines.levers:
-            values = observed.get(lent.unit)
-            held = None if values is None or values is UNREAD else values.get("MemoryHigh")
+            held = _held(observed, lent.unit, "MemoryHigh")
             seen = self._seen.get(lent.unit)
-            s = step(lent.value, held, seen.usage if seen is not None else None, self.page_size, lending.TAKE)
+            s = step(lent.value, held, seen.usage if seen is not None else None, self.page_size, lending.GUARD)
             steps[lent.unit] = s.value
             self.stepping |= s.following
-        self.moved |= self.stepping
+            self.moved |= s.value != (INFINITY if held is None else held)  # a write: look again soon
         key = (lines.ceiling, lines.levers, tuple(sorted(steps.items())))
         if self._overlaid is not None and self._overlaid[0] is desired and self._overlaid[1] == key:
             return self._overlaid[2]
         ceiling, units = desired.ceiling, desired.units
         if lines.ceiling is not None and ceiling is not None:
             # its headroom lending's: what it lends is above allocatable - requests - that headroom
-            ceiling = dataclasses.replace(ceiling, memory_max=lines.ceiling.value, take=lending.TAKE,
-                                          lent=lines.ceiling.lent, headroom=self._headroom)
+            ceiling = dataclasses.replace(ceiling, memory_max=lines.ceiling.value, lent=lines.ceiling.lent,
+                                          headroom=self._headroom, guard=lending.GUARD)
         levers = tuple(dataclasses.replace(lv, memory_high=lines.lever(lv.unit).value, lent=lines.lever(lv.unit).lent)
                        if lines.lever(lv.unit) is not None else lv for lv in desired.levers)
         units = tuple(dataclasses.replace(u, memory_max=ceiling.memory_max)
@@ -169,8 +172,10 @@ class LendingWatch:
 
     @property
     def pending(self) -> bool:
-        """While on, never settled: the lines follow usage, which the round's inputs do not show."""
-        return self.active
+        """A look is due and not taken yet: the lines follow usage, which the round's inputs do not
+        show, so a round must not be taken as settled then (round.py asks before and after a round).
+        Between looks, a round with nothing to send is settled as any other."""
+        return self.active and (self._due or self._drawn_at < self._look.at <= self.clock())
 
     def settle(self, observed: Mapping[str, Mapping[str, int] | None], desired: Plan) -> None:
         self.show_lines(desired if self.active else None)
@@ -194,7 +199,7 @@ class LendingWatch:
 
     def look_again(self, now: float, planned: bool = True) -> float:
         self._look = follow(self._look, now, planned and self.active, self.moved, lending.LOOK_FIRST,
-                            lending.LOOK_MOST)
+                            lending.look_most(self.lines))
         self.moved = False
         return self._look.at
 
@@ -214,6 +219,11 @@ class LendingWatch:
         return lines_now(desired, self.cgroupfs, config, self.page_size, (self.clock or time.monotonic)())
 
 
+def _held(observed: Mapping[str, Mapping[str, int] | None], unit: str, prop: str) -> int | None:
+    values = observed.get(unit)
+    return None if values is None or values is UNREAD else values.get(prop)
+
+
 def lines_now(desired: Plan, cgroupfs: Cgroupfs, config: Config, page_size: int, now: float) -> Plan:
     """`desired` with the lines a first look draws now (for `status`): the owners read once, no
     trigger armed, nothing stepped. A first look knows no growth rate and no press held, so the
@@ -223,5 +233,5 @@ def lines_now(desired: Plan, cgroupfs: Cgroupfs, config: Config, page_size: int,
         return desired
     watch = LendingWatch(cgroupfs, page_size)
     watch._draw(desired, config.lending.headroom.resolve(desired.allocatable), now)
-    # each lever taken as held at its line: laid as drawn, not stepped from what systemd holds
+    # each line taken as held: laid as drawn, not stepped from what systemd holds
     return watch._lay(desired, {lent.unit: {"MemoryHigh": lent.value} for lent in watch.lines.levers})

@@ -114,10 +114,10 @@ class Ceiling:
     requests: int  # the Guaranteed and Burstable pods' requests, summed
     headroom: int
     minimum: int
-    # How far one write may go below the slice's usage (ceiling.step): 0 for the static line; a
-    # line that follows usage (lending.py) takes back what it lent.
-    take: int = 0
     lent: int | None = None  # a line that follows usage: what it lends (lending.Lent); None: the static line
+    # How far above the slice's usage a step down stops (ceiling.step): 0 for the static line,
+    # lending.GUARD for a line that follows usage.
+    guard: int = 0
 
 
 @dataclass(frozen=True)

@@ -178,7 +178,8 @@ class Round:
         back by the read are kept by the observer (Observer.take_drift): the round fires no callback."""
         began = self._clock()
         new, started = set(new), set(started)
-        if not new and not started and self._settled == (inputs, observer, observer.generation):
+        if not new and not started and self._settled == (inputs, observer, observer.generation) \
+                and not any(f.pending for f in self.features):  # (a feature's look come due)
             # Compared with ==: the same objects compare at once (the pod source hands back the
             # same pods while its document is unchanged), others by value.
             self.metrics.observe_reconcile(self._clock() - began, 0)

@@ -1,8 +1,8 @@
 """Lines that follow usage (issue 44, `lending: {enabled: true}`) in the daemon, on a private
 dbus-daemon with the stand-in systemd: the BestEffort ceiling and the Burstable lever drawn from
 what the pods with requests use (their cgroups' memory.current, memory.events and memory.pressure,
-files in the stand-in's cgroup directories), looked at again as usage moves, taken back a bounded
-step below the borrower's usage when the owners grow into it, and back to the static lines when
+files in the stand-in's cgroup directories), looked at again as usage moves, taken back when the
+owners grow into it (stepped down with the borrower's usage, never below it), and back to the static lines when
 lending is turned off. The metrics show each line and what it lends.
 
 The kernel's side (the OOM kill in BestEffort, the throttled borrower, the owners' pages kept) is
@@ -90,16 +90,22 @@ def test_lines_follow_usage_and_take_back_a_step_at_a_time(fake_systemd, tmp_pat
             assert gauge(h, "memqos_lending_lent_bytes", "burstableHigh", "ns/u") == \
                 lever - (ALLOC - g - b)
             # BestEffort fills what it was lent; G grows to its request: the line comes down below
-            # BestEffort's usage, a bounded step a write (lending.TAKE), found at the next look
-            use(fake_systemd, BE, ceiling)
+            # BestEffort's usage. Its MemoryMax steps down with the usage, never below it, a guard
+            # above it (lending.GUARD: a write below the usage makes PID 1 reclaim and OOM-kill)
+            use(fake_systemd, BE, ceiling - 8 * MI)
             use(fake_systemd, GPOD, 510 * MI)
             lower = grid(ALLOC - HEADROOM - g - reserve(b, 50 * MI) - reserve(u, 0))
-            assert ceiling - lower > lending.TAKE
-            await until(lambda: memory_max(fake_systemd) == ceiling - lending.TAKE, timeout=15)
+            assert ceiling - lower > 2 * lending.GUARD
+            # (the gauge is set after the round's writes: waited for too)
+            await until(lambda: memory_max(fake_systemd) == ceiling - 8 * MI + lending.GUARD
+                        and gauge(h, "memqos_lending_line_bytes", "bestEffortCeiling") == lower, timeout=15)
+            assert high(fake_systemd, BE) == UINT64_MAX  # no MemoryHigh below the usage either
             assert high(fake_systemd, UPOD) == max(ALLOC - g - b, grid(ALLOC - HEADROOM - g - reserve(b, 50 * MI)))
-            use(fake_systemd, BE, lower + 10 * MI)  # the kernel OOM-killed in BestEffort: within a step of the line
-            await until(lambda: memory_max(fake_systemd) == lower, timeout=15)
-            assert gauge(h, "memqos_lending_line_bytes", "bestEffortCeiling") == lower
+            use(fake_systemd, BE, lower + 10 * MI)  # the kernel took its pages (its own charge's OOM kill)
+            await until(lambda: memory_max(fake_systemd) == lower + 10 * MI + lending.GUARD, timeout=15)
+            use(fake_systemd, BE, lower - MI)  # at the line: the line
+            await until(lambda: memory_max(fake_systemd) == lower
+                        and gauge(h, "memqos_lending_line_bytes", "bestEffortCeiling") == lower, timeout=15)
     run(body())
 
 

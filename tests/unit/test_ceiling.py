@@ -58,18 +58,34 @@ def test_no_step_below_the_usage_and_never_up_while_lowering(usage, held):
     assert got.following == (got.value > 900 * Mi)
 
 
-@pytest.mark.parametrize("target, held, usage, take, expected", [
-    # a line that follows usage takes back what it lent: at most `take` below the usage a write
-    (900 * Mi, INF, 1500 * Mi, 64 * Mi, Step(1436 * Mi, True)),
-    (900 * Mi, 1436 * Mi, 1436 * Mi, 64 * Mi, Step(1372 * Mi, True)),  # the usage followed (an OOM kill, reclaim)
-    (900 * Mi, 1436 * Mi, 1500 * Mi, 64 * Mi, Step(1436 * Mi, True)),  # it did not: nothing lower yet, nothing sent
-    (900 * Mi, INF, 950 * Mi, 64 * Mi, Step(900 * Mi, False)),  # within a take: the line
-    (900 * Mi, INF, 964 * Mi, 64 * Mi, Step(900 * Mi, False)),
-    (900 * Mi, INF, 964 * Mi + 1, 64 * Mi, Step(900 * Mi + PAGE, True)),
-    (900 * Mi, INF, 1500 * Mi, 64 * Mi + 1, Step(1436 * Mi, True)),  # in whole pages, down
-    (0, INF, 10 * Mi, 64 * Mi, Step(0, False)),
-    (900 * Mi, INF, None, 64 * Mi, Step(INF, True)),  # no usage: nothing lowered
-    (1500 * Mi, 900 * Mi, 3000 * Mi, 64 * Mi, Step(1500 * Mi, False)),  # raising: at once
+@pytest.mark.parametrize("target, held, usage, guard, expected", [
+    # a line that follows usage takes back what it lent by the same steps, never below the usage,
+    # `guard` above it (what the borrower may charge between the read and the write)
+    (900 * Mi, INF, 1500 * Mi, 4 * Mi, Step(1504 * Mi, True)),
+    (900 * Mi, 1504 * Mi, 1400 * Mi, 4 * Mi, Step(1404 * Mi, True)),  # the usage came down: so does the step
+    (900 * Mi, 1504 * Mi, 1502 * Mi, 4 * Mi, Step(1504 * Mi, True)),  # within the guard: nothing sent
+    (900 * Mi, 1504 * Mi, 1600 * Mi, 4 * Mi, Step(1504 * Mi, True)),  # above what is held: never up by itself
+    (900 * Mi, INF, 1500 * Mi + 1, 4 * Mi, Step(1504 * Mi + PAGE, True)),  # whole pages, up
+    (900 * Mi, INF, 1500 * Mi, 4 * Mi - 1, Step(1504 * Mi, True)),
+    (900 * Mi, INF, 902 * Mi, 4 * Mi, Step(906 * Mi, True)),  # just above the line: a guard above the usage
+    (900 * Mi, 906 * Mi, 900 * Mi, 4 * Mi, Step(900 * Mi, False)),  # at the line: the line
+    (900 * Mi, INF, 10 * Mi, 4 * Mi, Step(900 * Mi, False)),
+    (900 * Mi, INF, None, 4 * Mi, Step(INF, True)),  # no usage: nothing lowered
+    (1500 * Mi, 900 * Mi, 3000 * Mi, 4 * Mi, Step(1500 * Mi, False)),  # raising: at once
 ])
-def test_step_takes_back_a_bounded_step(target, held, usage, take, expected):
-    assert step(target, held, usage, PAGE, take) == expected
+def test_step_stops_a_guard_above_the_usage(target, held, usage, guard, expected):
+    assert step(target, held, usage, PAGE, guard) == expected
+
+
+@pytest.mark.parametrize("usage", [0, 1, 123 * Mi + 7, 900 * Mi, 903 * Mi, 1500 * Mi, 5000 * Mi - 3])
+@pytest.mark.parametrize("held", [None, 880 * Mi, 950 * Mi, 1490 * Mi, 2000 * Mi, INF])
+@pytest.mark.parametrize("guard", [0, 4 * Mi, 4 * Mi + 1])
+def test_no_write_below_the_usage_whatever_the_guard(usage, held, guard):
+    """Whatever the inputs: a value lowered below what is held is never below the usage, and at
+    least `guard` above it unless it is the line itself."""
+    got = step(900 * Mi, held, usage, PAGE, guard)
+    was = INF if held is None else held
+    if got.value < was:
+        assert got.value >= usage
+        assert got.value == 900 * Mi or got.value >= usage + guard
+    assert got.following == (got.value > 900 * Mi)

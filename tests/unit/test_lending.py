@@ -200,3 +200,19 @@ def test_quantum_and_slack():
     assert lending.quantum(730 * Mi, PAGE) == 16 * Mi
     assert lending.quantum(64 << 30, PAGE) == 256 * Mi
     assert lending.slack_min(32 * Mi) == 4 * Mi and lending.slack_min(320 * Mi) == 20 * Mi
+
+
+@pytest.mark.parametrize("what, ceiling, levers, pressed, expected", [
+    ("the ceiling lends", Lent(BE, 200 * Mi, 64 * Mi), (), frozenset(), lending.LOOK_MOST),
+    ("a lever lends", Lent(BE, 64 * Mi, 64 * Mi), (Lent(P, 300 * Mi, 200 * Mi),), frozenset(), lending.LOOK_MOST),
+    ("nothing lent: nothing to take back", Lent(BE, 64 * Mi, 64 * Mi), (Lent(P, 200 * Mi, 200 * Mi),), frozenset(),
+     lending.LOOK_IDLE),
+    ("no ceiling, no lever lends", None, (), frozenset(), lending.LOOK_IDLE),
+    ("nothing lent but an owner pressed: its press ends at a look", Lent(BE, 64 * Mi, 64 * Mi), (), frozenset({B}),
+     lending.LOOK_MOST),
+])
+def test_looks_back_off_further_while_nothing_is_lent(what, ceiling, levers, pressed, expected):
+    lines = lending.Lines(ceiling, levers, 0, pressed, False)
+    assert lending.look_most(lines) == expected
+    assert lending.look_most(None) == lending.LOOK_MOST  # before a first look
+    assert lending.LOOK_FIRST < lending.LOOK_MOST <= lending.LOOK_IDLE

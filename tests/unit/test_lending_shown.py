@@ -67,7 +67,7 @@ def test_status_draws_the_lines_a_look_draws_now(tmp_path):
     desired, cfg = planned(LENDING)
     now = lines_now(desired, cgroups(tmp_path), cfg, PAGE, 100.0)
     ceiling = grid(ALLOC - HEADROOM - sum(reserve(u) for u in REQUESTS))
-    assert now.ceiling.memory_max == ceiling and now.ceiling.take == lending.TAKE
+    assert now.ceiling.memory_max == ceiling
     # lent above the same line with every request reserved (lending's headroom, which status shows)
     assert now.ceiling.lent == ceiling - (ALLOC - HEADROOM - sum(REQUESTS.values())) > 0
     assert now.ceiling.headroom == HEADROOM and desired.ceiling.headroom == 256 * Mi
@@ -76,6 +76,7 @@ def test_status_draws_the_lines_a_look_draws_now(tmp_path):
     assert b1.lent == b1.memory_high - desired.lever_of(B1).memory_high > 0
     assert now.by_unit()[B1].memory_high == b1.memory_high  # laid as drawn, not stepped
     assert now.by_unit()["kubepods-besteffort.slice"].memory_max == ceiling
+    assert now.ceiling.guard == lending.GUARD and desired.ceiling.guard == 0  # its steps stop above the usage
 
 
 def test_lending_off_leaves_the_plan_as_it_is(tmp_path):

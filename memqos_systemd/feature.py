@@ -34,7 +34,7 @@ Optional members, each asked only of a feature that has it (features.py):
 * `config_block` (a class attribute): (key, checker(src, key, value)) of a config block of its own;
   the loader checks it with the rest (features.config_blocks) and `config.block(key)` gives it back.
 * `plan_step(desired, given)`: a pure step laid on the plan, after plan.plan, by the round, `plan`
-  and `status` alike (Wiring.plan, features.planned); `given`: the pods, the node, the config and
+  and `status` alike (Wiring.plan, Round.plan: `planned`); `given`: the pods, the node, the config and
   its unit names (Given). The Burstable lever's MemoryHigh is one.
 * `on(naming, config, kubelet)`: whether the config turns it on (check's and status's "adds ...");
   without it, whether `units` names any.
@@ -55,7 +55,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 from .cgroupfs import Cgroupfs
 from .config_schema import Config
@@ -64,7 +64,7 @@ from .plan import NodeFacts, Plan
 from .pods import Pod
 from .quantity import UINT64_MAX
 
-__all__ = ["Context", "Feature", "Family", "Given", "NoGauges", "gauge_value"]
+__all__ = ["Context", "Feature", "Family", "Given", "NoGauges", "gauge_value", "planned"]
 
 
 class Given(NamedTuple):
@@ -132,3 +132,12 @@ class Feature(Protocol):
     def notifier(self) -> Any: ...
 
     def woken(self, now: float) -> float: ...
+
+
+def planned(features: Iterable[Feature], desired: Plan, given: Given) -> Plan:
+    """The plan with each feature's pure plan step laid on it, in the table's order (`plan_step`):
+    the round's and every command's (features.plan_all) alike."""
+    for f in features:
+        if hasattr(f, "plan_step"):
+            desired = f.plan_step(desired, given)
+    return desired

@@ -13,7 +13,7 @@ from .burstable_lever import BurstableLever
 from .ceiling_watch import CeilingWatch
 from .cgroupfs import Cgroupfs
 from .config_schema import Config
-from .feature import Context, Family, Feature, Given
+from .feature import Context, Family, Feature, Given, planned
 from .kubelet_gate import Writes
 from .lending_watch import LendingWatch
 from .naming import Naming
@@ -109,14 +109,6 @@ def offline(page_size: int = 4096) -> tuple[Feature, ...]:
     """The table's features made to plan and to say how they show (`plan`, status's lines): no
     file of theirs read or written, no metric."""
     return make(Context(Cgroupfs(), page_size, state_dir=None, write=False))
-
-
-def planned(features: Iterable[Feature], desired: Plan, given: Given) -> Plan:
-    """The plan with each feature's pure plan step laid on it, in the table's order (Feature.plan_step)."""
-    for f in features:
-        if hasattr(f, "plan_step"):
-            desired = f.plan_step(desired, given)
-    return desired
 
 
 def plan_all(pods, node: NodeFacts, config: Config, made: Iterable[Feature] | None = None) -> Plan:

@@ -46,7 +46,7 @@ from typing import Callable, Collection, Mapping, Sequence
 
 from .applier import Applier, ApplyResult, name_changes, summarize
 from .config_schema import Config
-from .feature import Feature, Given
+from .feature import Feature, Given, planned
 from .intake import Holding
 from .naming import Naming
 from .metrics import NoMetrics
@@ -143,11 +143,8 @@ class Round:
         unchanged."""
         key = (inputs.pods, inputs.node, inputs.config, inputs.naming)
         if self._planned is None or self._planned[0] != key:
-            desired = plan(list(inputs.pods), inputs.node, inputs.config)
-            given = Given(tuple(inputs.pods), inputs.node, inputs.config, inputs.naming)
-            for feature in self.features:  # each feature's pure plan step (features.planned)
-                if hasattr(feature, "plan_step"):
-                    desired = feature.plan_step(desired, given)
+            desired = planned(self.features, plan(list(inputs.pods), inputs.node, inputs.config),
+                              Given(tuple(inputs.pods), inputs.node, inputs.config, inputs.naming))
             self._planned = (key, desired, desired.by_unit())
         return self._planned[1]
 

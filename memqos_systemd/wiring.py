@@ -63,7 +63,7 @@ class Wiring:
         return Applier(systemd, cgroupfs=self.cgroupfs, on_call=self.on_call, on_restore=on_restore)
 
     def plan(self, pods, node: NodeFacts) -> Plan:
-        """The plan of `pods` on the node, each feature's plan step laid on (features.planned)."""
+        """The plan of `pods` on the node, each feature's plan step laid on (feature.planned)."""
         return features.plan_all(pods, node, self.config, self.features)
 
     def on(self) -> tuple[str, ...]:

@@ -239,10 +239,12 @@ def expect(key, rec):
     for w in ("remove", "minute") if key in MINUTE else ("remove",):
         want = {"MemoryMin": G_REQ + B_APP + B_SIDECAR + P_REQ, "MemoryLow": B_APP + B_SIDECAR + P_REQ} \
             if tiered else {}
-        got = written(rec, "kubelet", "kubepods.slice", (w,))
-        check(got == want, f"({key}) {'minute round' if w == 'minute' else 'after a deletion'}: kubepods.slice {got}")
+        seen = ("minute",) if w == "remove" and rec["deletion_in_minute"] else (w,)  # (see rec)
+        got = written(rec, "kubelet", "kubepods.slice", seen)
+        check(got == want, f"({key}) {'minute round' if w == 'minute' else 'after a deletion'}: kubepods.slice {got}"
+                           + (" (the deletion's round was the minute round)" if seen != (w,) else ""))
         want = {"MemoryLow": want["MemoryLow"]} if want else {}
-        got = written(rec, "kubelet", "burstable.slice", (w,))
+        got = written(rec, "kubelet", "burstable.slice", seen)
         check(got == want, f"({key}) {'minute round' if w == 'minute' else 'after a deletion'}: "
                            f"kubepods-burstable.slice {got}")
     # The pod slices, by the kubelet at their creation.
@@ -324,6 +326,10 @@ for key, what, cfg in CONFIGS:
                "minute": (t_minute, t_end)}
     rec = {
         "what": what, "config": cfg, "healthz_s": took,
+        # Under load (TCG, pods 30 s to run) the old pods' cgroups may outlive the window between the
+        # new pods and the minute round: the deletion's round is then the minute round itself.
+        "deletion_in_minute": key in MINUTE and t_removed < t_minute and not mon.calls(
+            since=t_created, until=t_minute, who=KUBELET_UNIT, unit="kubepods-burstable.slice"),
         "windows_s": {w: [round(a - t0, 1), round(b - t0, 1)] for w, (a, b) in windows.items()},
         "minute_round_s": round(t_round - t0, 1) if t_round and key in MINUTE else None,
         "deletion_round_s": round(t_round - t0, 1) if t_round and key not in MINUTE else None,

@@ -68,6 +68,7 @@ def ceiling_units(ledger: Collection[str], naming: Naming, config: Config) -> fr
 
 class CeilingWatch:
     name = "bestEffortCeiling"
+    reset_note = f"the BestEffort ceiling's, kept in its ledger, {CEILINGS_PATH}"  # reset --help (features.reset_notes)
     properties = ("MemoryMax",)
     families = (Family("memqos_besteffort_ceiling_bytes",
                        "The BestEffort ceiling: MemoryMax of the BestEffort QoS slice as planned (kind=planned)"

@@ -393,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("reset", "set every managed property back to 0 / infinity (rollback)",
             "Set MemoryMin=0, MemoryLow=0, MemoryHigh=infinity on every unit we manage, through D-Bus,\n"
             "children before parents, and MemoryMax=infinity on every slice whose MemoryMax the\n"
-            "service set (the BestEffort ceiling, kept in its ledger, /run/memqos-systemd/ceiling-slices).\n"
+            "service set: " + "; ".join(features.reset_notes()) + ".\n"
             "The rollback is:\n"
             "  systemctl disable --now memqos-systemd && memqos-systemd reset\n"
             "(a running service would re-apply its plan; a stopped but enabled one comes back at boot).\n"

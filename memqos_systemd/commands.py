@@ -114,7 +114,7 @@ async def _reset(cfg: Config, *, dry_run: bool) -> int:
     # Beside the kubelet's own Memory QoS, what it wrote is its own: a pod's it writes only once,
     # at the pod's creation, so taking it back would leave the pod unprotected for good.
     mode = await mode_of(cfg)
-    # The features' own properties (the ceiling's MemoryMax on the slices of its ledger) are taken back too.
+    # The features' own properties (a MemoryMax on the slices of a feature's ledger) are taken back too.
     wiring = wire(cfg, write=not dry_run, kubelet=mode.writes)
 
     async def changes(systemd, observer: Observer, applier: Applier) -> tuple[list, ApplyResult]:

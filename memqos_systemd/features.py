@@ -19,13 +19,20 @@ from .lending_watch import LendingWatch
 from .naming import Naming
 from .plan import NodeFacts, Plan, plan
 
-__all__ = ["FEATURES", "make", "owned", "on_drift", "by_name", "on", "said", "taken_back", "offline", "planned", "families", "config_blocks", "plan_all"]
+__all__ = ["FEATURES", "make", "owned", "on_drift", "by_name", "on", "said", "taken_back", "offline", "planned", "families", "config_blocks", "plan_all", "reset_notes"]
 
 FEATURES: tuple[Callable[[Context], Feature], ...] = (
     LendingWatch.made,  # lending: the ceiling's and the lever's lines follow usage (before the ceiling, which steps them)
     CeilingWatch.made,  # bestEffortCeiling: a MemoryMax on the BestEffort QoS slice, stepped down with its usage
     BurstableLever.made,  # burstableHigh: a MemoryHigh on each Burstable pod slice, below the others' requests
 )
+
+
+def reset_notes(table: Iterable[Callable[[Context], Feature]] | None = None) -> list[str]:
+    """What each feature of the table says `reset` takes back of its own (its class's `reset_note`,
+    for `reset --help`), read from the classes: nothing is made."""
+    classes = (getattr(made, "__self__", None) for made in (FEATURES if table is None else table))
+    return [c.reset_note for c in classes if getattr(c, "reset_note", None)]
 
 
 def make(context: Context, table: Iterable[Callable[[Context], Feature]] | None = None) -> tuple[Feature, ...]:
